@@ -1,0 +1,192 @@
+//! Reading git's configuration files: just enough of the format for the keys packd honours.
+//!
+//! ```text
+//! [section]              # comment
+//! [section "subsection"] ; comment
+//!     key = value
+//!     flag                 (a key without "=" is true)
+//! ```
+//! Files are read in git's order (system, global, repository), a later value replacing an earlier
+//! one. Section and key names are case-insensitive, subsection names are not.
+
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Configuration values, keyed `section.key` or `section.subsection.key` (section and key lower
+/// case).
+#[derive(Debug, Default, Clone)]
+pub struct Config {
+    values: HashMap<String, String>,
+}
+
+impl Config {
+    /// The files git reads for a repository whose directory is `git_dir`, in order.
+    pub fn standard_files(git_dir: &Path) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        if std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none() {
+            files.push(PathBuf::from("/etc/gitconfig"));
+        }
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")));
+        if let Some(xdg) = xdg {
+            files.push(xdg.join("git").join("config"));
+        }
+        if let Some(home) = std::env::var_os("HOME") {
+            files.push(Path::new(&home).join(".gitconfig"));
+        }
+        files.push(git_dir.join("config"));
+        files
+    }
+
+    /// Reads `files` in order; missing files are skipped.
+    pub fn read(files: &[PathBuf]) -> Result<Config> {
+        let mut config = Config::default();
+        for file in files {
+            match std::fs::read(file) {
+                Ok(bytes) => config.parse(
+                    &String::from_utf8_lossy(&bytes),
+                    &file.display().to_string(),
+                )?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+                Err(source) => {
+                    return Err(Error::Io {
+                        path: file.display().to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Adds the settings of one file's text.
+    pub fn parse(&mut self, text: &str, file: &str) -> Result<()> {
+        let mut section = String::new();
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            let mut rest = line;
+            if let Some(after) = line.strip_prefix('[') {
+                let end = after.find(']').ok_or_else(|| {
+                    Error::corrupt(
+                        file,
+                        n as u64 + 1,
+                        "a section header has no closing ']' (offset is the line number)",
+                    )
+                })?;
+                let header = &after[..end];
+                section = match header.find('"') {
+                    Some(q) => {
+                        let name = header[..q].trim().to_ascii_lowercase();
+                        let sub = header[q + 1..]
+                            .trim_end_matches('"')
+                            .replace("\\\"", "\"")
+                            .replace("\\\\", "\\");
+                        format!("{name}.{sub}")
+                    }
+                    None => header.trim().to_ascii_lowercase(),
+                };
+                rest = after[end + 1..].trim();
+                if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
+                    continue;
+                }
+            }
+            let (key, value) = match rest.find('=') {
+                Some(eq) => (rest[..eq].trim(), parse_value(&rest[eq + 1..])),
+                None => (rest, "true".to_string()),
+            };
+            self.values
+                .insert(format!("{section}.{}", key.to_ascii_lowercase()), value);
+        }
+        Ok(())
+    }
+
+    /// The value of `key` (`section.key`, case-insensitive in section and key).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let lower = match key.rfind('.') {
+            Some(dot) => {
+                let (head, name) = key.split_at(dot);
+                let head = match head.find('.') {
+                    Some(d) => format!("{}{}", head[..d].to_ascii_lowercase(), &head[d..]),
+                    None => head.to_ascii_lowercase(),
+                };
+                format!("{head}{}", name.to_ascii_lowercase())
+            }
+            None => key.to_ascii_lowercase(),
+        };
+        self.values.get(&lower).map(|s| s.as_str())
+    }
+
+    /// A size value with git's optional `k`, `m`, `g` suffix.
+    pub fn get_size(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => parse_size(v)
+                .map(Some)
+                .ok_or_else(|| Error::BadName(format!("bad size for config {key}: '{v}'"))),
+        }
+    }
+}
+
+/// Strips comments and quotes from a value.
+fn parse_value(raw: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = raw.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(other) => out.push(other),
+                None => {}
+            },
+            '#' | ';' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// Parses `96m`, `1g`, `512k`, `1000` (case-insensitive suffixes).
+pub fn parse_size(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let (digits, shift) = match v.chars().last()?.to_ascii_lowercase() {
+        'k' => (&v[..v.len() - 1], 10),
+        'm' => (&v[..v.len() - 1], 20),
+        'g' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_sections_keys_and_sizes() {
+        let mut c = Config::default();
+        c.parse(
+            "[core]\n\tdeltaBaseCacheLimit = 64m ; comment\n\tbare\n[remote \"Origin\"]\n\turl = \"a b\"\n[Extensions]\nobjectformat=sha256\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(
+            c.get_size("core.deltabasecachelimit").unwrap(),
+            Some(64 << 20)
+        );
+        assert_eq!(c.get("core.bare"), Some("true"));
+        assert_eq!(c.get("remote.Origin.url"), Some("a b"));
+        assert_eq!(c.get("extensions.objectFormat"), Some("sha256"));
+        assert_eq!(parse_size("2k"), Some(2048));
+        assert_eq!(parse_size("x"), None);
+    }
+}

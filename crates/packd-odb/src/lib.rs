@@ -1,0 +1,30 @@
+//! packd's object database: reads any git repository's objects exactly as git does.
+//!
+//! ```text
+//! Repository ── config, refs
+//!     └─ ObjectDb ── objects dir + alternates
+//!          ├─ multi-pack-index ─┐
+//!          ├─ Pack = .pack + .idx ── decode (delta chains) ── DeltaBaseCache (shared budget)
+//!          └─ LooseStore
+//! every byte read through packd_storage::{Storage, Blob}
+//! ```
+//! Everything here is safe to share between threads: many readers decode objects at once.
+
+pub mod cache;
+pub mod config;
+pub mod delta;
+mod error;
+pub mod hash;
+pub mod loose;
+mod object;
+pub mod odb;
+pub mod pack;
+pub mod refs;
+pub mod repository;
+pub mod zlib;
+
+pub use error::{Error, Result};
+pub use hash::{HashKind, ObjectId, Prefix};
+pub use object::{Object, ObjectHeader, ObjectKind};
+pub use odb::{IdOrder, Location, ObjectDb, OpenOptions, PrefixMatch};
+pub use repository::{NameMatch, Repository, RepositoryOptions};

@@ -1,0 +1,435 @@
+//! The object database: every place a repository keeps objects, behind one lookup.
+//!
+//! A repository's objects live in its `objects` directory (packs, a multi-pack-index, loose files)
+//! and in the directories its `objects/info/alternates` names, recursively. Lookups try each
+//! directory in turn: its multi-pack-index, then packs the multi-pack-index does not cover, then
+//! its loose objects. All bytes are read through [`packd_storage::Storage`].
+
+use crate::cache::{CacheStats, DeltaBaseCache};
+use crate::hash::{HashKind, ObjectId, Prefix};
+use crate::loose::LooseStore;
+use crate::pack::data::EntryKind;
+use crate::pack::multi_index::MultiPackIndex;
+use crate::pack::Pack;
+use crate::{Error, Object, ObjectHeader, Result};
+use packd_storage::{LocalStorage, Storage};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// git stops following alternates this deep; so does packd.
+const MAX_ALTERNATE_DEPTH: usize = 5;
+
+/// The default delta base cache budget, as git's `core.deltaBaseCacheLimit`.
+pub const DEFAULT_CACHE_BUDGET: u64 = 96 << 20;
+
+/// How to open an object database.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// The delta base cache budget in bytes; 0 disables the cache.
+    pub cache_budget: u64,
+    /// The repository's hash function.
+    pub hash: HashKind,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            cache_budget: DEFAULT_CACHE_BUDGET,
+            hash: HashKind::Sha1,
+        }
+    }
+}
+
+/// One objects directory.
+#[derive(Debug)]
+struct Source {
+    packs: Vec<Arc<Pack>>,
+    /// The multi-pack-index and, for each of its pack numbers, the position in `packs`.
+    midx: Option<(MultiPackIndex, Vec<usize>)>,
+    /// Positions in `packs` of the packs the multi-pack-index does not cover.
+    outside_midx: Vec<usize>,
+    loose: LooseStore,
+}
+
+/// Where an object is stored.
+#[derive(Debug, Clone)]
+pub enum Location {
+    /// An entry of a pack.
+    Packed {
+        /// The pack.
+        pack: Arc<Pack>,
+        /// The entry's offset in it.
+        offset: u64,
+    },
+    /// A loose file in the `n`th objects directory.
+    Loose(usize),
+}
+
+/// What an abbreviated id names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrefixMatch {
+    /// Exactly one object.
+    Unique(ObjectId),
+    /// More than one object.
+    Ambiguous,
+    /// No object.
+    None,
+}
+
+/// The order of [`ObjectDb::all_ids`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdOrder {
+    /// Sorted by id, each once.
+    Sorted,
+    /// Pack by pack in storage order, then loose objects, each once: the cheapest order to read.
+    Storage,
+}
+
+/// All objects of a repository.
+#[derive(Debug)]
+pub struct ObjectDb {
+    sources: Vec<Source>,
+    cache: DeltaBaseCache,
+    hash: HashKind,
+}
+
+impl ObjectDb {
+    /// Opens the objects directory `objects_dir` on the local disk and its alternates.
+    pub fn open(objects_dir: &Path, options: &OpenOptions) -> Result<ObjectDb> {
+        let mut dirs = Vec::new();
+        collect_alternates(objects_dir, 0, &mut dirs)?;
+        let storages: Vec<Arc<dyn Storage>> = dirs
+            .into_iter()
+            .map(|d| Arc::new(LocalStorage::new(d)) as Arc<dyn Storage>)
+            .collect();
+        ObjectDb::from_storages(storages, options)
+    }
+
+    /// Opens objects directories given as storages, first one first.
+    pub fn from_storages(
+        storages: Vec<Arc<dyn Storage>>,
+        options: &OpenOptions,
+    ) -> Result<ObjectDb> {
+        let mut next_pack_id = 0u32;
+        let mut sources = Vec::new();
+        for storage in storages {
+            sources.push(open_source(storage, &mut next_pack_id, options.hash)?);
+        }
+        let (objects, bytes) = sources
+            .iter()
+            .flat_map(|s| s.packs.iter())
+            .fold((0u64, 0u64), |(o, b), p| {
+                (o + p.len() as u64, b + p.data_len())
+            });
+        let entries = DeltaBaseCache::entries_for(options.cache_budget, objects, bytes);
+        Ok(ObjectDb {
+            sources,
+            cache: DeltaBaseCache::new(options.cache_budget, entries),
+            hash: options.hash,
+        })
+    }
+
+    /// The repository's hash function.
+    pub fn hash_kind(&self) -> HashKind {
+        self.hash
+    }
+
+    /// Every pack of every objects directory.
+    pub fn packs(&self) -> impl Iterator<Item = &Arc<Pack>> {
+        self.sources.iter().flat_map(|s| s.packs.iter())
+    }
+
+    /// The delta base cache's counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// The delta base cache shared by all packs.
+    pub fn cache(&self) -> &DeltaBaseCache {
+        &self.cache
+    }
+
+    /// Where `id` is stored, if anywhere.
+    pub fn locate(&self, id: &ObjectId) -> Result<Option<Location>> {
+        for source in &self.sources {
+            if let Some((midx, map)) = &source.midx {
+                if let Some(i) = midx.find(id) {
+                    let (pack, offset) = midx.location(i)?;
+                    return Ok(Some(Location::Packed {
+                        pack: source.packs[map[pack as usize]].clone(),
+                        offset,
+                    }));
+                }
+            }
+            for &p in &source.outside_midx {
+                let pack = &source.packs[p];
+                if let Some(i) = pack.index().find(id) {
+                    return Ok(Some(Location::Packed {
+                        pack: pack.clone(),
+                        offset: pack.index().offset(i)?,
+                    }));
+                }
+            }
+        }
+        for (n, source) in self.sources.iter().enumerate() {
+            if source.loose.contains(id) {
+                return Ok(Some(Location::Loose(n)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the object exists.
+    pub fn contains(&self, id: &ObjectId) -> Result<bool> {
+        Ok(self.locate(id)?.is_some())
+    }
+
+    /// The object's kind and size without inflating its content.
+    pub fn header(&self, id: &ObjectId) -> Result<Option<ObjectHeader>> {
+        match self.locate(id)? {
+            None => Ok(None),
+            Some(loc) => self.header_at(id, &loc).map(Some),
+        }
+    }
+
+    /// The kind and size of the object `id` stored at `loc`.
+    pub fn header_at(&self, id: &ObjectId, loc: &Location) -> Result<ObjectHeader> {
+        match loc {
+            Location::Packed { pack, offset } => pack.object_header(*offset),
+            Location::Loose(n) => self.sources[*n]
+                .loose
+                .header(id)?
+                .ok_or_else(|| vanished(id)),
+        }
+    }
+
+    /// The whole object.
+    pub fn read(&self, id: &ObjectId) -> Result<Option<Object>> {
+        match self.locate(id)? {
+            None => Ok(None),
+            Some(loc) => self.read_at(id, &loc).map(Some),
+        }
+    }
+
+    /// The object `id` stored at `loc`.
+    pub fn read_at(&self, id: &ObjectId, loc: &Location) -> Result<Object> {
+        match loc {
+            Location::Packed { pack, offset } => {
+                let (kind, data) = pack.decode(*offset, &self.cache)?;
+                Ok(Object { kind, data })
+            }
+            Location::Loose(n) => self.sources[*n].loose.read(id)?.ok_or_else(|| vanished(id)),
+        }
+    }
+
+    /// The bytes the object takes on disk: its pack entry or its loose file.
+    pub fn disk_size(&self, id: &ObjectId, loc: &Location) -> Result<u64> {
+        match loc {
+            Location::Packed { pack, offset } => Ok(pack.entry_end(*offset)? - offset),
+            Location::Loose(n) => self.sources[*n]
+                .loose
+                .disk_size(id)?
+                .ok_or_else(|| vanished(id)),
+        }
+    }
+
+    /// The id of the object this one is stored as a delta against, if it is a delta.
+    pub fn delta_base(&self, loc: &Location) -> Result<Option<ObjectId>> {
+        let Location::Packed { pack, offset } = loc else {
+            return Ok(None);
+        };
+        let header = pack.entry_header(*offset)?;
+        match header.kind {
+            EntryKind::Base(_) => Ok(None),
+            EntryKind::RefDelta { base } => Ok(Some(base)),
+            EntryKind::OfsDelta { base_offset } => {
+                let pos = pack.position_at(base_offset)?;
+                Ok(Some(pack.index().id(pos)))
+            }
+        }
+    }
+
+    /// What an abbreviated id names, over all objects directories.
+    pub fn resolve_prefix(&self, prefix: &Prefix) -> Result<PrefixMatch> {
+        let mut found: Vec<ObjectId> = Vec::new();
+        let add = |candidates: Vec<ObjectId>, found: &mut Vec<ObjectId>| {
+            for id in candidates {
+                if !found.contains(&id) {
+                    found.push(id);
+                }
+            }
+        };
+        for source in &self.sources {
+            let mut c = Vec::new();
+            if let Some((midx, _)) = &source.midx {
+                midx.find_prefix(prefix, 2, &mut c);
+            }
+            add(std::mem::take(&mut c), &mut found);
+            for &p in &source.outside_midx {
+                source.packs[p].index().find_prefix(prefix, 2, &mut c);
+                add(std::mem::take(&mut c), &mut found);
+            }
+            source.loose.find_prefix(prefix, 2, &mut c)?;
+            add(c, &mut found);
+            if found.len() > 1 {
+                return Ok(PrefixMatch::Ambiguous);
+            }
+        }
+        Ok(match found.as_slice() {
+            [] => PrefixMatch::None,
+            [one] => PrefixMatch::Unique(*one),
+            _ => PrefixMatch::Ambiguous,
+        })
+    }
+
+    /// Every object id, each once, in the order asked for.
+    pub fn all_ids(&self, order: IdOrder) -> Result<Vec<ObjectId>> {
+        let mut ids = Vec::new();
+        for source in &self.sources {
+            let packs: Vec<usize> = match &source.midx {
+                Some((_, map)) => map
+                    .iter()
+                    .copied()
+                    .chain(source.outside_midx.iter().copied())
+                    .collect(),
+                None => (0..source.packs.len()).collect(),
+            };
+            for p in packs {
+                let pack = &source.packs[p];
+                match order {
+                    IdOrder::Sorted => ids.extend((0..pack.len()).map(|i| pack.index().id(i))),
+                    IdOrder::Storage => ids.extend(
+                        pack.positions_in_pack_order()?
+                            .iter()
+                            .map(|&i| pack.index().id(i)),
+                    ),
+                }
+            }
+        }
+        for source in &self.sources {
+            source.loose.all_ids(&mut ids)?;
+        }
+        match order {
+            IdOrder::Sorted => {
+                ids.sort_unstable();
+                ids.dedup();
+            }
+            IdOrder::Storage => {
+                let mut seen = std::collections::HashSet::with_capacity(ids.len());
+                ids.retain(|id| seen.insert(*id));
+            }
+        }
+        Ok(ids)
+    }
+}
+
+fn vanished(id: &ObjectId) -> Error {
+    Error::BadName(format!("object {id} disappeared while it was being read"))
+}
+
+/// Opens one objects directory: its multi-pack-index, its packs, its loose objects.
+fn open_source(
+    storage: Arc<dyn Storage>,
+    next_pack_id: &mut u32,
+    hash: HashKind,
+) -> Result<Source> {
+    let mut idx_names: Vec<String> = storage
+        .list("pack")?
+        .into_iter()
+        .filter(|n| n.starts_with("pack-") && n.ends_with(".idx"))
+        .collect();
+    idx_names.sort();
+    let mut packs = Vec::new();
+    for name in &idx_names {
+        let full = format!("pack/{name}");
+        if !storage.exists(&format!("pack/{}.pack", name.trim_end_matches(".idx"))) {
+            tracing::warn!(
+                "{}: no pack beside this index; skipped",
+                storage.describe(&full)
+            );
+            continue;
+        }
+        packs.push(Arc::new(Pack::open(
+            storage.as_ref(),
+            &full,
+            *next_pack_id,
+            hash,
+        )?));
+        *next_pack_id += 1;
+    }
+    let midx = match storage.open("pack/multi-pack-index") {
+        Ok(blob) => {
+            let midx = MultiPackIndex::from_bytes(blob.name(), blob.read_all()?)?;
+            let mut map = Vec::with_capacity(midx.pack_names().len());
+            for name in midx.pack_names() {
+                let pos = packs
+                    .iter()
+                    .position(|p: &Arc<Pack>| p.index().name().ends_with(&format!("/{name}")))
+                    .ok_or_else(|| {
+                        Error::corrupt(
+                            blob.name(),
+                            0,
+                            format!("names pack {name}, which does not exist"),
+                        )
+                    })?;
+                map.push(pos);
+            }
+            Some((midx, map))
+        }
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    let outside_midx = (0..packs.len())
+        .filter(|i| midx.as_ref().is_none_or(|(_, map)| !map.contains(i)))
+        .collect();
+    Ok(Source {
+        packs,
+        midx,
+        outside_midx,
+        loose: LooseStore::new(storage),
+    })
+}
+
+/// Lists `objects_dir` and, recursively, the objects directories its alternates name.
+fn collect_alternates(objects_dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
+    let canonical = objects_dir.canonicalize().map_err(|source| Error::Io {
+        path: objects_dir.display().to_string(),
+        source,
+    })?;
+    if out.contains(&canonical) {
+        return Ok(());
+    }
+    out.push(canonical.clone());
+    let file = canonical.join("info").join("alternates");
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(Error::Io {
+                path: file.display().to_string(),
+                source,
+            })
+        }
+    };
+    if depth >= MAX_ALTERNATE_DEPTH {
+        tracing::warn!("{}: alternates nested too deep; ignored", file.display());
+        return Ok(());
+    }
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let path = canonical.join(line);
+        if !path.is_dir() {
+            tracing::warn!(
+                "{}: alternate {} does not exist; ignored",
+                file.display(),
+                path.display()
+            );
+            continue;
+        }
+        collect_alternates(&path, depth + 1, out)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Reading objects out of a pack: entry headers, delta chains, the delta base cache.
+
+use super::data::{decode_entry_header, EntryHeader, EntryKind};
+use super::Pack;
+use crate::cache::DeltaBaseCache;
+use crate::{delta, zlib, Error, ObjectHeader, ObjectKind, Result};
+use bytes::Bytes;
+
+/// One entry's header and raw bytes (header included), as read from the pack.
+#[derive(Debug, Clone)]
+pub struct RawEntry {
+    /// Where the entry starts in the pack.
+    pub offset: u64,
+    /// The decoded header.
+    pub header: EntryHeader,
+    /// The entry's bytes, from its header to the start of the next entry.
+    pub bytes: Bytes,
+}
+
+impl RawEntry {
+    /// The compressed data after the header.
+    pub fn compressed(&self) -> &[u8] {
+        &self.bytes[self.header.header_len..]
+    }
+}
+
+/// Enough bytes for any entry header (type/size varint, ofs varint or base id).
+const MAX_HEADER: u64 = 32 + 20;
+
+impl Pack {
+    fn corrupt(&self, offset: u64, what: impl Into<String>) -> Error {
+        Error::corrupt(self.data.name(), offset, what)
+    }
+
+    /// The whole entry at `offset`: header and compressed data, in one read.
+    pub fn raw_entry(&self, offset: u64) -> Result<RawEntry> {
+        let end = self.entry_end(offset)?;
+        let bytes = self.data.read(offset..end)?;
+        let header = decode_entry_header(&bytes, offset, self.hash)
+            .map_err(|what| self.corrupt(offset, what))?;
+        Ok(RawEntry {
+            offset,
+            header,
+            bytes,
+        })
+    }
+
+    /// Only the header of the entry at `offset`, reading a few dozen bytes.
+    pub fn entry_header(&self, offset: u64) -> Result<EntryHeader> {
+        let end = self.entry_end(offset)?.min(offset + MAX_HEADER);
+        let bytes = self.data.read(offset..end)?;
+        decode_entry_header(&bytes, offset, self.hash).map_err(|what| self.corrupt(offset, what))
+    }
+
+    /// The offset of the base of a delta entry at `offset` with header `header`, in this pack.
+    pub fn delta_base_offset(&self, offset: u64, header: &EntryHeader) -> Result<Option<u64>> {
+        match header.kind {
+            EntryKind::Base(_) => Ok(None),
+            EntryKind::OfsDelta { base_offset } => Ok(Some(base_offset)),
+            EntryKind::RefDelta { base } => match self.index.find(&base) {
+                Some(i) => Ok(Some(self.index.offset(i)?)),
+                None => Err(self.corrupt(
+                    offset,
+                    format!("the delta's base {base} is not in this pack"),
+                )),
+            },
+        }
+    }
+
+    /// The longest chain a healthy pack can have: every entry once.
+    fn chain_limit(&self) -> usize {
+        self.len() as usize + 1
+    }
+
+    /// Follows delta bases from `offset` to the entry holding a whole object, reading headers
+    /// only. Fails on a cycle of ref-deltas.
+    fn chain_kind(&self, offset: u64) -> Result<ObjectKind> {
+        let mut cur = offset;
+        let mut seen_ref_delta = Vec::new();
+        for _ in 0..self.chain_limit() {
+            let header = self.entry_header(cur)?;
+            match header.kind {
+                EntryKind::Base(kind) => return Ok(kind),
+                EntryKind::RefDelta { .. } => {
+                    if seen_ref_delta.contains(&cur) {
+                        return Err(self.corrupt(cur, "the delta chain is a cycle"));
+                    }
+                    seen_ref_delta.push(cur);
+                }
+                EntryKind::OfsDelta { .. } => {}
+            }
+            cur = self
+                .delta_base_offset(cur, &header)?
+                .expect("deltas have bases");
+        }
+        Err(self.corrupt(offset, "the delta chain is a cycle"))
+    }
+
+    /// The kind and size of the object at `offset`, inflating at most a delta's first bytes.
+    pub fn object_header(&self, offset: u64) -> Result<ObjectHeader> {
+        let header = self.entry_header(offset)?;
+        let base = match header.kind {
+            EntryKind::Base(kind) => {
+                return Ok(ObjectHeader {
+                    kind,
+                    size: header.size,
+                })
+            }
+            _ => self
+                .delta_base_offset(offset, &header)?
+                .expect("deltas have bases"),
+        };
+        // The two size varints of a delta come out of its first few dozen compressed bytes.
+        let start = offset + header.header_len as u64;
+        let end = self.entry_end(offset)?.min(start + 128);
+        let compressed = self.data.read(start..end)?;
+        let prefix = zlib::inflate_prefix(&compressed, 20)
+            .map_err(|e| self.corrupt(offset, format!("delta data: {e}")))?;
+        let (_, size, _) = delta::sizes(&prefix)
+            .map_err(|e| self.corrupt(offset, format!("delta header: {e}")))?;
+        Ok(ObjectHeader {
+            kind: self.chain_kind(base)?,
+            size,
+        })
+    }
+
+    /// Inflates an entry's data to its declared size.
+    pub fn inflate(&self, entry: &RawEntry) -> Result<Vec<u8>> {
+        zlib::inflate_exact(entry.compressed(), entry.header.size)
+            .map_err(|e| self.corrupt(entry.offset, format!("entry data: {e}")))
+    }
+
+    /// The object at `offset`: follows its delta chain down to a cached or whole object, then
+    /// applies the deltas back up, keeping every result in `cache`.
+    pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
+        let mut chain: Vec<RawEntry> = Vec::new();
+        let mut cur = offset;
+        let (kind, mut data) = loop {
+            if let Some(hit) = cache.get(&(self.id, cur)) {
+                break hit;
+            }
+            let entry = self.raw_entry(cur)?;
+            match entry.header.kind {
+                EntryKind::Base(kind) => {
+                    let data = Bytes::from(self.inflate(&entry)?);
+                    cache.insert((self.id, cur), kind, &data);
+                    break (kind, data);
+                }
+                _ => {
+                    let base = self
+                        .delta_base_offset(cur, &entry.header)?
+                        .expect("deltas have bases");
+                    if matches!(entry.header.kind, EntryKind::RefDelta { .. })
+                        && chain.iter().any(|e| e.offset == base)
+                    {
+                        return Err(self.corrupt(cur, "the delta chain is a cycle"));
+                    }
+                    if chain.len() >= self.chain_limit() {
+                        return Err(self.corrupt(offset, "the delta chain is a cycle"));
+                    }
+                    if base == cur {
+                        return Err(self.corrupt(cur, "the delta is its own base"));
+                    }
+                    chain.push(entry);
+                    cur = base;
+                }
+            }
+        };
+        while let Some(entry) = chain.pop() {
+            let delta_bytes = self.inflate(&entry)?;
+            let out = delta::apply(&data, &delta_bytes)
+                .map_err(|e| self.corrupt(entry.offset, format!("delta: {e}")))?;
+            data = Bytes::from(out);
+            cache.insert((self.id, entry.offset), kind, &data);
+        }
+        Ok((kind, data))
+    }
+}

@@ -1,0 +1,126 @@
+//! Reading entries of a pack index: by position, by id, by abbreviated id.
+
+use super::{IndexVersion, PackIndex};
+use crate::hash::{ObjectId, Prefix};
+use crate::{Error, Result};
+
+const HASH: usize = 20;
+
+impl PackIndex {
+    fn fanout(&self, byte: usize) -> u32 {
+        let at = match self.version {
+            IndexVersion::V1 => 0,
+            IndexVersion::V2 => 8,
+        } + 4 * byte;
+        u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap())
+    }
+
+    fn id_bytes(&self, i: u32) -> &[u8] {
+        let i = i as usize;
+        let at = match self.version {
+            IndexVersion::V1 => self.ids_at + i * (4 + HASH) + 4,
+            IndexVersion::V2 => self.ids_at + i * HASH,
+        };
+        &self.bytes[at..at + HASH]
+    }
+
+    /// The id of the `i`th object in id order.
+    pub fn id(&self, i: u32) -> ObjectId {
+        ObjectId::from_bytes(self.id_bytes(i)).expect("index entries are hash-sized")
+    }
+
+    /// The CRC32 of the `i`th object's raw bytes in the pack (v2 only).
+    pub fn crc32(&self, i: u32) -> Option<u32> {
+        match self.version {
+            IndexVersion::V1 => None,
+            IndexVersion::V2 => {
+                let at = self.crcs_at + 4 * i as usize;
+                Some(u32::from_be_bytes(
+                    self.bytes[at..at + 4].try_into().unwrap(),
+                ))
+            }
+        }
+    }
+
+    /// Where the `i`th object's entry starts in the pack.
+    pub fn offset(&self, i: u32) -> Result<u64> {
+        let i = i as usize;
+        match self.version {
+            IndexVersion::V1 => {
+                let at = self.ids_at + i * (4 + HASH);
+                Ok(u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap()) as u64)
+            }
+            IndexVersion::V2 => {
+                let at = self.offsets_at + 4 * i;
+                let raw = u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap());
+                if raw & 0x8000_0000 == 0 {
+                    return Ok(raw as u64);
+                }
+                let large = (raw & 0x7fff_ffff) as usize;
+                if large >= self.large_offsets_count {
+                    return Err(Error::corrupt(
+                        &self.name,
+                        at as u64,
+                        format!(
+                            "offset entry {i} points at large offset {large}, but there are only {}",
+                            self.large_offsets_count
+                        ),
+                    ));
+                }
+                let at = self.large_offsets_at + 8 * large;
+                Ok(u64::from_be_bytes(
+                    self.bytes[at..at + 8].try_into().unwrap(),
+                ))
+            }
+        }
+    }
+
+    /// The position of `id` in id order, if the pack has it.
+    pub fn find(&self, id: &ObjectId) -> Option<u32> {
+        let first = id.as_bytes()[0] as usize;
+        let mut lo = if first == 0 {
+            0
+        } else {
+            self.fanout(first - 1)
+        };
+        let mut hi = self.fanout(first).min(self.count);
+        let want = &id.as_bytes()[..];
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.id_bytes(mid).cmp(want) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+
+    /// Ids that start with `prefix`, appended to `out` until it holds `limit`.
+    pub fn find_prefix(&self, prefix: &Prefix, limit: usize, out: &mut Vec<ObjectId>) {
+        let first = prefix.first_byte() as usize;
+        let mut lo = if first == 0 {
+            0
+        } else {
+            self.fanout(first - 1)
+        };
+        let hi = self.fanout(first).min(self.count);
+        let lowest = prefix.lowest();
+        let mut end = hi;
+        while lo < end {
+            let mid = lo + (end - lo) / 2;
+            if self.id_bytes(mid) < &lowest.as_bytes()[..] {
+                lo = mid + 1;
+            } else {
+                end = mid;
+            }
+        }
+        for i in lo..hi {
+            let id = self.id(i);
+            if !prefix.matches(&id) || out.len() >= limit {
+                break;
+            }
+            out.push(id);
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Pack index files (`.idx`): the sorted object ids of one pack and where each entry starts.
+//!
+//! ```text
+//! version 1                              version 2
+//! fanout[256]   u32 BE                   magic "\377tOc", version u32 = 2
+//! N x { offset u32 BE, id[20] }          fanout[256] u32 BE  (fanout[b] = ids with first byte <= b)
+//! pack checksum[20]                      ids[N][20]           sorted
+//! index checksum[20]                     crc32[N] u32 BE      of each entry's raw bytes in the pack
+//!                                        offsets[N] u32 BE    high bit set: index into large offsets
+//!                                        large offsets[M] u64 BE
+//!                                        pack checksum[20], index checksum[20]
+//! ```
+//! The whole index is read once through the storage layer and kept; lookups are a fanout step and
+//! a binary search over the ids in place, without copying them out.
+
+mod init;
+mod lookup;
+
+pub use init::IndexVersion;
+
+use bytes::Bytes;
+
+/// A parsed pack index: the file's bytes and where each table starts in them.
+#[derive(Debug)]
+pub struct PackIndex {
+    name: String,
+    bytes: Bytes,
+    version: IndexVersion,
+    count: u32,
+    /// Byte offset of the id table (v2) or of the `(offset, id)` records (v1).
+    ids_at: usize,
+    /// v2 only: byte offsets of the CRC, offset and large-offset tables.
+    crcs_at: usize,
+    offsets_at: usize,
+    large_offsets_at: usize,
+    large_offsets_count: usize,
+}
+
+impl PackIndex {
+    /// The file's name, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The index format version.
+    pub fn version(&self) -> IndexVersion {
+        self.version
+    }
+
+    /// The number of objects in the pack.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// True for an index of an empty pack.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The checksum of the pack this index describes (the pack's own trailer).
+    pub fn pack_checksum(&self) -> &[u8] {
+        let end = self.bytes.len() - 20;
+        &self.bytes[end - 20..end]
+    }
+
+    /// The checksum over the index itself.
+    pub fn index_checksum(&self) -> &[u8] {
+        &self.bytes[self.bytes.len() - 20..]
+    }
+
+    /// All of the index's bytes (for verification).
+    pub fn raw(&self) -> &Bytes {
+        &self.bytes
+    }
+}

@@ -1,0 +1,76 @@
+//! One pack: its data file, its index, and decoding objects out of it.
+//!
+//! Folders are the format's nouns (`data/`, `index/`, `multi_index/`); the files here are verbs on a
+//! whole pack: `init` opens one, `decode` reads objects out of it, `verify` checks all of it.
+
+pub mod data;
+pub mod decode;
+pub mod index;
+pub mod init;
+pub mod multi_index;
+pub mod verify;
+
+use crate::hash::HashKind;
+use index::PackIndex;
+use packd_storage::Blob;
+use std::sync::{Arc, OnceLock};
+
+/// An opened pack: data file and index, plus the offsets sorted for finding entry extents.
+#[derive(Debug)]
+pub struct Pack {
+    /// A number unique among the packs of one object database, for cache keys.
+    pub(crate) id: u32,
+    /// The `.pack` name, e.g. `pack/pack-1234.pack`.
+    name: String,
+    data: Arc<dyn Blob>,
+    index: PackIndex,
+    hash: HashKind,
+    /// The entries in offset order, built on first use.
+    reverse: OnceLock<ReverseIndex>,
+}
+
+/// A pack's entries in offset order: what a `.rev` file holds, built in memory.
+#[derive(Debug)]
+pub(crate) struct ReverseIndex {
+    /// Entry offsets ascending, then the trailer's offset: entry `i` ends at `offsets[i + 1]`.
+    pub(crate) offsets: Vec<u64>,
+    /// Index position of the entry at `offsets[i]`.
+    pub(crate) positions: Vec<u32>,
+}
+
+impl Pack {
+    /// The pack's data file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The data file's full name (path), for messages.
+    pub fn data_name(&self) -> &str {
+        self.data.name()
+    }
+
+    /// The pack's index.
+    pub fn index(&self) -> &PackIndex {
+        &self.index
+    }
+
+    /// The number of objects.
+    pub fn len(&self) -> u32 {
+        self.index.len()
+    }
+
+    /// True for a pack without objects.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The data file's size in bytes.
+    pub fn data_len(&self) -> u64 {
+        self.data.len()
+    }
+
+    /// The data file, for reading.
+    pub fn data(&self) -> &Arc<dyn Blob> {
+        &self.data
+    }
+}

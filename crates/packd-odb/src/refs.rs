@@ -1,0 +1,151 @@
+//! Reading refs: loose ref files and `packed-refs`, following symbolic refs.
+//!
+//! ```text
+//! refs/heads/main        <hex id>\n            or   ref: refs/heads/other\n
+//! packed-refs            # pack-refs with: peeled fully-peeled sorted
+//!                        <hex id> refs/tags/v1
+//!                        ^<hex id of the peeled tag target>
+//! ```
+
+use crate::hash::ObjectId;
+use crate::{Error, Result};
+use std::path::Path;
+
+/// git follows symbolic refs at most this deep.
+const MAX_SYMREF_DEPTH: usize = 5;
+
+/// The prefixes git tries, in order, for a short ref name (`main` -> `refs/heads/main`).
+const SHORT_NAME_RULES: &[(&str, &str)] = &[
+    ("", ""),
+    ("refs/", ""),
+    ("refs/tags/", ""),
+    ("refs/heads/", ""),
+    ("refs/remotes/", ""),
+    ("refs/remotes/", "/HEAD"),
+];
+
+/// Reads refs from a repository's directories: `git_dir` for HEAD and per-worktree refs,
+/// `common_dir` for everything else (they are the same outside linked worktrees).
+#[derive(Debug, Clone)]
+pub struct RefReader<'a> {
+    git_dir: &'a Path,
+    common_dir: &'a Path,
+}
+
+fn is_valid_ref_path(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('/')
+        && !name.ends_with('/')
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.ends_with(".lock"))
+        && !name.contains(['\\', '\0', ' ', '~', '^', ':', '?', '*', '['])
+}
+
+impl<'a> RefReader<'a> {
+    /// A reader for the repository at `git_dir` whose shared directory is `common_dir`.
+    pub fn new(git_dir: &'a Path, common_dir: &'a Path) -> Self {
+        RefReader {
+            git_dir,
+            common_dir,
+        }
+    }
+
+    /// The id a full ref name points at, following symbolic refs.
+    pub fn resolve_full(&self, name: &str) -> Result<Option<ObjectId>> {
+        let mut name = name.to_string();
+        for _ in 0..MAX_SYMREF_DEPTH {
+            if !is_valid_ref_path(&name) {
+                return Ok(None);
+            }
+            let per_worktree = !name.starts_with("refs/") || name.starts_with("refs/bisect/");
+            let dir = if per_worktree {
+                self.git_dir
+            } else {
+                self.common_dir
+            };
+            let path = dir.join(&name);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    let text = text.trim_end();
+                    if let Some(target) = text.strip_prefix("ref:") {
+                        name = target.trim().to_string();
+                        continue;
+                    }
+                    return ObjectId::from_hex(text.get(..40).unwrap_or(""))
+                        .map(Some)
+                        .ok_or_else(|| {
+                            Error::corrupt(
+                                path.display().to_string(),
+                                0,
+                                "not a ref: neither an id nor 'ref: <name>'",
+                            )
+                        });
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        || e.kind() == std::io::ErrorKind::IsADirectory =>
+                {
+                    return self.packed(&name);
+                }
+                Err(e) if path.is_dir() => {
+                    let _ = e;
+                    return self.packed(&name);
+                }
+                Err(source) => {
+                    return Err(Error::Io {
+                        path: path.display().to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+        Err(Error::BadName(format!(
+            "symbolic ref {name} nests too deep"
+        )))
+    }
+
+    fn packed(&self, name: &str) -> Result<Option<ObjectId>> {
+        let path = self.common_dir.join("packed-refs");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        for line in text.lines() {
+            if line.starts_with('#') || line.starts_with('^') {
+                continue;
+            }
+            if let Some((hex, refname)) = line.split_once(' ') {
+                if refname == name {
+                    return Ok(ObjectId::from_hex(hex));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The id a name as a user types it points at (`HEAD`, `main`, `v1.0`, `refs/heads/x`),
+    /// trying git's prefixes in git's order.
+    pub fn resolve(&self, short: &str) -> Result<Option<ObjectId>> {
+        for (before, after) in SHORT_NAME_RULES {
+            let full = format!("{before}{short}{after}");
+            if before.is_empty()
+                && !full.starts_with("refs/")
+                && !full.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            {
+                // Outside refs/, git only looks up all-caps names such as HEAD or FETCH_HEAD.
+                continue;
+            }
+            if let Some(id) = self.resolve_full(&full)? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,176 @@
+//! Finding and opening a repository the way git does.
+//!
+//! `GIT_DIR` wins when set. Otherwise, from the start directory upwards: a `.git` directory, a
+//! `.git` file (`gitdir: <path>`, as in linked worktrees and submodules), or the directory itself
+//! when it is a bare repository (it has `HEAD`, `objects/` and `refs/`). A linked worktree's
+//! `commondir` file points at the shared directory that holds objects and most refs.
+
+use crate::config::Config;
+use crate::hash::{HashKind, ObjectId, Prefix};
+use crate::odb::{ObjectDb, OpenOptions, PrefixMatch, DEFAULT_CACHE_BUDGET};
+use crate::refs::RefReader;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// An opened repository: its directories, its configuration and its objects.
+#[derive(Debug)]
+pub struct Repository {
+    git_dir: PathBuf,
+    common_dir: PathBuf,
+    config: Config,
+    objects: ObjectDb,
+}
+
+/// What a name given on a command line resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameMatch {
+    /// One object.
+    Found(ObjectId),
+    /// An abbreviation of several objects.
+    Ambiguous,
+    /// Nothing by that name.
+    Missing,
+}
+
+/// Settings a caller may impose over the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct RepositoryOptions {
+    /// The delta base cache budget; `None` takes `core.deltaBaseCacheLimit` or 96 MiB.
+    pub cache_budget: Option<u64>,
+}
+
+fn is_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file()
+        && dir.join("objects").is_dir()
+        && (dir.join("refs").is_dir() || dir.join("commondir").is_file())
+}
+
+fn read_gitfile(file: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+        path: file.display().to_string(),
+        source,
+    })?;
+    let target = text
+        .trim_end()
+        .strip_prefix("gitdir:")
+        .ok_or_else(|| {
+            Error::NotARepository(format!("{}: not a 'gitdir: <path>' file", file.display()))
+        })?
+        .trim();
+    let base = file.parent().unwrap_or(Path::new("."));
+    Ok(base.join(target))
+}
+
+impl Repository {
+    /// Finds the repository containing `start`, as git does from a working directory.
+    pub fn discover(start: &Path, options: &RepositoryOptions) -> Result<Repository> {
+        if let Some(dir) = std::env::var_os("GIT_DIR") {
+            return Repository::open(&start.join(dir), options);
+        }
+        let start = start.canonicalize().map_err(|source| Error::Io {
+            path: start.display().to_string(),
+            source,
+        })?;
+        let mut dir = Some(start.as_path());
+        while let Some(d) = dir {
+            let dot_git = d.join(".git");
+            if dot_git.is_dir() && is_git_dir(&dot_git) {
+                return Repository::open(&dot_git, options);
+            }
+            if dot_git.is_file() {
+                return Repository::open(&read_gitfile(&dot_git)?, options);
+            }
+            if is_git_dir(d) {
+                return Repository::open(d, options);
+            }
+            dir = d.parent();
+        }
+        Err(Error::NotARepository(format!(
+            "{} (or any of the parent directories)",
+            start.display()
+        )))
+    }
+
+    /// Opens the repository whose git directory is `git_dir`.
+    pub fn open(git_dir: &Path, options: &RepositoryOptions) -> Result<Repository> {
+        if !is_git_dir(git_dir) {
+            return Err(Error::NotARepository(git_dir.display().to_string()));
+        }
+        let git_dir = git_dir.canonicalize().map_err(|source| Error::Io {
+            path: git_dir.display().to_string(),
+            source,
+        })?;
+        let common_dir = match std::fs::read_to_string(git_dir.join("commondir")) {
+            Ok(text) => git_dir.join(text.trim_end()),
+            Err(_) => git_dir.clone(),
+        };
+        let config = Config::read(&Config::standard_files(&common_dir))?;
+        let hash = match config.get("extensions.objectFormat").map(|s| s.to_ascii_lowercase()) {
+            None => HashKind::Sha1,
+            Some(f) if f == "sha1" => HashKind::Sha1,
+            Some(f) => {
+                return Err(Error::Unsupported(format!(
+                    "{}: this repository uses extensions.objectFormat={f}; packd reads SHA-1 repositories only (SHA-256 support is planned)",
+                    git_dir.display()
+                )))
+            }
+        };
+        let cache_budget = match options.cache_budget {
+            Some(b) => b,
+            None => config
+                .get_size("core.deltaBaseCacheLimit")?
+                .unwrap_or(DEFAULT_CACHE_BUDGET),
+        };
+        let objects_dir = match std::env::var_os("GIT_OBJECT_DIRECTORY") {
+            Some(d) => PathBuf::from(d),
+            None => common_dir.join("objects"),
+        };
+        let objects = ObjectDb::open(&objects_dir, &OpenOptions { cache_budget, hash })?;
+        Ok(Repository {
+            git_dir,
+            common_dir,
+            config,
+            objects,
+        })
+    }
+
+    /// The git directory (`.git`, or the bare repository itself).
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    /// The merged configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The object database.
+    pub fn objects(&self) -> &ObjectDb {
+        &self.objects
+    }
+
+    /// A reader for the repository's refs.
+    pub fn refs(&self) -> RefReader<'_> {
+        RefReader::new(&self.git_dir, &self.common_dir)
+    }
+
+    /// Resolves a name as `git cat-file` accepts it: a full id, a unique abbreviated id, or a ref.
+    pub fn resolve_name(&self, name: &str) -> Result<NameMatch> {
+        if name.len() == 40 {
+            if let Some(id) = ObjectId::from_hex(name) {
+                return Ok(NameMatch::Found(id));
+            }
+        }
+        if let Some(prefix) = Prefix::from_hex(name) {
+            match self.objects.resolve_prefix(&prefix)? {
+                PrefixMatch::Unique(id) => return Ok(NameMatch::Found(id)),
+                PrefixMatch::Ambiguous => return Ok(NameMatch::Ambiguous),
+                PrefixMatch::None => {}
+            }
+        }
+        Ok(match self.refs().resolve(name)? {
+            Some(id) => NameMatch::Found(id),
+            None => NameMatch::Missing,
+        })
+    }
+}

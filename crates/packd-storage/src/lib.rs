@@ -1,0 +1,115 @@
+//! Ranged reads of the bytes packd keeps: packs, indexes, bitmaps, reverse indexes and loose objects.
+//!
+//! Everything above this crate reads through [`Storage`] and [`Blob`], never through a file or a
+//! memory map of its own. That is what lets the same object database run on a local disk today and on
+//! S3-compatible object storage later: a local read is nearly free, a remote one costs a round trip,
+//! so callers ask for what they need in as few calls as they can ([`Blob::read_many`]) and never
+//! assume that a read is cheap or that bytes stay mapped.
+
+mod local;
+
+pub use local::LocalStorage;
+
+use bytes::Bytes;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Why a read failed. Every variant names the blob, so the message reads as a sentence on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The named blob does not exist.
+    #[error("{name}: not found")]
+    NotFound { name: String },
+    /// A range reached past the end of the blob: the file is shorter than its metadata claims.
+    #[error("{name}: read of bytes {start}..{end} is past the end of the file ({len} bytes)")]
+    OutOfBounds {
+        name: String,
+        start: u64,
+        end: u64,
+        len: u64,
+    },
+    /// The operating system (or, later, the object store) refused the read.
+    #[error("{name}: {source}")]
+    Io {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    /// True when the blob simply is not there, as opposed to being unreadable.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::NotFound { .. })
+    }
+}
+
+/// One immutable object of storage (a `.pack`, `.idx`, `.bitmap`, ...), read by byte ranges.
+///
+/// Blobs are immutable once written (git never rewrites a pack in place), which is what makes it
+/// safe to cache their bytes anywhere above.
+pub trait Blob: Send + Sync + fmt::Debug {
+    /// The name used in error messages: a path for local files, a key for object storage.
+    fn name(&self) -> &str;
+
+    /// The blob's size in bytes.
+    fn len(&self) -> u64;
+
+    /// True when the blob has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of one range. Fails if the range reaches past the end.
+    fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError>;
+
+    /// The bytes of many ranges, yielded in request order as soon as each is available.
+    ///
+    /// Remote implementations coalesce neighbouring ranges into one request; the local one just
+    /// reads each. Callers that know several ranges up front should use this rather than a loop of
+    /// [`Blob::read`].
+    fn read_many<'a>(
+        &'a self,
+        ranges: &'a [Range<u64>],
+    ) -> Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a> {
+        Box::new(ranges.iter().map(move |r| self.read(r.clone())))
+    }
+
+    /// The whole blob. Convenient for small files (indexes); a pack should be read by ranges.
+    fn read_all(&self) -> Result<Bytes, StorageError> {
+        self.read(0..self.len())
+    }
+}
+
+/// A place blobs live: a directory tree on disk, or a bucket prefix in object storage.
+///
+/// Names are relative paths with `/` separators (`pack/pack-1234.idx`), resolved under the root the
+/// storage was created for.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Opens a blob for reading. A missing blob is [`StorageError::NotFound`].
+    fn open(&self, name: &str) -> Result<Arc<dyn Blob>, StorageError>;
+
+    /// The names of the entries directly inside `dir` (files and directories), sorted. A missing
+    /// directory lists as empty.
+    fn list(&self, dir: &str) -> Result<Vec<String>, StorageError>;
+
+    /// Whether a blob exists, without opening it.
+    fn exists(&self, name: &str) -> bool;
+
+    /// A human-readable description of where blob `name` lives (a full path), for messages.
+    fn describe(&self, name: &str) -> String;
+}
+
+/// Checks that `range` lies inside a blob of `len` bytes, naming the blob if not.
+pub fn check_range(name: &str, range: &Range<u64>, len: u64) -> Result<(), StorageError> {
+    if range.start > range.end || range.end > len {
+        return Err(StorageError::OutOfBounds {
+            name: name.to_string(),
+            start: range.start,
+            end: range.end,
+            len,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! `packd`: a git object store and pack server. This is the command line; the work is done by
+//! the library crates (`packd-storage`, `packd-odb`).
+
+mod cat_file;
+mod verify;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use packd_odb::{Repository, RepositoryOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A git object store and pack server.
+#[derive(Debug, Parser)]
+#[command(name = "packd", version, about, long_about = None)]
+struct Cli {
+    /// Run as if started in DIR (repeatable, like git's -C).
+    #[arg(short = 'C', value_name = "DIR", global = true)]
+    chdir: Vec<PathBuf>,
+
+    /// Delta base cache budget in bytes (k/m/g suffixes; 0 disables). Default: the repository's
+    /// core.deltaBaseCacheLimit, else 96m.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, global = true)]
+    cache_size: Option<u64>,
+
+    /// Print delta base cache hits, misses and evictions to stderr when done.
+    #[arg(long, global = true)]
+    stats: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show objects, as `git cat-file` does.
+    CatFile(cat_file::Args),
+    /// Check a pack and its index, as `git verify-pack` does, on all cores.
+    Verify(verify::Args),
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    packd_odb::config::parse_size(s)
+        .ok_or_else(|| format!("'{s}' is not a size (e.g. 96m, 512k, 0)"))
+}
+
+impl Cli {
+    fn workdir(&self) -> Result<PathBuf> {
+        let mut dir = std::env::current_dir().context("cannot read the current directory")?;
+        for c in &self.chdir {
+            dir = dir.join(c);
+        }
+        Ok(dir)
+    }
+
+    fn repository(&self) -> Result<Repository> {
+        let dir = self.workdir()?;
+        let options = RepositoryOptions {
+            cache_budget: self.cache_size,
+        };
+        Ok(Repository::discover(&dir, &options)?)
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::CatFile(args) => cli.repository().and_then(|repo| {
+            let code = cat_file::run(&repo, args);
+            if cli.stats {
+                print_stats(&repo);
+            }
+            code
+        }),
+        Command::Verify(args) => cli.workdir().and_then(|dir| verify::run(&dir, args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fatal: {e:#}");
+            ExitCode::from(128)
+        }
+    }
+}
+
+fn print_stats(repo: &Repository) {
+    let s = repo.objects().cache_stats();
+    eprintln!(
+        "delta base cache: {} hits, {} misses, {} evictions, {} stored",
+        s.hits, s.misses, s.evictions, s.inserts
+    );
+}
