@@ -1,22 +1,23 @@
 //! The delta base cache: recently decoded objects, keyed by (pack, offset), shared by all packs and
 //! all threads under one memory budget.
 //!
-//! Two access patterns must both do well (seed 002). Reading in pack-offset order, the base of the
-//! next delta is almost always an object decoded moments ago, so every decoded object is kept for a
-//! while. Reading in random order, a delta chain's lower links are shared by many objects, so the
-//! intermediate bases of every chain are kept too, and the cache wants as many entries as the
-//! budget allows rather than a fixed small table. Eviction is CLOCK (second chance), an LRU
-//! approximation that costs one flag write on a hit.
+//! Two access patterns must both do well (seed 002). Reading in pack-offset order, the bases of
+//! neighbouring deltas were decoded moments ago; reading in random order, a delta chain's lower
+//! links are shared by many objects. Either way what is worth keeping is an object that served as
+//! a base (see `Pack::decode`), and the cache wants as many entries as the budget allows rather
+//! than a fixed small table. Eviction is CLOCK (second chance), an LRU approximation that costs one
+//! flag write on a hit.
 //!
 //! The entry limit follows from the packs: `budget / (4 x average compressed entry size)`, since a
 //! typical inflated base is a few times its compressed size; the byte budget is the hard limit.
-//! The table is split into shards so that many threads rarely wait on one lock.
+//! The table is split into shards so that many threads rarely wait on one lock; the byte budget is
+//! global, so one large base may take up to half of it wherever it lands.
 
 use crate::ObjectKind;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const SHARDS: usize = 16;
 
@@ -54,7 +55,10 @@ struct Shard {
 #[derive(Debug)]
 pub struct DeltaBaseCache {
     shards: Vec<Mutex<Shard>>,
-    shard_budget: usize,
+    /// The byte budget over all shards.
+    budget: usize,
+    /// Bytes held over all shards.
+    bytes: AtomicUsize,
     shard_entries: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -65,13 +69,36 @@ pub struct DeltaBaseCache {
 /// Per-entry overhead counted against the budget (map slot, clock slot, allocation header).
 const ENTRY_OVERHEAD: usize = 96;
 
+impl Shard {
+    /// Drops the first entry the clock hand finds unreferenced; returns the bytes freed.
+    fn evict_one(&mut self) -> Option<usize> {
+        while let Some(victim) = self.clock.pop_front() {
+            match self.map.get_mut(&victim) {
+                Some(e) if e.referenced => {
+                    e.referenced = false;
+                    self.clock.push_back(victim);
+                }
+                Some(_) => {
+                    let e = self.map.remove(&victim).expect("just found");
+                    let freed = e.data.len() + ENTRY_OVERHEAD;
+                    self.bytes -= freed;
+                    return Some(freed);
+                }
+                None => {}
+            }
+        }
+        None
+    }
+}
+
 impl DeltaBaseCache {
     /// A cache holding at most `budget` bytes in at most `max_entries` objects. A budget of 0
     /// disables it.
     pub fn new(budget: u64, max_entries: usize) -> DeltaBaseCache {
         DeltaBaseCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            shard_budget: (budget / SHARDS as u64) as usize,
+            budget: usize::try_from(budget).unwrap_or(usize::MAX),
+            bytes: AtomicUsize::new(0),
             shard_entries: max_entries.div_ceil(SHARDS).max(1),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -89,13 +116,17 @@ impl DeltaBaseCache {
 
     /// True when the cache can hold nothing.
     pub fn is_disabled(&self) -> bool {
-        self.shard_budget == 0
+        self.budget == 0
+    }
+
+    fn shard_index(&self, key: &CacheKey) -> usize {
+        // Offsets of neighbouring entries differ in low bits; mix them so neighbours spread out.
+        let h = (key.1 ^ ((key.0 as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> 60) as usize % SHARDS
     }
 
     fn shard(&self, key: &CacheKey) -> &Mutex<Shard> {
-        // Offsets of neighbouring entries differ in low bits; mix them so neighbours spread out.
-        let h = (key.1 ^ ((key.0 as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.shards[(h >> 60) as usize % SHARDS]
+        &self.shards[self.shard_index(key)]
     }
 
     /// The cached object at `key`, if any.
@@ -118,47 +149,60 @@ impl DeltaBaseCache {
         }
     }
 
-    /// Stores a decoded object. Objects larger than a shard's share of the budget are not kept.
+    /// Stores a decoded object. An object larger than half the budget is not kept.
     pub fn insert(&self, key: CacheKey, kind: ObjectKind, data: &Bytes) {
         let cost = data.len() + ENTRY_OVERHEAD;
-        if self.is_disabled() || cost > self.shard_budget / 2 {
+        if self.is_disabled() || cost > self.budget / 2 {
             return;
         }
-        let mut shard = self.shard(&key).lock();
-        if shard.map.contains_key(&key) {
-            return;
-        }
+        let home = self.shard_index(&key);
         let mut evicted = 0;
-        while shard.bytes + cost > self.shard_budget || shard.map.len() >= self.shard_entries {
-            let Some(victim) = shard.clock.pop_front() else {
-                break;
-            };
-            let second_chance = match shard.map.get_mut(&victim) {
-                Some(e) if e.referenced => {
-                    e.referenced = false;
-                    true
+        {
+            let mut shard = self.shards[home].lock();
+            if shard.map.contains_key(&key) {
+                return;
+            }
+            while shard.map.len() >= self.shard_entries
+                || self.bytes.load(Ordering::Relaxed) + cost > self.budget
+            {
+                match shard.evict_one() {
+                    Some(freed) => {
+                        self.bytes.fetch_sub(freed, Ordering::Relaxed);
+                        evicted += 1;
+                    }
+                    None => break,
                 }
-                Some(_) => false,
-                None => continue,
-            };
-            if second_chance {
-                shard.clock.push_back(victim);
-            } else if let Some(e) = shard.map.remove(&victim) {
-                shard.bytes -= e.data.len() + ENTRY_OVERHEAD;
-                evicted += 1;
+            }
+            shard.bytes += cost;
+            self.bytes.fetch_add(cost, Ordering::Relaxed);
+            shard.map.insert(
+                key,
+                Entry {
+                    kind,
+                    data: data.clone(),
+                    referenced: false,
+                },
+            );
+            shard.clock.push_back(key);
+        }
+        // The home shard had too little to give back: take the rest from the others.
+        let mut other = home;
+        for _ in 1..SHARDS {
+            if self.bytes.load(Ordering::Relaxed) <= self.budget {
+                break;
+            }
+            other = (other + 1) % SHARDS;
+            let mut shard = self.shards[other].lock();
+            while self.bytes.load(Ordering::Relaxed) > self.budget {
+                match shard.evict_one() {
+                    Some(freed) => {
+                        self.bytes.fetch_sub(freed, Ordering::Relaxed);
+                        evicted += 1;
+                    }
+                    None => break,
+                }
             }
         }
-        shard.bytes += cost;
-        shard.map.insert(
-            key,
-            Entry {
-                kind,
-                data: data.clone(),
-                referenced: false,
-            },
-        );
-        shard.clock.push_back(key);
-        drop(shard);
         self.inserts.fetch_add(1, Ordering::Relaxed);
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -189,13 +233,20 @@ mod tests {
         }
         let held: usize = cache.shards.iter().map(|s| s.lock().bytes).sum();
         assert!(held <= 16 * 4096, "{held}");
+        assert_eq!(held, cache.bytes.load(Ordering::Relaxed));
+        assert!(cache.get(&(0, 999)).is_some(), "the newest entry survives");
+        // One object of 40% of the budget fits, wherever its shard.
+        let big = Bytes::from(vec![1u8; 16 * 4096 * 4 / 10]);
+        cache.insert((9, 9), ObjectKind::Blob, &big);
+        assert!(cache.get(&(9, 9)).is_some());
+        let held: usize = cache.shards.iter().map(|s| s.lock().bytes).sum();
+        assert!(held <= 16 * 4096, "{held}");
         let s = cache.stats();
-        assert_eq!(s.inserts, 1000);
+        assert_eq!(s.inserts, 1001);
         assert!(s.evictions > 900);
-        assert!(cache.get(&(0, 999)).is_some());
         assert!(cache.get(&(1, 999)).is_none());
         let s = cache.stats();
-        assert_eq!((s.hits, s.misses), (1, 1));
+        assert_eq!((s.hits, s.misses), (2, 1));
     }
 
     #[test]
