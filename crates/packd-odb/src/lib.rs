@@ -21,6 +21,7 @@ pub mod odb;
 pub mod pack;
 pub mod refs;
 pub mod repository;
+pub mod revision;
 pub mod zlib;
 
 pub use error::{Error, Result};

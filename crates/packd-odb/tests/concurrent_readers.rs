@@ -31,7 +31,12 @@ fn deep_repo(dir: &Path) {
             lines[at] = format!("file {f} line {at} revision {rev}\n");
         }
         writeln!(stream, "commit refs/heads/main").unwrap();
-        writeln!(stream, "committer T <t@example.com> {} +0000", 1_600_000_000 + rev).unwrap();
+        writeln!(
+            stream,
+            "committer T <t@example.com> {} +0000",
+            1_600_000_000 + rev
+        )
+        .unwrap();
         let msg = format!("revision {rev}");
         writeln!(stream, "data {}\n{msg}", msg.len()).unwrap();
         for (f, lines) in files.iter().enumerate() {
@@ -78,7 +83,10 @@ fn many_threads_read_every_object_intact() {
                     let object = repo.objects().read(&id).unwrap().expect("present");
                     assert_eq!(ObjectId::compute(object.kind, &object.data).unwrap(), id);
                     let header = repo.objects().header(&id).unwrap().unwrap();
-                    assert_eq!((header.kind, header.size), (object.kind, object.data.len() as u64));
+                    assert_eq!(
+                        (header.kind, header.size),
+                        (object.kind, object.data.len() as u64)
+                    );
                 }
             });
         }

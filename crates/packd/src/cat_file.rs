@@ -75,7 +75,7 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
 }
 
 fn resolve_or_die(repo: &Repository, name: &str) -> Result<ObjectId> {
-    match repo.resolve_name(name)? {
+    match repo.resolve_revision(name)? {
         NameMatch::Found(id) => Ok(id),
         NameMatch::Ambiguous => {
             bail!("short object ID {name} is ambiguous\nfatal: Not a valid object name {name}")
@@ -284,7 +284,7 @@ fn answer(repo: &Repository, format: &Format, with_content: bool, line: &str) ->
     } else {
         (line, "")
     };
-    let id = match repo.resolve_name(name)? {
+    let id = match repo.resolve_revision(name)? {
         NameMatch::Found(id) => id,
         NameMatch::Ambiguous => {
             return Ok(Answer::Line(format!("{name} ambiguous\n").into_bytes()))
