@@ -16,7 +16,7 @@ pub enum HashKind {
 
 impl HashKind {
     /// The length of an id in bytes.
-    pub const fn len(self) -> usize {
+    pub const fn id_len(self) -> usize {
         match self {
             HashKind::Sha1 => 20,
         }
@@ -24,7 +24,7 @@ impl HashKind {
 
     /// The length of an id in hexadecimal characters.
     pub const fn hex_len(self) -> usize {
-        self.len() * 2
+        self.id_len() * 2
     }
 
     /// The name git uses in `extensions.objectFormat`.
@@ -92,17 +92,18 @@ impl ObjectId {
     /// collision attack (detected as git does, with sha1dc).
     pub fn compute(kind: crate::ObjectKind, data: &[u8]) -> Result<ObjectId, CollisionDetected> {
         let mut hasher = sha1dc::Hasher::new();
-        let mut header = itoa_header(kind, data.len() as u64);
-        hasher.update(header.as_bytes());
+        let mut header = [0u8; 32];
+        let header_len = {
+            use std::io::Write;
+            let mut cursor = std::io::Cursor::new(&mut header[..]);
+            write!(cursor, "{} {}\0", kind.name(), data.len()).expect("fits in 32 bytes");
+            cursor.position() as usize
+        };
+        hasher.update(&header[..header_len]);
         hasher.update(data);
-        header.clear();
         let digest = hasher.finalize().map_err(|_| CollisionDetected)?;
         Ok(ObjectId::from_bytes(digest.as_ref()).expect("sha1 digests are 20 bytes"))
     }
-}
-
-fn itoa_header(kind: crate::ObjectKind, len: u64) -> String {
-    format!("{} {}\0", kind.name(), len)
 }
 
 /// The content hashed to a SHA-1 collision attack: git refuses such objects and so does packd.

@@ -78,7 +78,7 @@ pub fn decode_entry_header(
             }
         }
         7 => {
-            let len = hash.len();
+            let len = hash.id_len();
             let id = bytes
                 .get(pos..pos + len)
                 .ok_or("the entry header is truncated")?;
