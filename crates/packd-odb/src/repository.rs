@@ -39,10 +39,17 @@ pub struct RepositoryOptions {
     pub cache_budget: Option<u64>,
 }
 
+/// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
+/// linked worktree, in the directory its `commondir` file names.
 fn is_git_dir(dir: &Path) -> bool {
-    dir.join("HEAD").is_file()
-        && dir.join("objects").is_dir()
-        && (dir.join("refs").is_dir() || dir.join("commondir").is_file())
+    if !dir.join("HEAD").is_file() {
+        return false;
+    }
+    let common = match std::fs::read_to_string(dir.join("commondir")) {
+        Ok(text) => dir.join(text.trim_end()),
+        Err(_) => dir.to_path_buf(),
+    };
+    common.join("objects").is_dir() && common.join("refs").is_dir()
 }
 
 fn read_gitfile(file: &Path) -> Result<PathBuf> {
@@ -154,23 +161,24 @@ impl Repository {
         RefReader::new(&self.git_dir, &self.common_dir)
     }
 
-    /// Resolves a name as `git cat-file` accepts it: a full id, a unique abbreviated id, or a ref.
+    /// Resolves a name as git does: a full id, else a ref, else a unique abbreviated id. (A full
+    /// 40-digit id beats a ref of the same name; a shorter one loses to it.)
     pub fn resolve_name(&self, name: &str) -> Result<NameMatch> {
         if name.len() == 40 {
             if let Some(id) = ObjectId::from_hex(name) {
                 return Ok(NameMatch::Found(id));
             }
         }
-        if let Some(prefix) = Prefix::from_hex(name) {
-            match self.objects.resolve_prefix(&prefix)? {
-                PrefixMatch::Unique(id) => return Ok(NameMatch::Found(id)),
-                PrefixMatch::Ambiguous => return Ok(NameMatch::Ambiguous),
-                PrefixMatch::None => {}
-            }
+        if let Some(id) = self.refs().resolve(name)? {
+            return Ok(NameMatch::Found(id));
         }
-        Ok(match self.refs().resolve(name)? {
-            Some(id) => NameMatch::Found(id),
-            None => NameMatch::Missing,
-        })
+        if let Some(prefix) = Prefix::from_hex(name) {
+            return Ok(match self.objects.resolve_prefix(&prefix)? {
+                PrefixMatch::Unique(id) => NameMatch::Found(id),
+                PrefixMatch::Ambiguous => NameMatch::Ambiguous,
+                PrefixMatch::None => NameMatch::Missing,
+            });
+        }
+        Ok(NameMatch::Missing)
     }
 }

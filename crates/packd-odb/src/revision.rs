@@ -122,7 +122,9 @@ impl Repository {
             .kind)
     }
 
-    fn peel_to(&self, mut id: ObjectId, want: Option<ObjectKind>) -> Result<Option<ObjectId>> {
+    /// Peels `id` as `<id>^{kind}` does (tags to their targets, a commit to its tree when a
+    /// tree is wanted); `None` for `kind` peels tags only. `None` when it cannot be peeled so.
+    pub fn peel_to(&self, mut id: ObjectId, want: Option<ObjectKind>) -> Result<Option<ObjectId>> {
         let mut kind = self.kind_of(&id)?;
         loop {
             match want {

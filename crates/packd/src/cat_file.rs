@@ -125,7 +125,11 @@ fn typed(repo: &Repository, kind: &str, name: &str) -> Result<ExitCode> {
         bail!("invalid object type \"{kind}\"");
     };
     let id = resolve_or_die(repo, name)?;
-    let Some(object) = repo.objects().read(&id)? else {
+    // Like git, follow tags to their target and a commit to its tree to reach the asked type.
+    let Some(peeled) = repo.peel_to(id, Some(want))? else {
+        bail!("git cat-file {name}: bad file");
+    };
+    let Some(object) = repo.objects().read(&peeled)? else {
         bail!("git cat-file {name}: bad file");
     };
     if object.kind != want {
@@ -150,10 +154,13 @@ fn format_tree(data: &[u8], id: &ObjectId) -> Result<Vec<u8>> {
         let name = &rest[space + 1..nul];
         let raw = rest.get(nul + 1..nul + 21).ok_or_else(bad)?;
         let entry = ObjectId::from_bytes(raw).ok_or_else(bad)?;
-        let kind = match mode & 0o170000 {
-            0o040000 => "tree",
-            0o160000 => "commit",
-            _ => "blob",
+        // ls-tree prints canonical modes, as git normalises them when reading a tree.
+        let (mode, kind) = match mode & 0o170000 {
+            0o100000 if mode & 0o111 != 0 => (0o100755, "blob"),
+            0o100000 => (0o100644, "blob"),
+            0o120000 => (0o120000, "blob"),
+            0o040000 => (0o040000, "tree"),
+            _ => (0o160000, "commit"),
         };
         write!(out, "{mode:06o} {kind} {entry}\t")?;
         quote_path(name, &mut out);
@@ -273,25 +280,45 @@ enum Answer {
     Content(Vec<u8>, Bytes),
 }
 
-/// Answers one request line.
-fn answer(repo: &Repository, format: &Format, with_content: bool, line: &str) -> Result<Answer> {
+/// Answers one request line. Names are bytes: git passes them through unchanged, so a name that
+/// is not UTF-8 is simply missing and printed back as it came.
+fn answer(repo: &Repository, format: &Format, with_content: bool, line: &[u8]) -> Result<Answer> {
     let (name, rest) = if format.splits_rest() {
-        let trimmed = line.trim_start();
-        match trimmed.find(char::is_whitespace) {
-            Some(i) => (&trimmed[..i], trimmed[i..].trim_start()),
-            None => (trimmed, ""),
-        }
+        split_rest(line)
     } else {
-        (line, "")
+        (line, &b""[..])
     };
-    let id = match repo.resolve_revision(name)? {
+    let not_found = |what: &[u8]| {
+        let mut out = name.to_vec();
+        out.extend_from_slice(what);
+        Ok(Answer::Line(out))
+    };
+    let Ok(name_str) = std::str::from_utf8(name) else {
+        return not_found(b" missing\n");
+    };
+    let id = match repo.resolve_revision(name_str)? {
         NameMatch::Found(id) => id,
-        NameMatch::Ambiguous => {
-            return Ok(Answer::Line(format!("{name} ambiguous\n").into_bytes()))
-        }
-        NameMatch::Missing => return Ok(Answer::Line(format!("{name} missing\n").into_bytes())),
+        NameMatch::Ambiguous => return not_found(b" ambiguous\n"),
+        NameMatch::Missing => return not_found(b" missing\n"),
     };
     answer_id(repo, format, with_content, &id, rest, name)
+}
+
+/// Splits a request line into the name (up to the first white space) and the rest, as git does
+/// when the format uses `%(rest)`.
+fn split_rest(line: &[u8]) -> (&[u8], &[u8]) {
+    let skip_space = |s: &[u8]| {
+        let n = s.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        n
+    };
+    let line = &line[skip_space(line)..];
+    match line.iter().position(|b| b.is_ascii_whitespace()) {
+        Some(i) => {
+            let after = &line[i..];
+            (&line[..i], &after[skip_space(after)..])
+        }
+        None => (line, &b""[..]),
+    }
 }
 
 /// Answers for a resolved id.
@@ -300,12 +327,14 @@ fn answer_id(
     format: &Format,
     with_content: bool,
     id: &ObjectId,
-    rest: &str,
-    name: &str,
+    rest: &[u8],
+    name: &[u8],
 ) -> Result<Answer> {
     let objects = repo.objects();
     let Some(loc) = objects.locate(id)? else {
-        return Ok(Answer::Line(format!("{name} missing\n").into_bytes()));
+        let mut line = name.to_vec();
+        line.extend_from_slice(b" missing\n");
+        return Ok(Answer::Line(line));
     };
     let (kind, size, data) = if with_content {
         let object = objects.read_at(id, &loc)?;
@@ -334,7 +363,7 @@ fn answer_id(
                 let base = objects.delta_base(&loc)?.unwrap_or(ObjectId::NULL);
                 line.extend_from_slice(base.to_hex().as_bytes());
             }
-            Atom::Rest => line.extend_from_slice(rest.as_bytes()),
+            Atom::Rest => line.extend_from_slice(rest),
         }
     }
     line.push(b'\n');
@@ -372,7 +401,7 @@ fn write_batch(out: &mut impl Write, answers: Vec<Result<Answer>>) -> Result<()>
 
 /// Answers the names read on stdin, in order, a batch at a time.
 fn batch_stdin(repo: &Repository, format: &Format, with_content: bool) -> Result<ExitCode> {
-    let (tx, rx) = mpsc::sync_channel::<String>(MAX_BATCH * 8);
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(MAX_BATCH * 8);
     std::thread::spawn(move || {
         let stdin = std::io::stdin().lock();
         for line in stdin.split(b'\n') {
@@ -380,10 +409,7 @@ fn batch_stdin(repo: &Repository, format: &Format, with_content: bool) -> Result
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            if tx
-                .send(String::from_utf8_lossy(&line).into_owned())
-                .is_err()
-            {
+            if tx.send(line).is_err() {
                 break;
             }
         }
@@ -427,7 +453,7 @@ fn all_objects(
     for chunk in ids.chunks(MAX_BATCH) {
         let answers: Vec<Result<Answer>> = chunk
             .par_iter()
-            .map(|id| answer_id(repo, format, with_content, id, "", ""))
+            .map(|id| answer_id(repo, format, with_content, id, b"", b""))
             .collect();
         write_batch(&mut out, answers)?;
     }

@@ -110,14 +110,23 @@ impl Pack {
                 .delta_base_offset(offset, &header)?
                 .expect("deltas have bases"),
         };
-        // The two size varints of a delta come out of its first few dozen compressed bytes.
+        // The two size varints of a delta are its first bytes, but a zlib stream may open with a
+        // dynamic Huffman table of a few hundred bytes: peek at a prefix, and take the whole
+        // entry only when the prefix was not enough.
         let start = offset + header.header_len as u64;
-        let end = self.entry_end(offset)?.min(start + 128);
-        let compressed = self.data.read(start..end)?;
-        let prefix = zlib::inflate_prefix(&compressed, 20)
-            .map_err(|e| self.corrupt(offset, format!("delta data: {e}")))?;
-        let (_, size, _) = delta::sizes(&prefix)
-            .map_err(|e| self.corrupt(offset, format!("delta header: {e}")))?;
+        let end = self.entry_end(offset)?;
+        let mut want = 256;
+        let size = loop {
+            let stop = end.min(start + want);
+            let compressed = self.data.read(start..stop)?;
+            let prefix = zlib::inflate_prefix(&compressed, 20)
+                .map_err(|e| self.corrupt(offset, format!("delta data: {e}")))?;
+            match delta::sizes(&prefix) {
+                Ok((_, size, _)) => break size,
+                Err(delta::DeltaError::Truncated) if stop < end => want = end - start,
+                Err(e) => return Err(self.corrupt(offset, format!("delta header: {e}"))),
+            }
+        };
         Ok(ObjectHeader {
             kind: self.chain_kind(base)?,
             size,

@@ -76,48 +76,44 @@ impl Pack {
 
 impl Pack {
     /// The pack's entries in offset order: every entry offset ascending, then the trailer's
-    /// offset, and beside each offset the entry's position in the index. Checked to lie inside the
-    /// data and to be distinct.
+    /// offset, and beside each offset the entry's position in the index.
+    ///
+    /// Index entries placed outside the pack's entries, or at an offset another entry already
+    /// has, are set aside in `misplaced`: reading them fails, `verify` reports them, and the rest
+    /// of the pack stays readable, as with git.
     pub(crate) fn reverse_index(&self) -> Result<&ReverseIndex> {
         if let Some(v) = self.reverse.get() {
             return Ok(v);
         }
         let n = self.index.len();
-        let mut pairs = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            pairs.push((self.index.offset(i)?, i));
-        }
-        pairs.sort_unstable();
-        let mut offsets: Vec<u64> = pairs.iter().map(|p| p.0).collect();
-        let positions: Vec<u32> = pairs.iter().map(|p| p.1).collect();
-        drop(pairs);
         let trailer = self.data.len() - 20;
-        for w in offsets.windows(2) {
-            if w[0] == w[1] {
-                return Err(Error::corrupt(
-                    self.index.name(),
-                    0,
-                    format!("two objects share pack offset {}", w[0]),
-                ));
+        let mut pairs = Vec::with_capacity(n as usize);
+        let mut misplaced = Vec::new();
+        for i in 0..n {
+            let offset = self.index.offset(i)?;
+            if (12..trailer).contains(&offset) {
+                pairs.push((offset, i));
+            } else {
+                misplaced.push((offset, i));
             }
         }
-        if let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) {
-            if first < 12 || last >= trailer {
-                let bad = if first < 12 { first } else { last };
-                return Err(Error::corrupt(
-                    self.data.name(),
-                    bad,
-                    format!(
-                        "the index {} places an object outside the pack's entries (12..{trailer})",
-                        self.index.name()
-                    ),
-                ));
+        pairs.sort_unstable();
+        let mut offsets = Vec::with_capacity(pairs.len() + 1);
+        let mut positions = Vec::with_capacity(pairs.len());
+        for (offset, i) in pairs {
+            if offsets.last() == Some(&offset) {
+                misplaced.push((offset, i));
+            } else {
+                offsets.push(offset);
+                positions.push(i);
             }
         }
         offsets.push(trailer);
-        Ok(self
-            .reverse
-            .get_or_init(|| ReverseIndex { offsets, positions }))
+        Ok(self.reverse.get_or_init(|| ReverseIndex {
+            offsets,
+            positions,
+            misplaced,
+        }))
     }
 
     /// Every entry offset ascending, then the trailer's offset.
@@ -148,6 +144,15 @@ impl Pack {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
+            _ if offset < 12 || offset >= self.data.len() - 20 => Err(Error::corrupt(
+                self.index.name(),
+                0,
+                format!(
+                    "places an object at offset {offset}, outside the entries of {} (12..{})",
+                    self.data.name(),
+                    self.data.len() - 20
+                ),
+            )),
             _ => Err(Error::corrupt(
                 self.data.name(),
                 offset,

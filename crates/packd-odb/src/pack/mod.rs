@@ -36,6 +36,8 @@ pub(crate) struct ReverseIndex {
     pub(crate) offsets: Vec<u64>,
     /// Index position of the entry at `offsets[i]`.
     pub(crate) positions: Vec<u32>,
+    /// Index entries whose offset is outside the entries or taken by another: (offset, position).
+    pub(crate) misplaced: Vec<(u64, u32)>,
 }
 
 impl Pack {

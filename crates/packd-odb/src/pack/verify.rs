@@ -152,6 +152,16 @@ impl Pack {
 
     fn verify_objects(&self, progress: &AtomicU64) -> Result<VerifyReport> {
         let rev = self.reverse_index()?;
+        if let Some(&(offset, pos)) = rev.misplaced.first() {
+            return Err(Error::corrupt(
+                self.index().name(),
+                0,
+                format!(
+                    "object {} is placed at offset {offset}, outside the pack's entries or on top of another object",
+                    self.index().id(pos)
+                ),
+            ));
+        }
         let offsets = &rev.offsets;
         let positions = &rev.positions;
         let n = positions.len();
