@@ -24,6 +24,38 @@ impl RawEntry {
     }
 }
 
+/// Requests this close to the thread's previous one (in the same pack) count as sequential.
+const SEQUENTIAL_WINDOW: u64 = 1 << 20;
+
+/// How sparsely to cache intermediate bases for random access.
+const RANDOM_STRIDE: usize = 8;
+
+thread_local! {
+    /// The (pack, offset) this thread decoded last.
+    static LAST_REQUEST: std::cell::Cell<(u32, u64)> = const { std::cell::Cell::new((u32::MAX, 0)) };
+}
+
+/// How densely to cache a chain's intermediate bases for a request at `offset` of pack `pack`.
+///
+/// Reading in pack order, the next request's chain shares most of this one's links, so every
+/// link is worth keeping (stride 1). Reading at random, most links are never asked for again
+/// before they are evicted; keeping every 8th spreads the same budget over 8 times as many
+/// chains, and a later request then applies at most 7 deltas from a cached link. Measured on
+/// the synthetic bench repository (297k objects, chains up to 50) at the default 96 MiB: random
+/// order 4.25 s with every link kept, 1.65 s with every 8th; pack order 1.49 s with every link,
+/// 2.24 s with every 8th. Each thread judges its own requests: a parallel batch hands each
+/// thread a contiguous run of requests.
+fn cache_stride(pack: u32, offset: u64) -> usize {
+    LAST_REQUEST.with(|last| {
+        let (last_pack, last_offset) = last.replace((pack, offset));
+        if last_pack == pack && last_offset.abs_diff(offset) <= SEQUENTIAL_WINDOW {
+            1
+        } else {
+            RANDOM_STRIDE
+        }
+    })
+}
+
 /// Enough bytes for any entry header (type/size varint, ofs varint or base id).
 const MAX_HEADER: u64 = 32 + 20;
 
@@ -142,11 +174,14 @@ impl Pack {
     /// The object at `offset`: follows its delta chain down to a cached or whole object, then
     /// applies the deltas back up.
     ///
-    /// Every object that served as a base on the way is kept in `cache`; the requested object
-    /// itself is not. Measured on git/git (849k objects, depth 50), keeping requested objects too
+    /// What is kept in `cache` depends on how this thread has been reading (see
+    /// [`cache_stride`]): the whole object at the bottom of the chain always, and the
+    /// intermediate results every `stride` links counted from the requested object, which itself
+    /// is not kept. Measured on git/git (849k objects, depth 50), keeping requested objects too
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
+        let stride = cache_stride(self.id, offset);
         let mut chain: Vec<RawEntry> = Vec::new();
         let mut cur = offset;
         let (kind, mut data) = loop {
@@ -187,10 +222,32 @@ impl Pack {
             let out = delta::apply(&data, &delta_bytes)
                 .map_err(|e| self.corrupt(entry.offset, format!("delta: {e}")))?;
             data = Bytes::from(out);
-            if !chain.is_empty() {
+            if !chain.is_empty() && chain.len() % stride == 0 {
                 cache.insert((self.id, entry.offset), kind, &data);
             }
         }
         Ok((kind, data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stride_follows_the_access_pattern() {
+        std::thread::spawn(|| {
+            assert_eq!(cache_stride(0, 100), RANDOM_STRIDE, "no history yet");
+            assert_eq!(cache_stride(0, 5_000), 1, "a neighbour");
+            assert_eq!(cache_stride(0, 300 << 20), RANDOM_STRIDE, "a jump");
+            assert_eq!(cache_stride(1, 300 << 20), RANDOM_STRIDE, "another pack");
+            assert_eq!(
+                cache_stride(1, (300 << 20) - 4_000),
+                1,
+                "a step back is near too"
+            );
+        })
+        .join()
+        .unwrap();
     }
 }
