@@ -8,6 +8,7 @@ pub mod decode;
 pub mod index;
 pub mod init;
 pub mod multi_index;
+mod sorted_ids;
 pub mod verify;
 
 use crate::hash::HashKind;

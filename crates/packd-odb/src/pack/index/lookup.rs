@@ -2,17 +2,18 @@
 
 use super::{IndexVersion, PackIndex};
 use crate::hash::{ObjectId, Prefix};
+use crate::pack::sorted_ids::SortedIds;
 use crate::{Error, Result};
 
 const HASH: usize = 20;
 
-impl PackIndex {
+impl SortedIds for PackIndex {
     fn fanout(&self, byte: usize) -> u32 {
         let at = match self.version {
             IndexVersion::V1 => 0,
             IndexVersion::V2 => 8,
         } + 4 * byte;
-        u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap())
+        u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap()).min(self.count)
     }
 
     fn id_bytes(&self, i: u32) -> &[u8] {
@@ -23,7 +24,9 @@ impl PackIndex {
         };
         &self.bytes[at..at + HASH]
     }
+}
 
+impl PackIndex {
     /// The id of the `i`th object in id order.
     pub fn id(&self, i: u32) -> ObjectId {
         ObjectId::from_bytes(self.id_bytes(i)).expect("index entries are hash-sized")
@@ -77,50 +80,11 @@ impl PackIndex {
 
     /// The position of `id` in id order, if the pack has it.
     pub fn find(&self, id: &ObjectId) -> Option<u32> {
-        let first = id.as_bytes()[0] as usize;
-        let mut lo = if first == 0 {
-            0
-        } else {
-            self.fanout(first - 1)
-        };
-        let mut hi = self.fanout(first).min(self.count);
-        let want = &id.as_bytes()[..];
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.id_bytes(mid).cmp(want) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
+        self.find_id(id)
     }
 
     /// Ids that start with `prefix`, appended to `out` until it holds `limit`.
     pub fn find_prefix(&self, prefix: &Prefix, limit: usize, out: &mut Vec<ObjectId>) {
-        let first = prefix.first_byte() as usize;
-        let mut lo = if first == 0 {
-            0
-        } else {
-            self.fanout(first - 1)
-        };
-        let hi = self.fanout(first).min(self.count);
-        let lowest = prefix.lowest();
-        let mut end = hi;
-        while lo < end {
-            let mid = lo + (end - lo) / 2;
-            if self.id_bytes(mid) < &lowest.as_bytes()[..] {
-                lo = mid + 1;
-            } else {
-                end = mid;
-            }
-        }
-        for i in lo..hi {
-            let id = self.id(i);
-            if !prefix.matches(&id) || out.len() >= limit {
-                break;
-            }
-            out.push(id);
-        }
+        self.find_ids_with_prefix(prefix, limit, out)
     }
 }

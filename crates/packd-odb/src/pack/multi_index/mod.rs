@@ -15,6 +15,7 @@
 //! is still opened, for entry extents and same-pack delta bases.
 
 use crate::hash::{ObjectId, Prefix};
+use crate::pack::sorted_ids::SortedIds;
 use crate::{Error, Result};
 use bytes::Bytes;
 
@@ -152,16 +153,6 @@ impl MultiPackIndex {
         self.count == 0
     }
 
-    fn fanout(&self, b: usize) -> u32 {
-        let at = self.fanout_at + 4 * b;
-        u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap())
-    }
-
-    fn id_bytes(&self, i: u32) -> &[u8] {
-        let at = self.ids_at + 20 * i as usize;
-        &self.bytes[at..at + 20]
-    }
-
     /// The `i`th id in sorted order.
     pub fn id(&self, i: u32) -> ObjectId {
         ObjectId::from_bytes(self.id_bytes(i)).expect("20 bytes")
@@ -201,49 +192,23 @@ impl MultiPackIndex {
 
     /// The position of `id`, if present.
     pub fn find(&self, id: &ObjectId) -> Option<u32> {
-        let first = id.as_bytes()[0] as usize;
-        let mut lo = if first == 0 {
-            0
-        } else {
-            self.fanout(first - 1)
-        };
-        let mut hi = self.fanout(first);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.id_bytes(mid).cmp(&id.as_bytes()[..]) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
+        self.find_id(id)
     }
 
     /// Up to `limit` ids starting with `prefix`, appended to `out`.
     pub fn find_prefix(&self, prefix: &Prefix, limit: usize, out: &mut Vec<ObjectId>) {
-        let first = prefix.first_byte() as usize;
-        let mut lo = if first == 0 {
-            0
-        } else {
-            self.fanout(first - 1)
-        };
-        let hi = self.fanout(first);
-        let lowest = prefix.lowest();
-        let mut end = hi;
-        while lo < end {
-            let mid = lo + (end - lo) / 2;
-            if self.id_bytes(mid) < &lowest.as_bytes()[..] {
-                lo = mid + 1;
-            } else {
-                end = mid;
-            }
-        }
-        for i in lo..hi {
-            let id = self.id(i);
-            if !prefix.matches(&id) || out.len() >= limit {
-                break;
-            }
-            out.push(id);
-        }
+        self.find_ids_with_prefix(prefix, limit, out)
+    }
+}
+
+impl SortedIds for MultiPackIndex {
+    fn fanout(&self, b: usize) -> u32 {
+        let at = self.fanout_at + 4 * b;
+        u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap())
+    }
+
+    fn id_bytes(&self, i: u32) -> &[u8] {
+        let at = self.ids_at + 20 * i as usize;
+        &self.bytes[at..at + 20]
     }
 }
