@@ -130,6 +130,57 @@ impl<'a> RefReader<'a> {
         Ok(None)
     }
 
+    /// Every ref under `prefix` (e.g. `refs/heads/`, or `refs/` for all) with the id it points
+    /// at, loose refs winning over packed ones, sorted by name. Symbolic refs are followed.
+    pub fn list(&self, prefix: &str) -> Result<Vec<(String, ObjectId)>> {
+        let mut names = std::collections::BTreeSet::new();
+        let packed = self.common_dir.join("packed-refs");
+        match std::fs::read_to_string(&packed) {
+            Ok(text) => {
+                for line in text.lines() {
+                    if line.starts_with('#') || line.starts_with('^') {
+                        continue;
+                    }
+                    if let Some((_, name)) = line.split_once(' ') {
+                        if name.starts_with(prefix) {
+                            names.insert(name.to_string());
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    path: packed.display().to_string(),
+                    source,
+                })
+            }
+        }
+        let mut stack = vec!["refs".to_string()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(self.common_dir.join(&dir)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Some(name) = entry.file_name().to_str().map(|n| format!("{dir}/{n}")) else {
+                    continue;
+                };
+                if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(name);
+                } else if name.starts_with(prefix) && !name.ends_with(".lock") {
+                    names.insert(name);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(id) = self.resolve_full(&name)? {
+                out.push((name, id));
+            }
+        }
+        Ok(out)
+    }
+
     /// The id a name as a user types it points at (`HEAD`, `main`, `v1.0`, `refs/heads/x`),
     /// trying git's prefixes in git's order.
     pub fn resolve(&self, short: &str) -> Result<Option<ObjectId>> {

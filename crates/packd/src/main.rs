@@ -2,6 +2,7 @@
 //! the library crates (`packd-storage`, `packd-odb`).
 
 mod cat_file;
+mod rev_list;
 mod verify;
 
 use anyhow::{Context, Result};
@@ -37,6 +38,8 @@ enum Command {
     CatFile(cat_file::Args),
     /// Check a pack and its index, as `git verify-pack` does, on all cores.
     Verify(verify::Args),
+    /// List the objects reachable from some revisions and not others, as `git rev-list` does.
+    RevList(rev_list::Args),
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
             code
         }),
         Command::Verify(args) => cli.workdir().and_then(|dir| verify::run(&dir, args)),
+        Command::RevList(args) => cli.repository().and_then(|repo| rev_list::run(&repo, args)),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,352 @@
+//! The plain reachability walk: no bitmaps, just commits, trees and tags read from the object
+//! database.
+//!
+//! It answers "what do these tips reach that those do not" the way `git rev-list` does:
+//! - commits: exactly those reachable from the included tips and not from the excluded ones;
+//! - trees and blobs (with `objects`): those reachable from the listed commits' trees, minus
+//!   those reachable from the trees of the *edge* commits (excluded commits that are parents of
+//!   listed ones) and from excluded trees or blobs named directly.
+//!
+//! The second rule is git's plain walk, and it is not a set difference: an object that only an
+//! excluded commit deep in history reaches (a file reverted to an old version, say) is still
+//! listed. With bitmaps git answers with the exact set difference instead; [`Query::exact`] asks
+//! for that, so that packd's answer equals git's in both modes.
+
+use packd_odb::{Error, ObjectId, ObjectKind, Repository, Result};
+use std::collections::{BinaryHeap, HashSet};
+
+/// What to walk.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Tips whose reachable objects are wanted (commits, or tags and trees and blobs).
+    pub include: Vec<ObjectId>,
+    /// Tips whose reachable objects are not.
+    pub exclude: Vec<ObjectId>,
+    /// Whether trees, blobs and tags are wanted too, not only commits.
+    pub objects: bool,
+    /// Whether to leave out every object any excluded commit reaches (the exact set difference,
+    /// git's answer when it uses bitmaps) rather than only what the edge commits' trees hold
+    /// (git's answer from its plain walk).
+    pub exact: bool,
+}
+
+/// One object of the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    /// The object.
+    pub id: ObjectId,
+    /// Its kind.
+    pub kind: ObjectKind,
+    /// For trees and blobs, the path it was first reached by (the root tree's is empty); for a
+    /// tag or a tip given by name, `None`.
+    pub path: Option<Vec<u8>>,
+}
+
+/// A commit's links and date, as far as the walk needs them.
+struct CommitInfo {
+    tree: ObjectId,
+    parents: Vec<ObjectId>,
+    time: i64,
+}
+
+fn bad(id: &ObjectId, what: &str) -> Error {
+    Error::BadName(format!("object {id}: {what}"))
+}
+
+fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
+    let mut tree = None;
+    let mut parents = Vec::new();
+    let mut time = 0;
+    for line in data.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            break;
+        }
+        let hex = |l: &[u8]| std::str::from_utf8(l).ok().and_then(ObjectId::from_hex);
+        if let Some(rest) = line.strip_prefix(b"tree ") {
+            tree = Some(hex(rest).ok_or_else(|| bad(id, "the commit's tree line is malformed"))?);
+        } else if let Some(rest) = line.strip_prefix(b"parent ") {
+            parents.push(hex(rest).ok_or_else(|| bad(id, "a parent line is malformed"))?);
+        } else if let Some(rest) = line.strip_prefix(b"committer ") {
+            // "... <email> <seconds> <tz>": the seconds are the second-to-last field.
+            let mut fields = rest.rsplit(|&b| b == b' ');
+            fields.next();
+            time = fields
+                .next()
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(CommitInfo {
+        tree: tree.ok_or_else(|| bad(id, "the commit has no tree"))?,
+        parents,
+        time,
+    })
+}
+
+/// The entries of a tree: (mode, name, id).
+fn tree_entries<'a>(
+    id: &'a ObjectId,
+    data: &'a [u8],
+) -> impl Iterator<Item = Result<(u32, &'a [u8], ObjectId)>> + 'a {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let parsed = (|| {
+            let space = rest.iter().position(|&b| b == b' ')?;
+            let mode = u32::from_str_radix(std::str::from_utf8(&rest[..space]).ok()?, 8).ok()?;
+            let nul = space + rest[space..].iter().position(|&b| b == 0)?;
+            let entry = ObjectId::from_bytes(rest.get(nul + 1..nul + 21)?)?;
+            let name = &rest[space + 1..nul];
+            rest = &rest[nul + 21..];
+            Some((mode, name, entry))
+        })();
+        match parsed {
+            Some(e) => Some(Ok(e)),
+            None => {
+                rest = &[];
+                Some(Err(bad(id, "the tree is malformed")))
+            }
+        }
+    })
+}
+
+/// Walks the object database of one repository.
+pub struct Walker<'a> {
+    repo: &'a Repository,
+}
+
+impl<'a> Walker<'a> {
+    /// A walker over `repo`.
+    pub fn new(repo: &'a Repository) -> Self {
+        Walker { repo }
+    }
+
+    fn read(&self, id: &ObjectId) -> Result<packd_odb::Object> {
+        self.repo
+            .objects()
+            .read(id)?
+            .ok_or_else(|| bad(id, "is missing (the repository is not connected)"))
+    }
+
+    fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
+        let object = self.read(id)?;
+        if object.kind != ObjectKind::Commit {
+            return Err(bad(
+                id,
+                &format!("is a {}, not a commit", object.kind.name()),
+            ));
+        }
+        parse_commit(id, &object.data)
+    }
+
+    /// Follows tags from `id`, recording each tag object in `tags`; returns the first non-tag and
+    /// its kind.
+    fn peel(&self, mut id: ObjectId, tags: &mut Vec<ObjectId>) -> Result<(ObjectId, ObjectKind)> {
+        for _ in 0..64 {
+            let object = self.read(&id)?;
+            if object.kind != ObjectKind::Tag {
+                return Ok((id, object.kind));
+            }
+            tags.push(id);
+            let first = object.data.split(|&b| b == b'\n').next().unwrap_or(b"");
+            id = first
+                .strip_prefix(b"object ")
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(ObjectId::from_hex)
+                .ok_or_else(|| bad(&id, "the tag names no object"))?;
+        }
+        Err(bad(&id, "tags nest too deep"))
+    }
+
+    /// Marks `tree` and everything below it in `seen`, appending newly seen objects to `out`
+    /// when given.
+    fn walk_tree(
+        &self,
+        tree: ObjectId,
+        path: Vec<u8>,
+        seen: &mut HashSet<ObjectId>,
+        mut out: Option<&mut Vec<Reached>>,
+    ) -> Result<()> {
+        if !seen.insert(tree) {
+            return Ok(());
+        }
+        if let Some(out) = out.as_deref_mut() {
+            out.push(Reached {
+                id: tree,
+                kind: ObjectKind::Tree,
+                path: Some(path.clone()),
+            });
+        }
+        let mut stack = vec![(tree, path)];
+        while let Some((id, path)) = stack.pop() {
+            let object = self.read(&id)?;
+            if object.kind != ObjectKind::Tree {
+                return Err(bad(
+                    &id,
+                    &format!("is a {}, not a tree", object.kind.name()),
+                ));
+            }
+            let mut subtrees = Vec::new();
+            for entry in tree_entries(&id, &object.data) {
+                let (mode, name, entry) = entry?;
+                if mode & 0o170000 == 0o160000 || !seen.insert(entry) {
+                    continue; // a submodule's commit lives in another repository
+                }
+                let mut child = path.clone();
+                if !child.is_empty() {
+                    child.push(b'/');
+                }
+                child.extend_from_slice(name);
+                let kind = if mode & 0o170000 == 0o040000 {
+                    ObjectKind::Tree
+                } else {
+                    ObjectKind::Blob
+                };
+                if let Some(out) = out.as_deref_mut() {
+                    out.push(Reached {
+                        id: entry,
+                        kind,
+                        path: Some(child.clone()),
+                    });
+                }
+                if kind == ObjectKind::Tree {
+                    subtrees.push((entry, child));
+                }
+            }
+            // Depth-first in tree order, as git lists them.
+            stack.extend(subtrees.into_iter().rev());
+        }
+        Ok(())
+    }
+
+    /// The objects reachable from `query.include` and not from `query.exclude`: commits newest
+    /// first, then (with `objects`) tags, trees and blobs in walk order.
+    pub fn reachable(&self, query: &Query) -> Result<Vec<Reached>> {
+        // 1. The commits the excluded tips reach; excluded trees and blobs named directly.
+        let mut seen_commits: HashSet<ObjectId> = HashSet::new();
+        let mut seen_objects: HashSet<ObjectId> = HashSet::new();
+        let mut stack = Vec::new();
+        for tip in &query.exclude {
+            let mut tags = Vec::new();
+            let (id, kind) = self.peel(*tip, &mut tags)?;
+            seen_objects.extend(tags);
+            match kind {
+                ObjectKind::Commit => stack.push(id),
+                ObjectKind::Tree if query.objects => {
+                    self.walk_tree(id, Vec::new(), &mut seen_objects, None)?
+                }
+                _ => {
+                    seen_objects.insert(id);
+                }
+            }
+        }
+        while let Some(id) = stack.pop() {
+            if !seen_commits.insert(id) {
+                continue;
+            }
+            let commit = self.commit(&id)?;
+            if query.objects && query.exact {
+                self.walk_tree(commit.tree, Vec::new(), &mut seen_objects, None)?;
+            }
+            stack.extend(commit.parents.iter().filter(|p| !seen_commits.contains(p)));
+        }
+        // 2. The included tips, newest commit first.
+        let mut commits = Vec::new();
+        let mut others = Vec::new();
+        let mut heap = BinaryHeap::new();
+        let mut queued: HashSet<ObjectId> = HashSet::new();
+        for tip in &query.include {
+            let mut tags = Vec::new();
+            let (id, kind) = self.peel(*tip, &mut tags)?;
+            if query.objects {
+                for tag in tags {
+                    if seen_objects.insert(tag) {
+                        others.push(Reached {
+                            id: tag,
+                            kind: ObjectKind::Tag,
+                            path: None,
+                        });
+                    }
+                }
+            }
+            match kind {
+                ObjectKind::Commit if !seen_commits.contains(&id) && queued.insert(id) => {
+                    let time = self.commit(&id)?.time;
+                    heap.push((time, id));
+                }
+                ObjectKind::Commit => {}
+                ObjectKind::Tree if query.objects => {
+                    self.walk_tree(id, Vec::new(), &mut seen_objects, Some(&mut others))?
+                }
+                kind if query.objects && seen_objects.insert(id) => others.push(Reached {
+                    id,
+                    kind,
+                    path: None,
+                }),
+                _ => {}
+            }
+        }
+        let mut trees = Vec::new();
+        let mut edges = Vec::new();
+        while let Some((_, id)) = heap.pop() {
+            let commit = self.commit(&id)?;
+            commits.push(Reached {
+                id,
+                kind: ObjectKind::Commit,
+                path: None,
+            });
+            trees.push(commit.tree);
+            for parent in commit.parents {
+                if seen_commits.contains(&parent) {
+                    edges.push(parent);
+                } else if queued.insert(parent) {
+                    let time = self.commit(&parent)?.time;
+                    heap.push((time, parent));
+                }
+            }
+        }
+        if query.objects {
+            // 3. What the edge commits' trees hold is not listed.
+            edges.sort_unstable();
+            edges.dedup();
+            for edge in edges {
+                let tree = self.commit(&edge)?.tree;
+                self.walk_tree(tree, Vec::new(), &mut seen_objects, None)?;
+            }
+            for tree in trees {
+                self.walk_tree(tree, Vec::new(), &mut seen_objects, Some(&mut others))?;
+            }
+        }
+        commits.extend(others);
+        Ok(commits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commits_and_trees() {
+        let id = ObjectId::NULL;
+        let commit = parse_commit(
+            &id,
+            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent ce013625030ba8dba906f756967f9e9ca394464a\nauthor A <a@b> 1 +0000\ncommitter C <c@d> 1700000000 +0100\n\nmsg\n",
+        )
+        .unwrap();
+        assert_eq!(commit.parents.len(), 1);
+        assert_eq!(commit.time, 1_700_000_000);
+        assert!(parse_commit(&id, b"parent x\n").is_err());
+        let mut tree = b"100644 a\0".to_vec();
+        tree.extend_from_slice(&[1u8; 20]);
+        tree.extend_from_slice(b"40000 d\0");
+        tree.extend_from_slice(&[2u8; 20]);
+        let entries: Vec<_> = tree_entries(&id, &tree).map(|e| e.unwrap()).collect();
+        assert_eq!(entries.len(), 2);
+        assert_eq!((entries[1].0, entries[1].1), (0o40000, &b"d"[..]));
+        assert!(tree_entries(&id, &tree[..30]).any(|e| e.is_err()));
+    }
+}

@@ -1,0 +1,138 @@
+//! `packd rev-list` against `git rev-list` on the same repository: the same objects and counts
+//! for commit-only and `--objects` queries, with `--not`, `^rev`, `--all`, `--branches`,
+//! `--tags`, `~N` and `^`, with and without git's bitmaps. The history includes the case where
+//! the two differ (a branch that rewrites files to content only the excluded tip has): git's
+//! plain walk lists those objects, its bitmap walk does not, and packd must match each.
+
+mod common;
+
+use common::*;
+
+fn history(sb: &Sandbox) -> Repo {
+    let repo = sb.init_bare("walk.git");
+    let mut fi = FastImport::new();
+    let mut gen = HistoryGen::new(7, 12, 40);
+    let main = gen.commits(&mut fi, "refs/heads/main", 30, false);
+    // A topic branch forked from the 10th commit of main.
+    fi.commit(
+        "refs/heads/topic",
+        Some(&format!(":{}", main[9])),
+        "fork\n",
+        &[inline("topic.txt", "topic start\n")],
+    );
+    gen.commits(&mut fi, "refs/heads/topic", 12, false);
+    repo.fast_import(&fi.finish());
+    repo.git(&["tag", "-a", "-m", "release", "v1", "main~5"]);
+    repo.git(&["tag", "light", "topic~3"]);
+    repo
+}
+
+fn compare(repo: &Repo, query: &[&str], bitmaps: bool) {
+    let mut git_args = vec!["rev-list"];
+    if bitmaps {
+        git_args.push("--use-bitmap-index");
+    }
+    git_args.extend_from_slice(query);
+    let mut packd_args = vec!["rev-list"];
+    if bitmaps {
+        packd_args.push("--use-bitmap-index");
+    }
+    packd_args.extend_from_slice(query);
+    let ids = |bytes: &[u8]| -> Vec<String> {
+        let mut v: Vec<String> = String::from_utf8_lossy(bytes)
+            .lines()
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let expected = repo.git(&git_args);
+    let run = repo.packd(&packd_args, None);
+    run.assert_success();
+    let got = run.out().into_bytes();
+    let only_git: Vec<String> = String::from_utf8_lossy(&expected)
+        .lines()
+        .filter(|l| !ids(&got).contains(&l.split(' ').next().unwrap().to_string()))
+        .map(str::to_string)
+        .collect();
+    let only_packd: Vec<String> = run
+        .out()
+        .lines()
+        .filter(|l| !ids(&expected).contains(&l.split(' ').next().unwrap().to_string()))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        only_git.is_empty() && only_packd.is_empty(),
+        "rev-list {query:?} (bitmaps: {bitmaps}): only git lists {only_git:#?}; only packd lists {only_packd:#?}"
+    );
+    assert_eq!(
+        ids(&expected),
+        ids(&got),
+        "rev-list {query:?} (bitmaps: {bitmaps})"
+    );
+    let mut count_args = vec!["rev-list", "--count"];
+    if bitmaps {
+        count_args.push("--use-bitmap-index");
+    }
+    count_args.extend_from_slice(query);
+    let git_count = repo.git_str(&count_args);
+    let packd_count = repo.packd(&count_args, None).assert_success().out();
+    assert_eq!(
+        git_count.trim(),
+        packd_count.trim(),
+        "rev-list --count {query:?}"
+    );
+}
+
+const QUERIES: &[&[&str]] = &[
+    &["main"],
+    &["--objects", "main"],
+    &["--objects", "topic", "--not", "main"],
+    &["--objects", "main", "^topic"],
+    &["main~3", "^main~10"],
+    &["--objects", "main", "--not", "main~1"],
+    &["--objects", "--all"],
+    &["--branches"],
+    &["--objects", "--tags", "--not", "--branches"],
+    &["--objects", "v1"],
+    &["--objects", "topic^", "--not", "light"],
+];
+
+#[test]
+fn same_objects_as_git_without_bitmaps() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["repack", "-adq"]);
+    for q in QUERIES {
+        compare(&repo, q, false);
+    }
+}
+
+#[test]
+fn same_objects_as_git_with_its_bitmaps() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["repack", "-adbq"]);
+    assert!(
+        repo.packs()
+            .iter()
+            .any(|p| p.with_extension("bitmap").exists()),
+        "git wrote no bitmap"
+    );
+    for q in QUERIES {
+        compare(&repo, q, true);
+    }
+}
+
+#[test]
+fn bad_revisions_fail_clearly() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let run = repo.packd(&["rev-list", "no-such-branch"], None);
+    assert!(!run.success());
+    assert!(
+        run.err().contains("bad revision 'no-such-branch'"),
+        "{}",
+        run.err()
+    );
+}
