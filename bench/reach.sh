@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Reachability benchmark: `rev-list --objects --count --use-bitmap-index` in packd and git, side by
+# side, each query in a fresh process (a server answers many such questions; a CLI pays the index
+# and bitmap loading every time), median of RUNS.
+#
+# Queries, on each repository:   TIP    --all    TIP --not TIP~100
+# Repositories:
+#   spiky   bench/data/spiky.git: the synthetic repository (bench/make-synthetic-repo.sh) plus
+#           SPIKES (default 5000) unmerged one-commit branches under refs/pull/N/head, as on a
+#           busy code host (seed 001's pathological case for bitmaps is many such refs);
+#   REPO    any repository given as an argument, e.g. a copy of git/git.
+# Each repository is measured twice: bitmaps written with the commit lookup table and without
+# (pack.writeBitmapLookupTable), in two copies under bench/data/reach-*, so that the cost of
+# opening a bitmap index with and without the table shows.
+#
+# Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, PACKD=target/release/packd)
+# Run by hand, never in CI. Prints ratios packd/git; the target is <= 0.5 on every row.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+runs=${RUNS:-5}
+spikes=${SPIKES:-5000}
+packd=${PACKD:-$root/target/release/packd}
+data=$here/data
+mkdir -p "$data"
+[[ -x $packd ]] || (cd "$root" && cargo build --release)
+export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
+
+# --- repositories -------------------------------------------------------------------------------
+
+make_spiky() {
+  local dest=$data/spiky.git
+  [[ -f $dest/.spiky-done-$spikes ]] && { echo "$dest"; return; }
+  "$here/make-synthetic-repo.sh" "$data/synthetic.git" >&2
+  rm -rf "$dest" "$dest.tmp"
+  git clone -q --bare "$data/synthetic.git" "$dest.tmp" >&2
+  # One commit per spike, on top of a commit spread through history, touching one file.
+  git -C "$dest.tmp" rev-list --first-parent main > "$data/spiky-bases.txt"
+  python3 - "$spikes" "$data/spiky-bases.txt" <<'EOF' | git -C "$dest.tmp" fast-import --quiet
+import sys
+n = int(sys.argv[1])
+bases = [l.strip() for l in open(sys.argv[2])]
+out = sys.stdout
+for i in range(n):
+    base = bases[(i * 7919) % len(bases)]
+    msg = f"pull request {i}\n"
+    body = f"spike {i}\n"
+    out.write(f"commit refs/pull/{i}/head\ncommitter Spike <spike@example.com> {1700000000 + i} +0000\n")
+    out.write(f"data {len(msg)}\n{msg}from {base}\nM 100644 inline spikes/spike-{i}.txt\ndata {len(body)}\n{body}\n")
+EOF
+  mv "$dest.tmp" "$dest"
+  touch "$dest/.spiky-done-$spikes"
+  echo "$dest"
+}
+
+# A copy of REPO whose single pack has bitmaps, with or without the lookup table.
+bitmapped_copy() {
+  local src=$1 table=$2 name
+  name=$(basename "$src" .git)-$table
+  local dest=$data/reach-$name.git
+  if [[ ! -f $dest/.reach-done ]]; then
+    rm -rf "$dest"
+    git clone -q --bare --mirror "$src" "$dest"
+    # Refs to objects the copy lacks (git/git's refs/pull/* snapshot) would break repack.
+    git -C "$dest" for-each-ref --format='%(refname)' | while read -r ref; do
+      git -C "$dest" cat-file -e "$ref^{commit}" 2>/dev/null || git -C "$dest" update-ref -d "$ref"
+    done
+    git -C "$dest" -c pack.writeBitmapLookupTable="$table" -c pack.writeBitmapHashCache=true \
+      repack -adb -q
+    touch "$dest/.reach-done"
+  fi
+  echo "$dest"
+}
+
+# --- timing -------------------------------------------------------------------------------------
+
+# Median wall seconds of RUNS runs of "$@" (output discarded).
+median() {
+  local t=()
+  for _ in $(seq "$runs"); do
+    local s e
+    s=$(date +%s.%N)
+    "$@" > /dev/null
+    e=$(date +%s.%N)
+    t+=("$(echo "$e - $s" | bc -l)")
+  done
+  printf '%s\n' "${t[@]}" | sort -g | awk '{a[NR]=$1} END {printf "%.4f", a[int((NR+1)/2)]}'
+}
+
+report() {
+  local repo=$1 label=$2 tip
+  tip=$(git -C "$repo" rev-parse HEAD)
+  local entries
+  entries=$(git -C "$repo" for-each-ref | wc -l)
+  echo "== $label ($(basename "$repo"), $entries refs)"
+  printf '   %-28s %10s %10s %7s %s\n' query "git s" "packd s" ratio check
+  for q in "$tip" "--all" "$tip --not $tip~100"; do
+    local g p ok="same"
+    # shellcheck disable=SC2086
+    [[ $(git -C "$repo" rev-list --objects --count --use-bitmap-index $q) == \
+       $("$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q) ]] || ok="DIFFERENT COUNT"
+    # shellcheck disable=SC2086
+    g=$(median git -C "$repo" rev-list --objects --count --use-bitmap-index $q)
+    # shellcheck disable=SC2086
+    p=$(median "$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q)
+    printf '   %-28s %10s %10s %7.2f %s\n' "${q//$tip/TIP}" "$g" "$p" "$(echo "$p / $g" | bc -l)" "$ok"
+  done
+}
+
+repos=("$@")
+[[ ${#repos[@]} -gt 0 ]] || repos=("$(make_spiky)")
+echo "packd reachability benchmark, $(date -u '+%F %T UTC'), $(git --version), median of $runs"
+for src in "${repos[@]}"; do
+  for table in true false; do
+    report "$(bitmapped_copy "$src" "$table")" "lookup table: $table"
+  done
+done
