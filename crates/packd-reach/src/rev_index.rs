@@ -1,0 +1,190 @@
+//! A pack's reverse index (`.rev`): the index positions of its objects in pack (offset) order.
+//!
+//! ```text
+//! "RIDX"           magic
+//! version  u32 BE  = 1
+//! hash id  u32 BE  = 1 (SHA-1)
+//! N x u32 BE       index position of the object at pack position 0, 1, .. N-1
+//! checksum[20]     the pack's checksum (its trailer; the same as in its .idx)
+//! checksum[20]     SHA-1 of everything above
+//! ```
+//!
+//! The same layout serves a multi-pack-index (`multi-pack-index-<checksum>.rev`), with the
+//! multi-pack-index's checksum in place of the pack's and positions in the multi-pack-index.
+//!
+//! A `.rev` saves sorting the index by offset, which a [`crate::bitmap::PackBitmap`] needs to
+//! turn bits into objects. Callers that find no `.rev`, or one this module rejects, build the order
+//! themselves (`Pack::positions_in_pack_order`).
+
+use bytes::Bytes;
+use packd_storage::{Blob, StorageError};
+
+/// Why a `.rev` file was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum RevIndexError {
+    /// Reading it failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The file is not a reverse index this module can read, or is damaged.
+    #[error("{file}: offset {offset}: {what}")]
+    Corrupt {
+        /// The file.
+        file: String,
+        /// Where the problem was found.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// The file belongs to another pack (or another version of this one).
+    #[error("{file}: written for pack {found}, not for {expected}")]
+    ChecksumMismatch {
+        /// The file.
+        file: String,
+        /// The pack checksum expected (hex).
+        expected: String,
+        /// The pack checksum the file records (hex).
+        found: String,
+    },
+}
+
+const HEADER: usize = 12;
+const HASH: usize = 20;
+
+/// A parsed, validated reverse index.
+#[derive(Debug, Clone)]
+pub struct RevIndex {
+    bytes: Bytes,
+    count: u32,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl RevIndex {
+    /// Reads and validates the whole `.rev` blob for a pack of `object_count` objects whose
+    /// checksum is `pack_checksum`.
+    pub fn open(
+        blob: &dyn Blob,
+        pack_checksum: &[u8],
+        object_count: u32,
+    ) -> Result<RevIndex, RevIndexError> {
+        let expected = HEADER as u64 + 4 * object_count as u64 + 2 * HASH as u64;
+        if blob.len() != expected {
+            return Err(RevIndexError::Corrupt {
+                file: blob.name().to_string(),
+                offset: 0,
+                what: format!(
+                    "is {} bytes, but a reverse index of {object_count} objects has {expected}",
+                    blob.len()
+                ),
+            });
+        }
+        RevIndex::from_bytes(blob.name(), blob.read_all()?, pack_checksum, object_count)
+    }
+
+    /// Validates `bytes` as the reverse index of a pack of `object_count` objects whose checksum
+    /// is `pack_checksum`: size, magic, version, hash, pack checksum, file checksum, and that the
+    /// positions are a permutation of `0..object_count`.
+    pub fn from_bytes(
+        name: &str,
+        bytes: Bytes,
+        pack_checksum: &[u8],
+        object_count: u32,
+    ) -> Result<RevIndex, RevIndexError> {
+        let corrupt = |offset: usize, what: String| RevIndexError::Corrupt {
+            file: name.to_string(),
+            offset: offset as u64,
+            what,
+        };
+        let n = object_count as usize;
+        let expected = HEADER as u64 + 4 * object_count as u64 + 2 * HASH as u64;
+        if bytes.len() as u64 != expected {
+            return Err(corrupt(
+                0,
+                format!(
+                    "is {} bytes, but a reverse index of {object_count} objects has {expected}",
+                    bytes.len()
+                ),
+            ));
+        }
+        if &bytes[..4] != b"RIDX" {
+            return Err(corrupt(0, "not a reverse index (bad signature)".into()));
+        }
+        let be32 = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let version = be32(4);
+        if version != 1 {
+            return Err(corrupt(4, format!("unsupported version {version}")));
+        }
+        let hash = be32(8);
+        if hash != 1 {
+            return Err(corrupt(
+                8,
+                format!("hash id {hash} (only SHA-1, id 1, is supported)"),
+            ));
+        }
+        let trailer = HEADER + 4 * n;
+        let recorded = &bytes[trailer..trailer + HASH];
+        if recorded != pack_checksum {
+            return Err(RevIndexError::ChecksumMismatch {
+                file: name.to_string(),
+                expected: hex(pack_checksum),
+                found: hex(recorded),
+            });
+        }
+        let digest = sha1dc::digest(&bytes[..trailer + HASH])
+            .map_err(|_| corrupt(0, "carries a SHA-1 collision attack".into()))?;
+        if digest.as_ref() != &bytes[trailer + HASH..] {
+            return Err(corrupt(
+                trailer + HASH,
+                "the file checksum does not match its content".into(),
+            ));
+        }
+        let mut seen = vec![0u64; n.div_ceil(64)];
+        for i in 0..n {
+            let p = be32(HEADER + 4 * i) as usize;
+            if p >= n {
+                return Err(corrupt(
+                    HEADER + 4 * i,
+                    format!("pack position {i} names index position {p}, past the {n} objects"),
+                ));
+            }
+            if seen[p / 64] >> (p % 64) & 1 != 0 {
+                return Err(corrupt(
+                    HEADER + 4 * i,
+                    format!("index position {p} appears twice"),
+                ));
+            }
+            seen[p / 64] |= 1 << (p % 64);
+        }
+        Ok(RevIndex {
+            bytes,
+            count: object_count,
+        })
+    }
+
+    /// The number of objects.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// True for the reverse index of an empty pack.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The index position of the object at pack position `pack_pos`, if there is one.
+    pub fn index_position(&self, pack_pos: u32) -> Option<u32> {
+        (pack_pos < self.count).then(|| {
+            let at = HEADER + 4 * pack_pos as usize;
+            u32::from_be_bytes(self.bytes[at..at + 4].try_into().expect("4 bytes"))
+        })
+    }
+
+    /// All index positions in pack order.
+    pub fn to_vec(&self) -> Vec<u32> {
+        (0..self.count)
+            .map(|i| self.index_position(i).expect("in range"))
+            .collect()
+    }
+}

@@ -1,0 +1,799 @@
+//! Reading git's own `.bitmap` and `.rev` files: every bitmapped commit's bitmap must name exactly
+//! the objects `git rev-list --objects` lists for it, type bitmaps must match `git cat-file`, name
+//! hashes must match git's hash of the paths, `.rev` must match `git show-index` sorted by offset;
+//! and damaged files must give errors, never panics.
+
+use bytes::Bytes;
+use packd_odb::pack::multi_index::MultiPackIndex;
+use packd_odb::pack::Pack;
+use packd_odb::{HashKind, ObjectId, ObjectKind};
+use packd_reach::bitmap::{BitmapError, PackBitmap};
+use packd_reach::ewah::Bitmap;
+use packd_reach::rev_index::{RevIndex, RevIndexError};
+use packd_storage::{Blob, LocalStorage, Storage, StorageError};
+use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+// ---------------------------------------------------------------------------------------------
+// git in a sandbox
+// ---------------------------------------------------------------------------------------------
+
+struct Repo {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    dir: PathBuf,
+}
+
+impl Repo {
+    fn git_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.args(args)
+            .current_dir(&self.dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", self.home.join(".gitconfig"))
+            .env("GIT_AUTHOR_NAME", "A U Thor")
+            .env("GIT_AUTHOR_EMAIL", "author@example.com")
+            .env("GIT_AUTHOR_DATE", "1700000000 +0000")
+            .env("GIT_COMMITTER_NAME", "C O Mitter")
+            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+            .env("GIT_COMMITTER_DATE", "1700000000 +0000");
+        cmd
+    }
+
+    fn git_stdin(&self, args: &[&str], stdin: &[u8]) -> String {
+        let mut child = self
+            .git_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("git runs");
+        let mut input = child.stdin.take().unwrap();
+        let data = stdin.to_vec();
+        let writer = std::thread::spawn(move || {
+            input.write_all(&data).unwrap();
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = self.git_cmd(args).output().expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn objects(&self) -> PathBuf {
+        self.dir.join("objects")
+    }
+
+    fn storage(&self) -> LocalStorage {
+        LocalStorage::new(self.objects())
+    }
+
+    /// The names (`pack/pack-*.idx`) of the repository's pack indexes.
+    fn idx_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.objects().join("pack"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".idx"))
+            .map(|n| format!("pack/{n}"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn only_pack(&self) -> Pack {
+        let names = self.idx_names();
+        assert_eq!(names.len(), 1, "expected one pack, found {names:?}");
+        Pack::open(&self.storage(), &names[0], 0, HashKind::Sha1).unwrap()
+    }
+}
+
+/// A bare repository holding a few hundred commits on three branches, with merges, annotated
+/// and lightweight tags, nested directories and paths with spaces; every object in one pack.
+fn build_repo(commits: usize) -> Repo {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join(".gitconfig"), "").unwrap();
+    let dir = tmp.path().join("repo.git");
+    let repo = Repo {
+        _tmp: tmp,
+        home,
+        dir: dir.clone(),
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    repo.git(&["init", "-q", "--bare", "."]);
+    repo.git_stdin(&["fast-import", "--quiet"], &history(commits, 0));
+    repo
+}
+
+fn data(out: &mut Vec<u8>, content: &str) {
+    write!(out, "data {}\n{content}\n", content.len()).unwrap();
+}
+
+/// A fast-import stream of `commits` commits; `seed` varies content so that a second stream adds
+/// new objects on branches of its own.
+fn history(commits: usize, seed: usize) -> Vec<u8> {
+    let branches = ["main", "feature", "topic"];
+    let mut out = Vec::new();
+    let mut tips: HashMap<&str, usize> = HashMap::new();
+    let mut mark = 0;
+    for i in 0..commits {
+        let branch = if i < 20 { "main" } else { branches[i % 3] };
+        let prefix = if seed == 0 {
+            String::new()
+        } else {
+            format!("s{seed}/")
+        };
+        mark += 1;
+        let time = 1_700_000_000 + i * 60 + seed * 1_000_000;
+        writeln!(
+            out,
+            "commit refs/heads/{prefix}{branch}\nmark :{mark}\nauthor A U Thor <a@example.com> {time} +0000\ncommitter C O Mitter <c@example.com> {time} +0000"
+        )
+        .unwrap();
+        data(&mut out, &format!("commit {i} on {branch} (seed {seed})"));
+        match tips.get(branch) {
+            Some(&m) => writeln!(out, "from :{m}").unwrap(),
+            None if i > 0 => writeln!(out, "from :{}", tips["main"]).unwrap(),
+            None => {}
+        }
+        if branch == "main" && i % 45 == 44 {
+            if let Some(&m) = tips.get("feature") {
+                writeln!(out, "merge :{m}").unwrap();
+            }
+        }
+        let files = [
+            format!("src/dir{}/file{}.txt", i % 7, i % 11),
+            format!("docs/notes {}.md", i % 3),
+            "README".to_string(),
+            format!("deep/a/b/c{}/d/leaf.rs", i % 4),
+        ];
+        for (k, path) in files.iter().enumerate() {
+            if (i + k) % (k + 1) == 0 {
+                writeln!(out, "M 100644 inline {path}").unwrap();
+                data(
+                    &mut out,
+                    &format!("{path}\nversion {i} seed {seed}\n{}", "x".repeat(i % 50)),
+                );
+            }
+        }
+        if i % 17 == 16 {
+            writeln!(out, "D src/dir{}/file{}.txt", (i + 3) % 7, (i + 5) % 11).unwrap();
+        }
+        out.push(b'\n');
+        tips.insert(branch, mark);
+        if i % 40 == 39 {
+            writeln!(
+                out,
+                "tag {prefix}v{i}\nfrom :{mark}\ntagger T <t@example.com> {time} +0000"
+            )
+            .unwrap();
+            data(&mut out, &format!("release {i}"));
+        }
+        if i % 33 == 32 {
+            writeln!(out, "reset refs/tags/{prefix}light{i}\nfrom :{mark}\n").unwrap();
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expectations from git
+// ---------------------------------------------------------------------------------------------
+
+fn oid(hex: &str) -> ObjectId {
+    ObjectId::from_hex(hex).unwrap_or_else(|| panic!("bad id {hex:?}"))
+}
+
+fn rev_list_objects(repo: &Repo, tip: &ObjectId) -> HashSet<ObjectId> {
+    repo.git(&["rev-list", "--objects", &tip.to_hex()])
+        .lines()
+        .map(|l| oid(&l[..40]))
+        .collect()
+}
+
+fn object_types(repo: &Repo) -> HashMap<ObjectId, ObjectKind> {
+    repo.git(&[
+        "cat-file",
+        "--batch-all-objects",
+        "--batch-check=%(objectname) %(objecttype)",
+    ])
+    .lines()
+    .map(|l| {
+        let (id, t) = l.split_once(' ').unwrap();
+        (oid(id), ObjectKind::from_name(t.as_bytes()).unwrap())
+    })
+    .collect()
+}
+
+/// git's `pack_name_hash`: whitespace skipped, each byte shifted in from the top.
+fn pack_name_hash(name: &[u8]) -> u32 {
+    let mut hash: u32 = 0;
+    for &c in name {
+        if matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+            continue;
+        }
+        hash = (hash >> 2).wrapping_add((c as u32) << 24);
+    }
+    hash
+}
+
+fn ids_of(bitmap: &Bitmap, pack: &Pack) -> HashSet<ObjectId> {
+    PackBitmap::object_ids(bitmap, pack)
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+fn open_bitmap(repo: &Repo, pack: &Pack, use_table: bool) -> PackBitmap {
+    let name = packd_reach::bitmap::bitmap_name(pack.name()).unwrap();
+    let blob = repo.storage().open(&name).unwrap();
+    PackBitmap::open_with(blob, pack.index().pack_checksum(), pack.len(), use_table).unwrap()
+}
+
+/// Checks every commit bitmap, the type bitmaps and (if present) the name hashes of `bm` against
+/// git. Returns the number of commit bitmaps checked.
+fn check_against_git(repo: &Repo, pack: &Pack, bm: &PackBitmap) -> usize {
+    let types = object_types(repo);
+    assert_eq!(types.len(), pack.len() as usize);
+    for kind in [
+        ObjectKind::Commit,
+        ObjectKind::Tree,
+        ObjectKind::Blob,
+        ObjectKind::Tag,
+    ] {
+        let got = ids_of(bm.type_bitmap(kind), pack);
+        let want: HashSet<ObjectId> = types
+            .iter()
+            .filter(|(_, &k)| k == kind)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(got, want, "{kind:?} type bitmap");
+    }
+
+    let mut checked = 0;
+    let positions: Vec<u32> = bm.commit_positions().collect();
+    assert_eq!(positions.len(), bm.entry_count() as usize);
+    for pos in positions {
+        let id = pack.index().id(pos);
+        assert_eq!(types[&id], ObjectKind::Commit, "bitmapped {id} is a commit");
+        let bitmap = bm
+            .commit_bitmap(pos)
+            .unwrap()
+            .expect("listed commit has a bitmap");
+        let by_id = bm.commit_bitmap_for(pack, &id).unwrap().unwrap();
+        assert_eq!(bitmap, by_id);
+        let got = ids_of(&bitmap, pack);
+        let want = rev_list_objects(repo, &id);
+        assert_eq!(got.len(), want.len(), "object count for {id}");
+        assert_eq!(got, want, "objects reachable from {id}");
+        checked += 1;
+    }
+    // A commit without a bitmap answers None.
+    let unbitmapped = (0..pack.len())
+        .find(|&p| types[&pack.index().id(p)] == ObjectKind::Commit && !bm.contains(p));
+    if let Some(p) = unbitmapped {
+        assert!(bm.commit_bitmap(p).unwrap().is_none());
+    }
+
+    if bm.has_name_hash_cache() {
+        // What git names each object while packing (`git rev-list --objects --all`, the walk
+        // pack-objects does); objects reached by several paths take the first.
+        let mut path_of: HashMap<ObjectId, String> = HashMap::new();
+        for line in repo.git(&["rev-list", "--objects", "--all"]).lines() {
+            let (id, path) = line.split_at(40);
+            path_of
+                .entry(oid(id))
+                .or_insert_with(|| path.strip_prefix(' ').unwrap_or("").to_string());
+        }
+        let (mut exact, mut named) = (0, 0);
+        // The cache is in index order.
+        for index_pos in 0..pack.len() {
+            let id = pack.index().id(index_pos);
+            let hash = bm.name_hash(index_pos).unwrap().unwrap();
+            match types[&id] {
+                ObjectKind::Commit => assert_eq!(hash, 0, "commit {id} has no name"),
+                ObjectKind::Blob => {
+                    let path = &path_of[&id];
+                    assert!(!path.is_empty());
+                    assert_ne!(hash, 0, "blob {id} at {path} has a name hash");
+                    named += 1;
+                    if hash == pack_name_hash(path.as_bytes()) {
+                        exact += 1;
+                    }
+                }
+                ObjectKind::Tree => {
+                    let path = &path_of[&id];
+                    named += 1;
+                    if hash == pack_name_hash(path.as_bytes()) {
+                        exact += 1;
+                    }
+                }
+                ObjectKind::Tag => {}
+            }
+        }
+        assert_eq!(exact, named, "name hashes equal git's hash of each path");
+        assert_eq!(bm.name_hash(pack.len()).unwrap(), None);
+    } else {
+        assert_eq!(bm.name_hash(0).unwrap(), None);
+    }
+    checked
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bitmaps git writes
+// ---------------------------------------------------------------------------------------------
+
+fn repack(repo: &Repo, table: bool, hash_cache: bool) {
+    let table = format!("pack.writeBitmapLookupTable={table}");
+    let hash = format!("pack.writeBitmapHashCache={hash_cache}");
+    repo.git(&[
+        "-c",
+        &table,
+        "-c",
+        &hash,
+        "-c",
+        "pack.writeReverseIndex=true",
+        "repack",
+        "-adbq",
+    ]);
+}
+
+#[test]
+fn lookup_table_and_hash_cache() {
+    let repo = build_repo(300);
+    repack(&repo, true, true);
+    let pack = repo.only_pack();
+    let bm = open_bitmap(&repo, &pack, true);
+    assert!(bm.has_lookup_table() && bm.used_lookup_table());
+    assert!(bm.has_name_hash_cache());
+    assert!(bm.entry_count() > 10, "{} bitmaps", bm.entry_count());
+    bm.verify_checksum().unwrap();
+    let n = check_against_git(&repo, &pack, &bm);
+    assert_eq!(n, bm.entry_count() as usize);
+
+    // Ignoring the table (scanning the entries) gives the same bitmaps.
+    let scanned = open_bitmap(&repo, &pack, false);
+    assert!(scanned.has_lookup_table() && !scanned.used_lookup_table());
+    for pos in bm.commit_positions() {
+        assert_eq!(
+            bm.commit_bitmap(pos).unwrap(),
+            scanned.commit_bitmap(pos).unwrap()
+        );
+    }
+}
+
+#[test]
+fn hash_cache_without_lookup_table() {
+    let repo = build_repo(250);
+    repack(&repo, false, true);
+    let pack = repo.only_pack();
+    let bm = open_bitmap(&repo, &pack, true);
+    assert!(!bm.has_lookup_table() && !bm.used_lookup_table());
+    assert!(bm.has_name_hash_cache());
+    check_against_git(&repo, &pack, &bm);
+}
+
+#[test]
+fn neither_lookup_table_nor_hash_cache() {
+    let repo = build_repo(200);
+    repack(&repo, false, false);
+    let pack = repo.only_pack();
+    let bm = open_bitmap(&repo, &pack, true);
+    assert!(!bm.has_lookup_table() && !bm.has_name_hash_cache());
+    check_against_git(&repo, &pack, &bm);
+}
+
+#[test]
+fn lookup_table_without_hash_cache() {
+    let repo = build_repo(120);
+    repack(&repo, true, false);
+    let pack = repo.only_pack();
+    let bm = open_bitmap(&repo, &pack, true);
+    assert!(bm.used_lookup_table() && !bm.has_name_hash_cache());
+    check_against_git(&repo, &pack, &bm);
+}
+
+#[test]
+fn open_for_pack_finds_the_bitmap() {
+    let repo = build_repo(60);
+    let pack = repo.only_pack();
+    // fast-import writes no bitmap.
+    assert!(PackBitmap::open_for_pack(&repo.storage(), &pack)
+        .unwrap()
+        .is_none());
+    repack(&repo, true, true);
+    let pack = repo.only_pack();
+    let bm = PackBitmap::open_for_pack(&repo.storage(), &pack)
+        .unwrap()
+        .unwrap();
+    assert!(bm.entry_count() > 0);
+}
+
+/// A blob that counts the bytes read through it.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn Blob>,
+    bytes: AtomicU64,
+}
+
+impl Blob for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.bytes
+            .fetch_add(range.end - range.start, Ordering::Relaxed);
+        self.inner.read(range)
+    }
+}
+
+#[test]
+fn lookup_table_open_reads_no_entries() {
+    let repo = build_repo(300);
+    repack(&repo, true, true);
+    let pack = repo.only_pack();
+    let name = packd_reach::bitmap::bitmap_name(pack.name()).unwrap();
+    let blob = repo.storage().open(&name).unwrap();
+    let len = blob.len();
+    let counting = Arc::new(Counting {
+        inner: blob,
+        bytes: AtomicU64::new(0),
+    });
+    let bm = PackBitmap::open(counting.clone(), pack.index().pack_checksum(), pack.len()).unwrap();
+    let type_bytes: u64 = [
+        ObjectKind::Commit,
+        ObjectKind::Tree,
+        ObjectKind::Blob,
+        ObjectKind::Tag,
+    ]
+    .iter()
+    .map(|&k| 12 + 8 * bm.type_bitmap(k).words().len() as u64 + 8)
+    .sum();
+    let at_open = counting.bytes.load(Ordering::Relaxed);
+    let table = 16 * bm.entry_count() as u64;
+    let hash_cache = 4 * pack.len() as u64;
+    assert!(
+        at_open <= 32 + type_bytes + table,
+        "open read {at_open} bytes of {len}; header, types and table are at most {}",
+        32 + type_bytes + table
+    );
+    assert!(at_open < len - hash_cache - 20);
+    // One commit bitmap reads only its chain.
+    let pos = bm.commit_positions().last().unwrap();
+    bm.commit_bitmap(pos).unwrap().unwrap();
+    assert!(counting.bytes.load(Ordering::Relaxed) < len);
+}
+
+// ---------------------------------------------------------------------------------------------
+// .rev
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn rev_index_matches_show_index() {
+    let repo = build_repo(150);
+    repack(&repo, true, true);
+    let pack = repo.only_pack();
+    let idx_name = &repo.idx_names()[0];
+    let idx = std::fs::read(repo.objects().join(idx_name)).unwrap();
+    let mut by_offset: Vec<(u64, ObjectId)> = repo
+        .git_stdin(&["show-index"], &idx)
+        .lines()
+        .map(|l| {
+            let mut f = l.split(' ');
+            let off = f.next().unwrap().parse().unwrap();
+            (off, oid(f.next().unwrap()))
+        })
+        .collect();
+    by_offset.sort();
+    let rev_name = idx_name.replace(".idx", ".rev");
+    let blob = repo.storage().open(&rev_name).unwrap();
+    let rev = RevIndex::open(&*blob, pack.index().pack_checksum(), pack.len()).unwrap();
+    assert_eq!(rev.len(), pack.len());
+    let from_rev: Vec<ObjectId> = rev
+        .to_vec()
+        .into_iter()
+        .map(|p| pack.index().id(p))
+        .collect();
+    let want: Vec<ObjectId> = by_offset.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(from_rev, want);
+    assert_eq!(rev.to_vec(), pack.positions_in_pack_order().unwrap());
+    assert_eq!(rev.index_position(pack.len()), None);
+
+    // Damage: wrong pack, truncation, a flipped byte anywhere.
+    let bytes = blob.read_all().unwrap();
+    let mut other = pack.index().pack_checksum().to_vec();
+    other[0] ^= 1;
+    assert!(matches!(
+        RevIndex::from_bytes("x.rev", bytes.clone(), &other, pack.len()),
+        Err(RevIndexError::ChecksumMismatch { .. })
+    ));
+    for cut in [0, 3, 12, bytes.len() / 2, bytes.len() - 1] {
+        assert!(RevIndex::from_bytes(
+            "x.rev",
+            bytes.slice(..cut),
+            pack.index().pack_checksum(),
+            pack.len()
+        )
+        .is_err());
+    }
+    for at in (0..bytes.len()).step_by(7) {
+        let mut v = bytes.to_vec();
+        v[at] ^= 0x40;
+        assert!(
+            RevIndex::from_bytes("x.rev", v.into(), pack.index().pack_checksum(), pack.len())
+                .is_err(),
+            "flipped byte {at} accepted"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-pack-index bitmaps
+// ---------------------------------------------------------------------------------------------
+
+/// The RIDX chunk of a multi-pack-index: its positions in pseudo-pack (bitmap) order.
+fn ridx_chunk(midx: &[u8]) -> Option<Vec<u32>> {
+    let chunks = midx[6] as usize;
+    let row = |i: usize| {
+        let at = 12 + 12 * i;
+        (
+            &midx[at..at + 4],
+            u64::from_be_bytes(midx[at + 4..at + 12].try_into().unwrap()) as usize,
+        )
+    };
+    let i = (0..chunks).find(|&i| row(i).0 == b"RIDX")?;
+    let (start, end) = (row(i).1, row(i + 1).1);
+    Some(
+        midx[start..end]
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect(),
+    )
+}
+
+#[test]
+fn multi_pack_index_bitmap() {
+    let repo = build_repo(120);
+    repack(&repo, false, true);
+    repo.git_stdin(&["fast-import", "--quiet"], &history(80, 1));
+    assert_eq!(repo.idx_names().len(), 2);
+    repo.git(&[
+        "-c",
+        "pack.writeBitmapLookupTable=true",
+        "multi-pack-index",
+        "write",
+        "--bitmap",
+    ]);
+    let midx_bytes = std::fs::read(repo.objects().join("pack/multi-pack-index")).unwrap();
+    let checksum = midx_bytes[midx_bytes.len() - 20..].to_vec();
+    let midx_raw = midx_bytes.clone();
+    let midx = MultiPackIndex::from_bytes("multi-pack-index", midx_bytes.into()).unwrap();
+    let hex: String = checksum.iter().map(|b| format!("{b:02x}")).collect();
+    let storage = repo.storage();
+    let blob = storage
+        .open(&format!("pack/multi-pack-index-{hex}.bitmap"))
+        .unwrap();
+    let bm = PackBitmap::open(blob, &checksum, midx.len()).unwrap();
+    // MIDX order: a separate `.rev` (older git) or the multi-pack-index's RIDX chunk.
+    let order: Vec<u32> = match storage.open(&format!("pack/multi-pack-index-{hex}.rev")) {
+        Ok(b) => RevIndex::open(&*b, &checksum, midx.len()).unwrap().to_vec(),
+        Err(e) if e.is_not_found() => ridx_chunk(&midx_raw).expect("a RIDX chunk"),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(order.len(), midx.len() as usize);
+    let ids = |b: &Bitmap| -> HashSet<ObjectId> {
+        b.iter_ones()
+            .map(|bit| midx.id(order[bit as usize]))
+            .collect()
+    };
+    let types = object_types(&repo);
+    let commits: HashSet<ObjectId> = types
+        .iter()
+        .filter(|(_, &k)| k == ObjectKind::Commit)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(ids(bm.type_bitmap(ObjectKind::Commit)), commits);
+    assert!(bm.entry_count() > 0);
+    for pos in bm.commit_positions().collect::<Vec<_>>() {
+        let id = midx.id(pos);
+        let b = bm.commit_bitmap(pos).unwrap().unwrap();
+        assert_eq!(ids(&b), rev_list_objects(&repo, &id), "objects from {id}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Damaged files
+// ---------------------------------------------------------------------------------------------
+
+/// A bitmap file held in memory, to damage at will.
+#[derive(Debug)]
+struct Mem {
+    bytes: Bytes,
+}
+
+impl Blob for Mem {
+    fn name(&self) -> &str {
+        "damaged.bitmap"
+    }
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        packd_storage::check_range("damaged.bitmap", &range, self.len())?;
+        Ok(self.bytes.slice(range.start as usize..range.end as usize))
+    }
+}
+
+/// Opens `bytes` as the bitmap of `pack` and reads every commit bitmap; the first error, if any.
+/// Also checks that whatever is returned stays within the pack.
+fn read_everything(bytes: Vec<u8>, pack: &Pack, use_table: bool) -> Result<(), BitmapError> {
+    let blob = Arc::new(Mem {
+        bytes: bytes.into(),
+    });
+    let bm = PackBitmap::open_with(blob, pack.index().pack_checksum(), pack.len(), use_table)?;
+    for pos in bm.commit_positions().collect::<Vec<_>>() {
+        if let Some(b) = bm.commit_bitmap(pos)? {
+            assert!(b.last_set_bit().is_none_or(|l| l < pack.len() as u64));
+        }
+    }
+    for p in 0..pack.len() {
+        bm.name_hash(p)?;
+    }
+    bm.verify_checksum()
+}
+
+/// Where each section of a bitmap file starts: (entries start, [type bitmap offsets]).
+fn entries_start(bytes: &[u8]) -> u64 {
+    let mut at = 32usize;
+    for _ in 0..4 {
+        let words = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        at += 12 + 8 * words;
+    }
+    at as u64
+}
+
+fn bitmap_bytes(repo: &Repo, pack: &Pack) -> Vec<u8> {
+    let name = packd_reach::bitmap::bitmap_name(pack.name()).unwrap();
+    std::fs::read(repo.objects().join(name)).unwrap()
+}
+
+#[test]
+fn damaged_bitmaps_are_errors() {
+    let repo = build_repo(120);
+    for (table, hash) in [(true, true), (false, false)] {
+        repack(&repo, table, hash);
+        let pack = repo.only_pack();
+        let good = bitmap_bytes(&repo, &pack);
+        read_everything(good.clone(), &pack, true).unwrap();
+
+        // Truncated anywhere: an error (at the latest from the trailer checksum), never a panic.
+        let mut caught_before_checksum = 0;
+        let cuts: Vec<usize> = (0..good.len()).step_by(good.len() / 400 + 1).collect();
+        for &cut in &cuts {
+            let r = read_everything(good[..cut].to_vec(), &pack, true);
+            assert!(r.is_err(), "truncated to {cut} bytes accepted");
+            if !matches!(&r, Err(BitmapError::Corrupt { what, .. }) if what.contains("file checksum"))
+            {
+                caught_before_checksum += 1;
+            }
+        }
+        assert!(
+            caught_before_checksum * 10 >= cuts.len() * 8,
+            "only {caught_before_checksum} of {} truncations caught by the structure",
+            cuts.len()
+        );
+
+        // Flipped bytes anywhere: never a panic.
+        for at in (0..good.len()).step_by(good.len() / 500 + 1) {
+            for mask in [0x01, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[at] ^= mask;
+                let _ = read_everything(bad.clone(), &pack, true);
+                let _ = read_everything(bad, &pack, false);
+            }
+        }
+
+        // A flipped byte of the recorded pack checksum: a mismatch, specifically.
+        let mut bad = good.clone();
+        bad[20] ^= 0x10;
+        let err = read_everything(bad, &pack, true).unwrap_err();
+        assert!(err.is_checksum_mismatch(), "{err}");
+        let odb_err: packd_odb::Error = err.into();
+        assert!(odb_err.to_string().contains("written for pack"));
+
+        // A huge word count in a type bitmap.
+        let mut bad = good.clone();
+        bad[36..40].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
+        let err = read_everything(bad, &pack, true).unwrap_err();
+        assert!(matches!(err, BitmapError::Ewah { .. }), "{err}");
+
+        // A huge bit count in a type bitmap.
+        let mut bad = good.clone();
+        bad[32..36].copy_from_slice(&u32::MAX.to_be_bytes());
+        let err = read_everything(bad, &pack, true).unwrap_err();
+        assert!(matches!(err, BitmapError::Ewah { .. }), "{err}");
+
+        // The first entry in the file: a huge word count, then a huge run.
+        let first = entries_start(&good) as usize;
+        let ewah = first + 6;
+        let mut bad = good.clone();
+        bad[ewah + 4..ewah + 8].copy_from_slice(&0xffff_fff0u32.to_be_bytes());
+        for use_table in [true, false] {
+            let err = read_everything(bad.clone(), &pack, use_table).unwrap_err();
+            assert!(matches!(err, BitmapError::Ewah { .. }), "{err}");
+        }
+        let mut bad = good.clone();
+        let rlw = u64::from_be_bytes(bad[ewah + 8..ewah + 16].try_into().unwrap());
+        let huge_run = (rlw & !(0xffff_ffffu64 << 1)) | (0xffff_fff0u64 << 1);
+        bad[ewah + 8..ewah + 16].copy_from_slice(&huge_run.to_be_bytes());
+        for use_table in [true, false] {
+            let err = read_everything(bad.clone(), &pack, use_table).unwrap_err();
+            assert!(matches!(err, BitmapError::Ewah { .. }), "{err}");
+        }
+
+        // An XOR offset reaching before the first entry.
+        let mut bad = good.clone();
+        bad[first + 4] = 3;
+        let err = read_everything(bad, &pack, false).unwrap_err();
+        assert!(matches!(err, BitmapError::Corrupt { .. }), "{err}");
+
+        if table {
+            // Lookup table rows pointing at themselves, out of the file, and out of order.
+            let n = u32::from_be_bytes(good[8..12].try_into().unwrap()) as usize;
+            let table_at = good.len() - 20 - 4 * pack.len() as usize - 16 * n;
+            let mut bad = good.clone();
+            bad[table_at + 12..table_at + 16].copy_from_slice(&0u32.to_be_bytes());
+            assert!(read_everything(bad, &pack, true).is_err());
+            let mut bad = good.clone();
+            bad[table_at + 4..table_at + 12].copy_from_slice(&u64::MAX.to_be_bytes());
+            assert!(read_everything(bad, &pack, true).is_err());
+            let mut bad = good.clone();
+            bad[table_at..table_at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+            assert!(read_everything(bad, &pack, true).is_err());
+            // A cycle: row 1 XORs with row 2 and row 2 with row 1.
+            let mut bad = good.clone();
+            bad[table_at + 16 + 12..table_at + 16 + 16].copy_from_slice(&2u32.to_be_bytes());
+            bad[table_at + 32 + 12..table_at + 32 + 16].copy_from_slice(&1u32.to_be_bytes());
+            assert!(read_everything(bad, &pack, true).is_err());
+        }
+
+        // Wrong magic and version.
+        let mut bad = good.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            read_everything(bad, &pack, true),
+            Err(BitmapError::Corrupt { .. })
+        ));
+        let mut bad = good.clone();
+        bad[5] = 2;
+        assert!(matches!(
+            read_everything(bad, &pack, true),
+            Err(BitmapError::Unsupported { .. })
+        ));
+    }
+}
