@@ -43,6 +43,8 @@ impl Default for OpenOptions {
 /// One objects directory.
 #[derive(Debug)]
 struct Source {
+    /// Where this directory's files are read from.
+    storage: Arc<dyn Storage>,
     packs: Vec<Arc<Pack>>,
     /// The multi-pack-index and, for each of its pack numbers, the position in `packs`.
     midx: Option<(MultiPackIndex, Vec<usize>)>,
@@ -137,6 +139,13 @@ impl ObjectDb {
     /// Every pack of every objects directory.
     pub fn packs(&self) -> impl Iterator<Item = &Arc<Pack>> {
         self.sources.iter().flat_map(|s| s.packs.iter())
+    }
+
+    /// Every pack with the storage it is read from (where its `.bitmap` or `.rev` live too).
+    pub fn packs_with_storage(&self) -> impl Iterator<Item = (&Arc<dyn Storage>, &Arc<Pack>)> {
+        self.sources
+            .iter()
+            .flat_map(|s| s.packs.iter().map(move |p| (&s.storage, p)))
     }
 
     /// The delta base cache's counters.
@@ -383,6 +392,7 @@ fn open_source(
         .filter(|i| midx.as_ref().is_none_or(|(_, map)| !map.contains(i)))
         .collect();
     Ok(Source {
+        storage: storage.clone(),
         packs,
         midx,
         outside_midx,

@@ -133,6 +133,8 @@ impl<'a> RefReader<'a> {
     /// Every ref under `prefix` (e.g. `refs/heads/`, or `refs/` for all) with the id it points
     /// at, loose refs winning over packed ones, sorted by name. Symbolic refs are followed.
     pub fn list(&self, prefix: &str) -> Result<Vec<(String, ObjectId)>> {
+        // Read packed-refs once: looking each name up in it again would cost refs x refs.
+        let mut packed_ids = std::collections::HashMap::new();
         let mut names = std::collections::BTreeSet::new();
         let packed = self.common_dir.join("packed-refs");
         match std::fs::read_to_string(&packed) {
@@ -141,9 +143,12 @@ impl<'a> RefReader<'a> {
                     if line.starts_with('#') || line.starts_with('^') {
                         continue;
                     }
-                    if let Some((_, name)) = line.split_once(' ') {
+                    if let Some((hex, name)) = line.split_once(' ') {
                         if name.starts_with(prefix) {
                             names.insert(name.to_string());
+                            if let Some(id) = ObjectId::from_hex(hex) {
+                                packed_ids.insert(name.to_string(), id);
+                            }
                         }
                     }
                 }
@@ -156,6 +161,7 @@ impl<'a> RefReader<'a> {
                 })
             }
         }
+        let mut loose = std::collections::HashSet::new();
         let mut stack = vec!["refs".to_string()];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(self.common_dir.join(&dir)) else {
@@ -168,13 +174,18 @@ impl<'a> RefReader<'a> {
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     stack.push(name);
                 } else if name.starts_with(prefix) && !name.ends_with(".lock") {
+                    loose.insert(name.clone());
                     names.insert(name);
                 }
             }
         }
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(id) = self.resolve_full(&name)? {
+            let id = match packed_ids.get(&name) {
+                Some(id) if !loose.contains(&name) => Some(*id),
+                _ => self.resolve_full(&name)?,
+            };
+            if let Some(id) = id {
                 out.push((name, id));
             }
         }

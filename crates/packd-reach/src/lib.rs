@@ -5,11 +5,12 @@
 //! ewah.rs      git's EWAH compressed bitmaps, decoded into plain bitmaps
 //! bitmap/      a pack's (or multi-pack-index's) .bitmap: type and commit bitmaps
 //! rev_index.rs a pack's .rev: index positions in pack order
+//! bitmap_walk.rs  the same questions answered from a pack's bitmaps, with a fill-in walk
 //! ```
-//! The bitmap readers are checked against git's files; queries do not use them yet (the walk
-//! answers everything), which is the next step.
+//! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
 pub mod bitmap;
+pub mod bitmap_walk;
 pub mod ewah;
 pub mod rev_index;
 pub mod walk;

@@ -43,17 +43,17 @@ pub struct Reached {
 }
 
 /// A commit's links and date, as far as the walk needs them.
-struct CommitInfo {
-    tree: ObjectId,
-    parents: Vec<ObjectId>,
-    time: i64,
+pub(crate) struct CommitInfo {
+    pub(crate) tree: ObjectId,
+    pub(crate) parents: Vec<ObjectId>,
+    pub(crate) time: i64,
 }
 
 fn bad(id: &ObjectId, what: &str) -> Error {
     Error::BadName(format!("object {id}: {what}"))
 }
 
-fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
+pub(crate) fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
     let mut tree = None;
     let mut parents = Vec::new();
     let mut time = 0;
@@ -85,7 +85,7 @@ fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
 }
 
 /// The entries of a tree: (mode, name, id).
-fn tree_entries<'a>(
+pub(crate) fn tree_entries<'a>(
     id: &'a ObjectId,
     data: &'a [u8],
 ) -> impl Iterator<Item = Result<(u32, &'a [u8], ObjectId)>> + 'a {
@@ -124,6 +124,11 @@ impl<'a> Walker<'a> {
         Walker { repo }
     }
 
+    /// The object `id`, which must exist.
+    pub(crate) fn read_object(&self, id: &ObjectId) -> Result<packd_odb::Object> {
+        self.read(id)
+    }
+
     fn read(&self, id: &ObjectId) -> Result<packd_odb::Object> {
         self.repo
             .objects()
@@ -144,7 +149,11 @@ impl<'a> Walker<'a> {
 
     /// Follows tags from `id`, recording each tag object in `tags`; returns the first non-tag and
     /// its kind.
-    fn peel(&self, mut id: ObjectId, tags: &mut Vec<ObjectId>) -> Result<(ObjectId, ObjectKind)> {
+    pub(crate) fn peel(
+        &self,
+        mut id: ObjectId,
+        tags: &mut Vec<ObjectId>,
+    ) -> Result<(ObjectId, ObjectKind)> {
         for _ in 0..64 {
             let object = self.read(&id)?;
             if object.kind != ObjectKind::Tag {

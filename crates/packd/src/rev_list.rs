@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 use packd_odb::{NameMatch, ObjectId, ObjectKind, Repository};
+use packd_reach::bitmap_walk::BitmapIndex;
 use packd_reach::walk::{Query, Walker};
 use std::io::Write;
 use std::process::ExitCode;
@@ -39,8 +40,7 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
             "--objects" => query.objects = true,
             "--count" => count = true,
             // Git answers with the exact set difference when it uses bitmaps, and it uses them
-            // when asked and a pack has one. packd does not read bitmaps yet, but gives the
-            // same answer as git in both cases.
+            // when asked and a pack has one; so does packd.
             "--use-bitmap-index" => {
                 query.exact = repo.objects().packs().any(|p| {
                     let name = p.data_name();
@@ -78,6 +78,24 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
                     NameMatch::Ambiguous => bail!("ambiguous argument '{rev}'"),
                     NameMatch::Missing => bail!("bad revision '{rev}'"),
                 }
+            }
+        }
+    }
+    if query.exact {
+        if let Some(index) = BitmapIndex::open(repo)? {
+            if let Some(bits) = index.query(repo, &query.include, &query.exclude, query.objects)? {
+                let stdout = std::io::stdout();
+                let mut out = std::io::BufWriter::new(stdout.lock());
+                if count {
+                    writeln!(out, "{}", bits.count_ones())?;
+                } else {
+                    // Like git's bitmap walk, object names are not known here.
+                    for id in index.ids(&bits) {
+                        writeln!(out, "{id}")?;
+                    }
+                }
+                out.flush()?;
+                return Ok(ExitCode::SUCCESS);
             }
         }
     }
