@@ -17,35 +17,11 @@
 //! themselves (`Pack::positions_in_pack_order`).
 
 use bytes::Bytes;
-use packd_storage::{Blob, StorageError};
+use packd_storage::Blob;
 
-/// Why a `.rev` file was rejected.
-#[derive(Debug, thiserror::Error)]
-pub enum RevIndexError {
-    /// Reading it failed.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// The file is not a reverse index this module can read, or is damaged.
-    #[error("{file}: offset {offset}: {what}")]
-    Corrupt {
-        /// The file.
-        file: String,
-        /// Where the problem was found.
-        offset: u64,
-        /// What is wrong.
-        what: String,
-    },
-    /// The file belongs to another pack (or another version of this one).
-    #[error("{file}: written for pack {found}, not for {expected}")]
-    ChecksumMismatch {
-        /// The file.
-        file: String,
-        /// The pack checksum expected (hex).
-        expected: String,
-        /// The pack checksum the file records (hex).
-        found: String,
-    },
-}
+/// Why a `.rev` file was rejected: the same kinds of failure as a `.bitmap`'s (unreadable,
+/// damaged at an offset, written for another pack), so the same type.
+pub type RevIndexError = crate::bitmap::BitmapError;
 
 const HEADER: usize = 12;
 const HASH: usize = 20;

@@ -1,9 +1,9 @@
-//! Why a `.bitmap` file was rejected or one of its bitmaps could not be read.
+//! Why a `.bitmap` (or `.rev`) file was rejected or one of its bitmaps could not be read.
 
 use crate::ewah::EwahError;
 use packd_storage::StorageError;
 
-/// Why a `.bitmap` file (or one bitmap in it) could not be read.
+/// Why a `.bitmap` file (or one bitmap in it), or a `.rev` file, could not be read.
 ///
 /// Callers treat every variant the same way: use no bitmap for this pack, warn once, and answer
 /// with the plain walk. [`BitmapError::ChecksumMismatch`] is singled out because it is the
