@@ -103,14 +103,14 @@ impl BitmapIndex {
                         continue;
                     }
                     bits.set(pos as u64);
-                    let object = walker.read_object(&id)?;
+                    let object = walker.read(&id)?;
                     let commit = parse_commit(&id, &object.data)?;
                     stack.push((commit.tree, ObjectKind::Tree));
                     stack.extend(commit.parents.into_iter().map(|p| (p, ObjectKind::Commit)));
                 }
                 ObjectKind::Tree => {
                     bits.set(pos as u64);
-                    let object = walker.read_object(&id)?;
+                    let object = walker.read(&id)?;
                     for entry in tree_entries(&id, &object.data) {
                         let (mode, _, entry) = entry?;
                         match mode & 0o170000 {

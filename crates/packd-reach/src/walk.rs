@@ -125,11 +125,7 @@ impl<'a> Walker<'a> {
     }
 
     /// The object `id`, which must exist.
-    pub(crate) fn read_object(&self, id: &ObjectId) -> Result<packd_odb::Object> {
-        self.read(id)
-    }
-
-    fn read(&self, id: &ObjectId) -> Result<packd_odb::Object> {
+    pub(crate) fn read(&self, id: &ObjectId) -> Result<packd_odb::Object> {
         self.repo
             .objects()
             .read(id)?
