@@ -62,9 +62,14 @@ bitmapped_copy() {
   if [[ ! -f $dest/.reach-done ]]; then
     rm -rf "$dest"
     git clone -q --bare --mirror "$src" "$dest"
-    # Refs to objects the copy lacks (git/git's refs/pull/* snapshot) would break repack.
+    # Refs that reach objects the copy lacks (a fetched snapshot's refs/pull/* may) would
+    # make repack refuse to write bitmaps: drop them.
     git -C "$dest" for-each-ref --format='%(refname)' | while read -r ref; do
-      git -C "$dest" cat-file -e "$ref^{commit}" 2>/dev/null || git -C "$dest" update-ref -d "$ref"
+      if ! git -C "$dest" cat-file -e "$ref^{commit}" 2>/dev/null ||
+         git -C "$dest" rev-list --objects --missing=print "$ref" --not --branches --tags 2>/dev/null |
+           grep -q '^?'; then
+        git -C "$dest" update-ref -d "$ref"
+      fi
     done
     git -C "$dest" -c pack.writeBitmapLookupTable="$table" -c pack.writeBitmapHashCache=true \
       repack -adb -q
