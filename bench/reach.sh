@@ -13,7 +13,8 @@
 # (pack.writeBitmapLookupTable), in two copies under bench/data/reach-*, so that the cost of
 # opening a bitmap index with and without the table shows.
 #
-# Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, PACKD=target/release/packd)
+# Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, TABLES="true false",
+#        PACKD=target/release/packd)
 # Run by hand, never in CI. Prints ratios packd/git; the target is <= 0.5 on every row.
 set -euo pipefail
 
@@ -62,6 +63,9 @@ bitmapped_copy() {
   if [[ ! -f $dest/.reach-done ]]; then
     rm -rf "$dest"
     git clone -q --bare --mirror "$src" "$dest"
+    # A snapshot fetched as a partial clone marks its pack as a promisor pack; repack keeps
+    # such objects apart and then writes no bitmap. The copy is a full repository: unmark it.
+    rm -f "$dest"/objects/pack/*.promisor
     # A fetched snapshot's refs/pull/* may reach objects the snapshot lacks (git/git's do), and
     # repack then refuses to write bitmaps; checking each of thousands of them is slow, so a
     # repository given on the command line loses its refs/pull/* (the spiky repository is the
@@ -118,7 +122,7 @@ repos=("$@")
 [[ ${#repos[@]} -gt 0 ]] || repos=("$(make_spiky)")
 echo "packd reachability benchmark, $(date -u '+%F %T UTC'), $(git --version), median of $runs"
 for src in "${repos[@]}"; do
-  for table in true false; do
+  for table in ${TABLES:-true false}; do
     report "$(bitmapped_copy "$src" "$table")" "lookup table: $table"
   done
 done
