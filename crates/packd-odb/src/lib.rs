@@ -19,6 +19,7 @@ pub mod loose;
 mod object;
 pub mod odb;
 pub mod pack;
+pub mod parse;
 pub mod refs;
 pub mod repository;
 pub mod revision;

@@ -4,6 +4,7 @@
 //! `<base>` is a full id, a unique abbreviated id, or a ref name (see [`crate::refs`]).
 
 use crate::hash::ObjectId;
+use crate::parse::{parse_commit, tag_target, tree_entries};
 use crate::repository::{NameMatch, Repository};
 use crate::{Error, ObjectKind, Result};
 
@@ -72,21 +73,8 @@ impl Repository {
                 object.kind.name()
             )));
         }
-        let mut tree = None;
-        let mut parents = Vec::new();
-        for line in object.data.split(|&b| b == b'\n') {
-            if line.is_empty() {
-                break;
-            }
-            let hex = |l: &[u8]| std::str::from_utf8(l).ok().and_then(ObjectId::from_hex);
-            if let Some(rest) = line.strip_prefix(b"tree ") {
-                tree = hex(rest);
-            } else if let Some(rest) = line.strip_prefix(b"parent ") {
-                parents.extend(hex(rest));
-            }
-        }
-        let tree = tree.ok_or_else(|| Error::BadName(format!("commit {id} has no tree")))?;
-        Ok((tree, parents))
+        let commit = parse_commit(id, &object.data)?;
+        Ok((commit.tree, commit.parents))
     }
 
     /// One level of peeling: a tag's target, or a commit's tree.
@@ -96,12 +84,7 @@ impl Repository {
         };
         match object.kind {
             ObjectKind::Tag => {
-                let first = object.data.split(|&b| b == b'\n').next().unwrap_or(b"");
-                let target = first
-                    .strip_prefix(b"object ")
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(ObjectId::from_hex)
-                    .ok_or_else(|| Error::BadName(format!("tag {id} names no object")))?;
+                let target = tag_target(id, &object.data)?;
                 let kind = self
                     .objects()
                     .header(&target)?
@@ -186,18 +169,12 @@ impl Repository {
                 return Ok(None);
             }
             let mut found = None;
-            let mut rest = &tree.data[..];
-            while let Some(nul) = rest.iter().position(|&b| b == 0) {
-                let space = rest[..nul].iter().position(|&b| b == b' ').unwrap_or(0);
-                let name = &rest[space + 1..nul];
-                let Some(raw) = rest.get(nul + 1..nul + 21) else {
-                    break;
-                };
+            for entry in tree_entries(&cur, &tree.data) {
+                let (_, name, entry) = entry?;
                 if name == component.as_bytes() {
-                    found = ObjectId::from_bytes(raw);
+                    found = Some(entry);
                     break;
                 }
-                rest = &rest[nul + 21..];
             }
             match found {
                 Some(f) => cur = f,

@@ -10,8 +10,9 @@
 use crate::bitmap::PackBitmap;
 use crate::ewah::Bitmap;
 use crate::rev_index::RevIndex;
-use crate::walk::{parse_commit, tree_entries, Walker};
+use crate::walk::Walker;
 use packd_odb::pack::Pack;
+use packd_odb::parse::{parse_commit, tree_entries};
 use packd_odb::{ObjectId, ObjectKind, Repository, Result};
 use packd_storage::Storage;
 use std::sync::Arc;

@@ -12,6 +12,7 @@
 //! listed. With bitmaps git answers with the exact set difference instead; [`Query::exact`] asks
 //! for that, so that packd's answer equals git's in both modes.
 
+use packd_odb::parse::{parse_commit, tag_target, tree_entries, CommitInfo};
 use packd_odb::{Error, ObjectId, ObjectKind, Repository, Result};
 use std::collections::{BinaryHeap, HashSet};
 
@@ -42,75 +43,8 @@ pub struct Reached {
     pub path: Option<Vec<u8>>,
 }
 
-/// A commit's links and date, as far as the walk needs them.
-pub(crate) struct CommitInfo {
-    pub(crate) tree: ObjectId,
-    pub(crate) parents: Vec<ObjectId>,
-    pub(crate) time: i64,
-}
-
 fn bad(id: &ObjectId, what: &str) -> Error {
     Error::BadName(format!("object {id}: {what}"))
-}
-
-pub(crate) fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
-    let mut tree = None;
-    let mut parents = Vec::new();
-    let mut time = 0;
-    for line in data.split(|&b| b == b'\n') {
-        if line.is_empty() {
-            break;
-        }
-        let hex = |l: &[u8]| std::str::from_utf8(l).ok().and_then(ObjectId::from_hex);
-        if let Some(rest) = line.strip_prefix(b"tree ") {
-            tree = Some(hex(rest).ok_or_else(|| bad(id, "the commit's tree line is malformed"))?);
-        } else if let Some(rest) = line.strip_prefix(b"parent ") {
-            parents.push(hex(rest).ok_or_else(|| bad(id, "a parent line is malformed"))?);
-        } else if let Some(rest) = line.strip_prefix(b"committer ") {
-            // "... <email> <seconds> <tz>": the seconds are the second-to-last field.
-            let mut fields = rest.rsplit(|&b| b == b' ');
-            fields.next();
-            time = fields
-                .next()
-                .and_then(|t| std::str::from_utf8(t).ok())
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    Ok(CommitInfo {
-        tree: tree.ok_or_else(|| bad(id, "the commit has no tree"))?,
-        parents,
-        time,
-    })
-}
-
-/// The entries of a tree: (mode, name, id).
-pub(crate) fn tree_entries<'a>(
-    id: &'a ObjectId,
-    data: &'a [u8],
-) -> impl Iterator<Item = Result<(u32, &'a [u8], ObjectId)>> + 'a {
-    let mut rest = data;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let parsed = (|| {
-            let space = rest.iter().position(|&b| b == b' ')?;
-            let mode = u32::from_str_radix(std::str::from_utf8(&rest[..space]).ok()?, 8).ok()?;
-            let nul = space + rest[space..].iter().position(|&b| b == 0)?;
-            let entry = ObjectId::from_bytes(rest.get(nul + 1..nul + 21)?)?;
-            let name = &rest[space + 1..nul];
-            rest = &rest[nul + 21..];
-            Some((mode, name, entry))
-        })();
-        match parsed {
-            Some(e) => Some(Ok(e)),
-            None => {
-                rest = &[];
-                Some(Err(bad(id, "the tree is malformed")))
-            }
-        }
-    })
 }
 
 /// Walks the object database of one repository.
@@ -156,12 +90,7 @@ impl<'a> Walker<'a> {
                 return Ok((id, object.kind));
             }
             tags.push(id);
-            let first = object.data.split(|&b| b == b'\n').next().unwrap_or(b"");
-            id = first
-                .strip_prefix(b"object ")
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(ObjectId::from_hex)
-                .ok_or_else(|| bad(&id, "the tag names no object"))?;
+            id = tag_target(&id, &object.data)?;
         }
         Err(bad(&id, "tags nest too deep"))
     }
@@ -327,31 +256,5 @@ impl<'a> Walker<'a> {
         }
         commits.extend(others);
         Ok(commits)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_commits_and_trees() {
-        let id = ObjectId::NULL;
-        let commit = parse_commit(
-            &id,
-            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent ce013625030ba8dba906f756967f9e9ca394464a\nauthor A <a@b> 1 +0000\ncommitter C <c@d> 1700000000 +0100\n\nmsg\n",
-        )
-        .unwrap();
-        assert_eq!(commit.parents.len(), 1);
-        assert_eq!(commit.time, 1_700_000_000);
-        assert!(parse_commit(&id, b"parent x\n").is_err());
-        let mut tree = b"100644 a\0".to_vec();
-        tree.extend_from_slice(&[1u8; 20]);
-        tree.extend_from_slice(b"40000 d\0");
-        tree.extend_from_slice(&[2u8; 20]);
-        let entries: Vec<_> = tree_entries(&id, &tree).map(|e| e.unwrap()).collect();
-        assert_eq!(entries.len(), 2);
-        assert_eq!((entries[1].0, entries[1].1), (0o40000, &b"d"[..]));
-        assert!(tree_entries(&id, &tree[..30]).any(|e| e.is_err()));
     }
 }

@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Result};
 use bytes::Bytes;
+use packd_odb::parse::tree_entries;
 use packd_odb::{IdOrder, NameMatch, ObjectId, ObjectKind, Repository};
 use rayon::prelude::*;
 use std::io::{BufRead, Write};
@@ -144,16 +145,8 @@ fn typed(repo: &Repository, kind: &str, name: &str) -> Result<ExitCode> {
 /// A tree as `git ls-tree` prints it: `<mode> <type> <id>\t<name>`.
 fn format_tree(data: &[u8], id: &ObjectId) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(data.len() * 2);
-    let mut rest = data;
-    while !rest.is_empty() {
-        let bad = || anyhow::anyhow!("tree {id} is malformed");
-        let space = rest.iter().position(|&b| b == b' ').ok_or_else(bad)?;
-        let mode =
-            u32::from_str_radix(std::str::from_utf8(&rest[..space])?, 8).map_err(|_| bad())?;
-        let nul = rest[space..].iter().position(|&b| b == 0).ok_or_else(bad)? + space;
-        let name = &rest[space + 1..nul];
-        let raw = rest.get(nul + 1..nul + 21).ok_or_else(bad)?;
-        let entry = ObjectId::from_bytes(raw).ok_or_else(bad)?;
+    for entry in tree_entries(id, data) {
+        let (mode, name, entry) = entry?;
         // ls-tree prints canonical modes, as git normalises them when reading a tree.
         let (mode, kind) = match mode & 0o170000 {
             0o100000 if mode & 0o111 != 0 => (0o100755, "blob"),
@@ -165,7 +158,6 @@ fn format_tree(data: &[u8], id: &ObjectId) -> Result<Vec<u8>> {
         write!(out, "{mode:06o} {kind} {entry}\t")?;
         quote_path(name, &mut out);
         out.push(b'\n');
-        rest = &rest[nul + 21..];
     }
     Ok(out)
 }

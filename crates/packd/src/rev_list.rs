@@ -26,6 +26,7 @@ pub struct Args {
 pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     let mut query = Query::default();
     let mut count = false;
+    let mut use_bitmaps = false;
     let mut negate = false;
     let mut names: Vec<(ObjectId, String)> = Vec::new();
     let add = |query: &mut Query, id: ObjectId, exclude: bool| {
@@ -39,14 +40,7 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
         match arg.as_str() {
             "--objects" => query.objects = true,
             "--count" => count = true,
-            // Git answers with the exact set difference when it uses bitmaps, and it uses them
-            // when asked and a pack has one; so does packd.
-            "--use-bitmap-index" => {
-                query.exact = repo.objects().packs().any(|p| {
-                    let name = p.data_name();
-                    std::path::Path::new(&name.replace(".pack", ".bitmap")).exists()
-                })
-            }
+            "--use-bitmap-index" => use_bitmaps = true,
             "--not" => negate = !negate,
             "--all" | "--branches" | "--tags" => {
                 let prefix = match arg.as_str() {
@@ -81,22 +75,29 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
             }
         }
     }
-    if query.exact {
-        if let Some(index) = BitmapIndex::open(repo)? {
-            if let Some(bits) = index.query(repo, &query.include, &query.exclude, query.objects)? {
-                let stdout = std::io::stdout();
-                let mut out = std::io::BufWriter::new(stdout.lock());
-                if count {
-                    writeln!(out, "{}", bits.count_ones())?;
-                } else {
-                    // Like git's bitmap walk, object names are not known here.
-                    for id in index.ids(&bits) {
-                        writeln!(out, "{id}")?;
-                    }
+    // Git answers with the exact set difference when it uses bitmaps, and it uses them when
+    // asked and a pack has one; so does packd. The bitmap cannot answer when the walk leaves its
+    // pack; the plain walk then gives the same exact answer.
+    let bitmaps = if use_bitmaps {
+        BitmapIndex::open(repo)?
+    } else {
+        None
+    };
+    query.exact = bitmaps.is_some();
+    if let Some(index) = &bitmaps {
+        if let Some(bits) = index.query(repo, &query.include, &query.exclude, query.objects)? {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            if count {
+                writeln!(out, "{}", bits.count_ones())?;
+            } else {
+                // Like git's bitmap walk, object names are not known here.
+                for id in index.ids(&bits) {
+                    writeln!(out, "{id}")?;
                 }
-                out.flush()?;
-                return Ok(ExitCode::SUCCESS);
             }
+            out.flush()?;
+            return Ok(ExitCode::SUCCESS);
         }
     }
     let reached = Walker::new(repo).reachable(&query)?;
