@@ -3,7 +3,10 @@
 
 mod cat_file;
 mod rev_list;
+mod serve;
+mod upload_pack;
 mod verify;
+mod write_bitmap;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -40,6 +43,12 @@ enum Command {
     Verify(verify::Args),
     /// List the objects reachable from some revisions and not others, as `git rev-list` does.
     RevList(rev_list::Args),
+    /// Write reachability bitmaps (and a reverse index) for the repository's pack.
+    WriteBitmap(write_bitmap::Args),
+    /// Serve every repository under a directory to git clients over smart HTTP (and git://).
+    Serve(serve::Args),
+    /// Speak git's upload-pack protocol for one repository on stdin/stdout (for ssh).
+    UploadPack(upload_pack::Args),
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -85,6 +94,11 @@ fn main() -> ExitCode {
         }),
         Command::Verify(args) => cli.workdir().and_then(|dir| verify::run(&dir, args)),
         Command::RevList(args) => cli.repository().and_then(|repo| rev_list::run(&repo, args)),
+        Command::WriteBitmap(args) => cli
+            .repository()
+            .and_then(|repo| write_bitmap::run(&repo, args)),
+        Command::Serve(args) => serve::run(args),
+        Command::UploadPack(args) => cli.workdir().and_then(|dir| upload_pack::run(&dir, args)),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1 @@
+//! Transports for packd: git smart HTTP, git:// daemon and stdio.
