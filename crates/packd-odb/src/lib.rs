@@ -15,6 +15,7 @@ pub mod config;
 pub mod delta;
 mod error;
 pub mod hash;
+pub mod id_set;
 pub mod loose;
 mod object;
 pub mod odb;
@@ -27,6 +28,7 @@ pub mod zlib;
 
 pub use error::{Error, Result};
 pub use hash::{HashKind, ObjectId, Prefix};
+pub use id_set::{IdMap, IdSet};
 pub use object::{Object, ObjectHeader, ObjectKind};
 pub use odb::{IdOrder, Location, ObjectDb, OpenOptions, PrefixMatch};
 pub use repository::{NameMatch, Repository, RepositoryOptions};

@@ -129,6 +129,13 @@ mod tests {
         ));
         assert!(inflate_exact(&z[..z.len() - 3], data.len() as u64).is_err());
         assert!(inflate_exact(&z[..z.len() / 2], data.len() as u64).is_err());
+        let mut trailing = z.clone();
+        trailing.extend_from_slice(&[0x78, 0x9c, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            inflate_exact(&trailing, data.len() as u64).unwrap(),
+            data,
+            "bytes after the stream (the next pack entry) are ignored"
+        );
         assert_eq!(inflate_prefix(&z, 16).unwrap()[..16], data[..16]);
         assert_eq!(inflate_prefix(&deflate(b"abc"), 16).unwrap(), b"abc");
     }

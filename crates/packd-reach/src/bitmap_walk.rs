@@ -12,37 +12,90 @@ use crate::ewah::Bitmap;
 use crate::rev_index::RevIndex;
 use crate::walk::Walker;
 use packd_odb::pack::Pack;
-use packd_odb::parse::{parse_commit, tree_entries};
-use packd_odb::{ObjectId, ObjectKind, Repository, Result};
+use packd_odb::parse::tree_entries;
+use packd_odb::parse::CommitInfo;
+use packd_odb::{IdMap, IdSet, ObjectId, ObjectKind, Repository, Result};
 use packd_storage::Storage;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 /// A bitmapped pack, ready for queries.
 pub struct BitmapIndex {
     pack: Arc<Pack>,
     bitmap: PackBitmap,
-    /// Pack position of each index position.
-    pack_pos: Vec<u32>,
-    /// Index position of each pack position.
-    order: Vec<u32>,
+    order: PackOrder,
 }
 
-/// Index positions in pack order: from the pack's `.rev` when it has a valid one (a read), else
-/// sorted from the index (a sort of every offset, the cost a `.rev` saves on each start).
-fn pack_order(storage: &dyn Storage, pack: &Pack) -> Result<Vec<u32>> {
-    if let Some(stem) = pack.name().strip_suffix(".pack") {
-        match storage.open(&format!("{stem}.rev")) {
-            Ok(blob) => {
-                match RevIndex::open(blob.as_ref(), pack.index().pack_checksum(), pack.len()) {
-                    Ok(rev) => return Ok(rev.to_vec()),
-                    Err(e) => tracing::warn!("ignoring {}: {e}", blob.name()),
+/// How pack positions (bits) and index positions map to each other.
+enum PackOrder {
+    /// The pack's `.rev` file: pack position to index position directly; the other way by a
+    /// binary search over it, comparing offsets from the `.idx`.
+    File(RevIndex),
+    /// The pack's in-memory reverse index (a sort of the `.idx` offsets, done once per pack).
+    Memory,
+}
+
+impl PackOrder {
+    /// The pack's `.rev` when it has a valid one (a read), else the in-memory reverse index
+    /// (sorted from the index on first use).
+    fn open(storage: &dyn Storage, pack: &Pack) -> Result<PackOrder> {
+        if let Some(stem) = pack.name().strip_suffix(".pack") {
+            match storage.open(&format!("{stem}.rev")) {
+                Ok(blob) => {
+                    match RevIndex::open(blob.as_ref(), pack.index().pack_checksum(), pack.len()) {
+                        Ok(rev) => return Ok(PackOrder::File(rev)),
+                        Err(e) => tracing::warn!("ignoring {}: {e}", blob.name()),
+                    }
                 }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
             }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+        }
+        // Built on first use: a query whose tips all have bitmaps never needs it.
+        Ok(PackOrder::Memory)
+    }
+
+    fn index_position(&self, pack: &Pack, pack_pos: u32) -> Option<u32> {
+        match self {
+            PackOrder::File(rev) => rev.index_position(pack_pos),
+            PackOrder::Memory => pack
+                .positions_in_pack_order()
+                .ok()?
+                .get(pack_pos as usize)
+                .copied(),
         }
     }
-    Ok(pack.positions_in_pack_order()?.to_vec())
+
+    /// Whether [`PackOrder::pack_position`] is cheap now (no reverse index left to build).
+    fn is_ready(&self, pack: &Pack) -> bool {
+        match self {
+            PackOrder::File(_) => true,
+            PackOrder::Memory => pack.has_reverse_index(),
+        }
+    }
+
+    fn pack_position(&self, pack: &Pack, index_pos: u32) -> Result<Option<u32>> {
+        match self {
+            PackOrder::Memory => pack.pack_position(index_pos),
+            PackOrder::File(rev) => {
+                let index = pack.index();
+                let want = index.offset(index_pos)?;
+                let (mut lo, mut hi) = (0u32, rev.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    let Some(at) = rev.index_position(mid) else {
+                        return Ok(None);
+                    };
+                    if index.offset(at)? < want {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                Ok((rev.index_position(lo) == Some(index_pos)).then_some(lo))
+            }
+        }
+    }
 }
 
 impl BitmapIndex {
@@ -52,15 +105,16 @@ impl BitmapIndex {
         for (storage, pack) in repo.objects().packs_with_storage() {
             match PackBitmap::open_for_pack(storage.as_ref(), pack) {
                 Ok(Some(bitmap)) => {
-                    let order = pack_order(storage.as_ref(), pack)?;
-                    let mut pack_pos = vec![0u32; order.len()];
-                    for (p, &i) in order.iter().enumerate() {
-                        pack_pos[i as usize] = p as u32;
-                    }
+                    let started = std::time::Instant::now();
+                    let order = PackOrder::open(storage.as_ref(), pack)?;
+                    tracing::debug!(
+                        "pack order of {} objects ready in {:?}",
+                        pack.len(),
+                        started.elapsed()
+                    );
                     return Ok(Some(BitmapIndex {
                         pack: pack.clone(),
                         bitmap,
-                        pack_pos,
                         order,
                     }));
                 }
@@ -71,62 +125,144 @@ impl BitmapIndex {
         Ok(None)
     }
 
-    fn position(&self, id: &ObjectId) -> Option<(u32, u32)> {
-        let index_pos = self.pack.index().find(id)?;
-        Some((index_pos, self.pack_pos[index_pos as usize]))
+    /// The pack position of the object at `index_pos`; `None` when the pack cannot place it.
+    fn bit_of(&self, index_pos: u32) -> Result<Option<u64>> {
+        Ok(self
+            .order
+            .pack_position(&self.pack, index_pos)?
+            .map(u64::from))
     }
 
     /// Every object reachable from `tips`, as bits; `None` when some object is outside the pack.
+    ///
+    /// Commits are walked first, newest first (by committer time, as git's walk does), so that
+    /// a bitmapped commit on the main line is reached, and its bits taken, before the walk goes
+    /// down the side branches it already covers. Trees of the commits that needed walking come
+    /// after, skipping every subtree already set.
     fn reach(&self, walker: &Walker, tips: &[ObjectId]) -> Result<Option<Bitmap>> {
+        let index = self.pack.index();
         let mut bits = Bitmap::new();
-        let mut stack: Vec<(ObjectId, ObjectKind)> = Vec::new();
+        // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
+        // this check is cheaper than finding their pack position again.
+        let mut seen = IdSet::default();
+        let mut queue: BinaryHeap<(i64, ObjectId)> = BinaryHeap::new();
+        // Commits read to learn their date when queued, kept for when they are walked.
+        let mut read: IdMap<CommitInfo> = IdMap::default();
+        let mut objects: Vec<(ObjectId, ObjectKind)> = Vec::new();
+        let (mut or_ed, mut commits, mut trees) = (0u32, 0u32, 0u32);
+        // With many tips, most are covered by the first bitmaps taken: knowing pack positions
+        // (one bucketing pass) is cheaper than decoding every tip's bitmap.
+        let check_covered = tips.len() > 16;
         for tip in tips {
             let mut tags = Vec::new();
             let (id, kind) = walker.peel(*tip, &mut tags)?;
-            stack.extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
-            stack.push((id, kind));
-        }
-        while let Some((id, kind)) = stack.pop() {
-            let Some((index_pos, pos)) = self.position(&id) else {
-                return Ok(None);
-            };
-            if bits.get(pos as u64) {
+            objects.extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
+            if kind != ObjectKind::Commit {
+                objects.push((id, kind));
                 continue;
             }
-            match kind {
-                ObjectKind::Commit => {
-                    if let Some(reached) = self
-                        .bitmap
-                        .commit_bitmap(index_pos)
-                        .map_err(packd_odb::Error::from)?
-                    {
-                        bits.or_assign(&reached);
-                        continue;
-                    }
-                    bits.set(pos as u64);
-                    let object = walker.read(&id)?;
-                    let commit = parse_commit(&id, &object.data)?;
-                    stack.push((commit.tree, ObjectKind::Tree));
-                    stack.extend(commit.parents.into_iter().map(|p| (p, ObjectKind::Commit)));
+            if !seen.insert(id) {
+                continue;
+            }
+            let Some(index_pos) = index.find(&id) else {
+                return Ok(None);
+            };
+            // A tip with a bitmap is taken at once, without reading the commit.
+            if self.bitmap.contains(index_pos) {
+                if check_covered && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit)) {
+                    continue;
                 }
-                ObjectKind::Tree => {
-                    bits.set(pos as u64);
-                    let object = walker.read(&id)?;
-                    for entry in tree_entries(&id, &object.data) {
-                        let (mode, _, entry) = entry?;
-                        match mode & 0o170000 {
-                            0o160000 => {}
-                            0o040000 => stack.push((entry, ObjectKind::Tree)),
-                            _ => stack.push((entry, ObjectKind::Blob)),
-                        }
-                    }
+                if let Some(reached) = self
+                    .bitmap
+                    .commit_bitmap(index_pos)
+                    .map_err(packd_odb::Error::from)?
+                {
+                    bits.or_assign(&reached);
+                    or_ed += 1;
+                    continue;
                 }
-                ObjectKind::Blob => bits.set(pos as u64),
-                ObjectKind::Tag => {
-                    bits.set(pos as u64);
+            }
+            let info = walker.commit(&id)?;
+            queue.push((info.time, id));
+            read.insert(id, info);
+        }
+        while let Some((_, id)) = queue.pop() {
+            let Some(index_pos) = index.find(&id) else {
+                return Ok(None);
+            };
+            // A commit with a bitmap needs no pack position unless one is at hand to tell whether
+            // an earlier bitmap already covers it: a query whose tips all have bitmaps then never
+            // builds a reverse index.
+            if self.bitmap.contains(index_pos) {
+                let covered = (check_covered || self.order.is_ready(&self.pack))
+                    && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit));
+                if covered {
+                    continue;
+                }
+                if let Some(reached) = self
+                    .bitmap
+                    .commit_bitmap(index_pos)
+                    .map_err(packd_odb::Error::from)?
+                {
+                    bits.or_assign(&reached);
+                    or_ed += 1;
+                    continue;
+                }
+            }
+            let Some(bit) = self.bit_of(index_pos)? else {
+                return Ok(None);
+            };
+            if bits.get(bit) {
+                continue;
+            }
+            bits.set(bit);
+            commits += 1;
+            let commit = match read.remove(&id) {
+                Some(info) => info,
+                None => walker.commit(&id)?,
+            };
+            objects.push((commit.tree, ObjectKind::Tree));
+            for parent in commit.parents {
+                if seen.insert(parent) {
+                    let info = walker.commit(&parent)?;
+                    queue.push((info.time, parent));
+                    read.insert(parent, info);
                 }
             }
         }
+        let mut stack = objects;
+        while let Some((id, kind)) = stack.pop() {
+            if kind != ObjectKind::Tag && !seen.insert(id) {
+                continue;
+            }
+            let Some(index_pos) = index.find(&id) else {
+                return Ok(None);
+            };
+            let Some(bit) = self.bit_of(index_pos)? else {
+                return Ok(None);
+            };
+            if bits.get(bit) {
+                continue;
+            }
+            bits.set(bit);
+            if kind == ObjectKind::Tree {
+                trees += 1;
+                let object = walker.read(&id)?;
+                for entry in tree_entries(&id, &object.data) {
+                    let (mode, _, entry) = entry?;
+                    match mode & 0o170000 {
+                        0o160000 => {}
+                        0o040000 => stack.push((entry, ObjectKind::Tree)),
+                        _ => stack.push((entry, ObjectKind::Blob)),
+                    }
+                }
+            }
+        }
+        tracing::debug!(
+            "{} tips: {or_ed} bitmaps, {commits} commits and {trees} trees walked, {} objects met",
+            tips.len(),
+            seen.len()
+        );
         Ok(Some(bits))
     }
 
@@ -156,8 +292,8 @@ impl BitmapIndex {
     /// The ids of the objects whose bits are set, in pack order.
     pub fn ids(&self, bits: &Bitmap) -> Vec<ObjectId> {
         bits.iter_ones()
-            .filter_map(|b| self.order.get(b as usize))
-            .map(|&i| self.pack.index().id(i))
+            .filter_map(|b| self.order.index_position(&self.pack, b as u32))
+            .map(|i| self.pack.index().id(i))
             .collect()
     }
 }

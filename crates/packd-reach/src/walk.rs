@@ -66,7 +66,8 @@ impl<'a> Walker<'a> {
             .ok_or_else(|| bad(id, "is missing (the repository is not connected)"))
     }
 
-    fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
+    /// The commit `id`'s links and date.
+    pub(crate) fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
         let object = self.read(id)?;
         if object.kind != ObjectKind::Commit {
             return Err(bad(
@@ -85,10 +86,17 @@ impl<'a> Walker<'a> {
         tags: &mut Vec<ObjectId>,
     ) -> Result<(ObjectId, ObjectKind)> {
         for _ in 0..64 {
-            let object = self.read(&id)?;
-            if object.kind != ObjectKind::Tag {
-                return Ok((id, object.kind));
+            // The type alone (an entry header) tells a tag from the rest; only tags are read.
+            let kind = self
+                .repo
+                .objects()
+                .header(&id)?
+                .ok_or_else(|| bad(&id, "is missing (the repository is not connected)"))?
+                .kind;
+            if kind != ObjectKind::Tag {
+                return Ok((id, kind));
             }
+            let object = self.read(&id)?;
             tags.push(id);
             id = tag_target(&id, &object.data)?;
         }

@@ -8,6 +8,7 @@ pub mod decode;
 pub mod index;
 pub mod init;
 pub mod multi_index;
+mod rank;
 mod sorted_ids;
 pub mod verify;
 
@@ -28,6 +29,8 @@ pub struct Pack {
     hash: HashKind,
     /// The entries in offset order, built on first use.
     reverse: OnceLock<ReverseIndex>,
+    /// Pack positions without a full sort, built on first use when `reverse` is not there yet.
+    rank: OnceLock<Option<rank::RankIndex>>,
 }
 
 /// A pack's entries in offset order: what a `.rev` file holds, built in memory.

@@ -23,11 +23,25 @@ pub(crate) trait SortedIds {
     }
 
     /// The first position in `range` whose id is not less than `want`.
+    ///
+    /// Ids are compared by their first eight bytes as one integer, and whole only when those are
+    /// equal: this search is the inner loop of every walk, and a call to `memcmp` per step costs
+    /// more than the rest of it.
     fn lower_bound(&self, range: std::ops::Range<u32>, want: &[u8]) -> u32 {
+        let head = |b: &[u8]| -> u64 {
+            let mut first = [0u8; 8];
+            let n = b.len().min(8);
+            first[..n].copy_from_slice(&b[..n]);
+            u64::from_be_bytes(first)
+        };
+        let want_head = head(want);
         let (mut lo, mut hi) = (range.start, range.end);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.id_bytes(mid) < want {
+            let id = self.id_bytes(mid);
+            let id_head = head(id);
+            let less = id_head < want_head || (id_head == want_head && id < want);
+            if less {
                 lo = mid + 1;
             } else {
                 hi = mid;

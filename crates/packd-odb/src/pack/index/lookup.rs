@@ -78,6 +78,17 @@ impl PackIndex {
         }
     }
 
+    /// The v2 table of 4-byte offsets (big-endian, one per object, id order), for passes over
+    /// every object; `None` for a v1 index.
+    pub(crate) fn offset_table(&self) -> Option<&[u8]> {
+        match self.version {
+            IndexVersion::V1 => None,
+            IndexVersion::V2 => {
+                Some(&self.bytes[self.offsets_at..self.offsets_at + 4 * self.count as usize])
+            }
+        }
+    }
+
     /// The position of `id` in id order, if the pack has it.
     pub fn find(&self, id: &ObjectId) -> Option<u32> {
         self.find_id(id)
