@@ -68,7 +68,7 @@ pub fn tree_entries<'a>(
         }
         let parsed = (|| {
             let space = rest.iter().position(|&b| b == b' ')?;
-            let mode = u32::from_str_radix(std::str::from_utf8(&rest[..space]).ok()?, 8).ok()?;
+            let mode = octal(&rest[..space])?;
             let nul = space + rest[space..].iter().position(|&b| b == 0)?;
             let entry = ObjectId::from_bytes(rest.get(nul + 1..nul + 21)?)?;
             let name = &rest[space + 1..nul];
@@ -82,6 +82,18 @@ pub fn tree_entries<'a>(
                 Some(Err(bad(id, "the tree is malformed")))
             }
         }
+    })
+}
+
+/// An octal tree-entry mode (1 to 7 digits); the inner loop of every tree walk, so parsed here
+/// rather than through `str`.
+fn octal(digits: &[u8]) -> Option<u32> {
+    if digits.is_empty() || digits.len() > 7 {
+        return None;
+    }
+    digits.iter().try_fold(0u32, |mode, &d| match d {
+        b'0'..=b'7' => Some(mode << 3 | (d - b'0') as u32),
+        _ => None,
     })
 }
 

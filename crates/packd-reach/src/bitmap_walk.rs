@@ -12,9 +12,9 @@ use crate::ewah::Bitmap;
 use crate::rev_index::RevIndex;
 use crate::walk::Walker;
 use packd_odb::pack::Pack;
-use packd_odb::parse::tree_entries;
 use packd_odb::parse::CommitInfo;
-use packd_odb::{IdMap, IdSet, ObjectId, ObjectKind, Repository, Result};
+use packd_odb::parse::{parse_commit, tree_entries};
+use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
 use packd_storage::Storage;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -133,26 +133,79 @@ impl BitmapIndex {
             .map(u64::from))
     }
 
+    /// The object at `index_pos` of the bitmapped pack, read without searching the index again.
+    fn read_at(&self, repo: &Repository, id: &ObjectId, index_pos: u32) -> Result<Object> {
+        let location = Location::Packed {
+            pack: self.pack.clone(),
+            offset: self.pack.index().offset(index_pos)?,
+        };
+        repo.objects().read_at(id, &location)
+    }
+
+    /// The commit at `index_pos`: its links and date.
+    fn commit_at(&self, repo: &Repository, id: &ObjectId, index_pos: u32) -> Result<CommitInfo> {
+        let object = self.read_at(repo, id, index_pos)?;
+        if object.kind != ObjectKind::Commit {
+            return Err(packd_odb::Error::BadName(format!(
+                "object {id}: is a {}, not a commit",
+                object.kind.name()
+            )));
+        }
+        parse_commit(id, &object.data)
+    }
+
+    /// Takes the bitmap of the commit at `index_pos` into `bits` if it has one, unless `bits`
+    /// already covers the commit (checked only when `check` or pack positions are at hand).
+    /// Returns whether the commit is now covered.
+    fn take_bitmap(&self, bits: &mut Bitmap, index_pos: u32, check: bool) -> Result<bool> {
+        if !self.bitmap.contains(index_pos) {
+            return Ok(false);
+        }
+        if (check || self.order.is_ready(&self.pack))
+            && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit))
+        {
+            return Ok(true);
+        }
+        match self
+            .bitmap
+            .commit_bitmap(index_pos)
+            .map_err(packd_odb::Error::from)?
+        {
+            Some(reached) => {
+                bits.or_assign(&reached);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Every object reachable from `tips`, as bits; `None` when some object is outside the pack.
     ///
     /// Commits are walked first, newest first (by committer time, as git's walk does), so that
     /// a bitmapped commit on the main line is reached, and its bits taken, before the walk goes
-    /// down the side branches it already covers. Trees of the commits that needed walking come
-    /// after, skipping every subtree already set.
-    fn reach(&self, walker: &Walker, tips: &[ObjectId]) -> Result<Option<Bitmap>> {
+    /// down the side branches it already covers. A tip with a bitmap is taken without reading
+    /// the commit. Trees of the commits that needed walking come after, skipping every subtree
+    /// already set.
+    fn reach(
+        &self,
+        repo: &Repository,
+        walker: &Walker,
+        tips: &[ObjectId],
+    ) -> Result<Option<Bitmap>> {
         let index = self.pack.index();
         let mut bits = Bitmap::new();
         // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
         // this check is cheaper than finding their pack position again.
         let mut seen = IdSet::default();
-        let mut queue: BinaryHeap<(i64, ObjectId)> = BinaryHeap::new();
-        // Commits read to learn their date when queued, kept for when they are walked.
+        // (date, id, index position) of commits to walk, and what reading them gave.
+        let mut queue: BinaryHeap<(i64, ObjectId, u32)> = BinaryHeap::new();
         let mut read: IdMap<CommitInfo> = IdMap::default();
         let mut objects: Vec<(ObjectId, ObjectKind)> = Vec::new();
-        let (mut or_ed, mut commits, mut trees) = (0u32, 0u32, 0u32);
+        let (mut commits, mut trees) = (0u32, 0u32);
         // With many tips, most are covered by the first bitmaps taken: knowing pack positions
         // (one bucketing pass) is cheaper than decoding every tip's bitmap.
         let check_covered = tips.len() > 16;
+        let mut commit_tips: Vec<(ObjectId, u32)> = Vec::new();
         for tip in tips {
             let mut tags = Vec::new();
             let (id, kind) = walker.peel(*tip, &mut tags)?;
@@ -167,47 +220,39 @@ impl BitmapIndex {
             let Some(index_pos) = index.find(&id) else {
                 return Ok(None);
             };
-            // A tip with a bitmap is taken at once, without reading the commit.
-            if self.bitmap.contains(index_pos) {
-                if check_covered && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit)) {
-                    continue;
-                }
-                if let Some(reached) = self
-                    .bitmap
-                    .commit_bitmap(index_pos)
-                    .map_err(packd_odb::Error::from)?
-                {
-                    bits.or_assign(&reached);
-                    or_ed += 1;
-                    continue;
-                }
+            commit_tips.push((id, index_pos));
+        }
+        // Tips with bitmaps first, taken without reading the commit; with many tips, in pack
+        // order, which git writes newest first, so that the newest bitmaps are taken first and
+        // cover the older tips without decoding theirs.
+        let (mut bitmapped, plain): (Vec<_>, Vec<_>) = commit_tips
+            .into_iter()
+            .partition(|&(_, index_pos)| self.bitmap.contains(index_pos));
+        if check_covered {
+            let mut keyed = Vec::with_capacity(bitmapped.len());
+            for (id, index_pos) in bitmapped {
+                keyed.push((self.bit_of(index_pos)?.unwrap_or(u64::MAX), id, index_pos));
             }
-            let info = walker.commit(&id)?;
-            queue.push((info.time, id));
+            keyed.sort_unstable();
+            bitmapped = keyed.into_iter().map(|(_, id, pos)| (id, pos)).collect();
+        }
+        let mut later = Vec::new();
+        for (id, index_pos) in bitmapped {
+            if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
+                later.push((id, index_pos));
+            }
+        }
+        for (id, index_pos) in plain.into_iter().chain(later) {
+            if check_covered && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit)) {
+                continue;
+            }
+            let info = self.commit_at(repo, &id, index_pos)?;
+            queue.push((info.time, id, index_pos));
             read.insert(id, info);
         }
-        while let Some((_, id)) = queue.pop() {
-            let Some(index_pos) = index.find(&id) else {
-                return Ok(None);
-            };
-            // A commit with a bitmap needs no pack position unless one is at hand to tell whether
-            // an earlier bitmap already covers it: a query whose tips all have bitmaps then never
-            // builds a reverse index.
-            if self.bitmap.contains(index_pos) {
-                let covered = (check_covered || self.order.is_ready(&self.pack))
-                    && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit));
-                if covered {
-                    continue;
-                }
-                if let Some(reached) = self
-                    .bitmap
-                    .commit_bitmap(index_pos)
-                    .map_err(packd_odb::Error::from)?
-                {
-                    bits.or_assign(&reached);
-                    or_ed += 1;
-                    continue;
-                }
+        while let Some((_, id, index_pos)) = queue.pop() {
+            if self.take_bitmap(&mut bits, index_pos, check_covered)? {
+                continue;
             }
             let Some(bit) = self.bit_of(index_pos)? else {
                 return Ok(None);
@@ -219,13 +264,16 @@ impl BitmapIndex {
             commits += 1;
             let commit = match read.remove(&id) {
                 Some(info) => info,
-                None => walker.commit(&id)?,
+                None => self.commit_at(repo, &id, index_pos)?,
             };
             objects.push((commit.tree, ObjectKind::Tree));
             for parent in commit.parents {
                 if seen.insert(parent) {
-                    let info = walker.commit(&parent)?;
-                    queue.push((info.time, parent));
+                    let Some(parent_pos) = index.find(&parent) else {
+                        return Ok(None);
+                    };
+                    let info = self.commit_at(repo, &parent, parent_pos)?;
+                    queue.push((info.time, parent, parent_pos));
                     read.insert(parent, info);
                 }
             }
@@ -247,7 +295,7 @@ impl BitmapIndex {
             bits.set(bit);
             if kind == ObjectKind::Tree {
                 trees += 1;
-                let object = walker.read(&id)?;
+                let object = self.read_at(repo, &id, index_pos)?;
                 for entry in tree_entries(&id, &object.data) {
                     let (mode, _, entry) = entry?;
                     match mode & 0o170000 {
@@ -259,7 +307,7 @@ impl BitmapIndex {
             }
         }
         tracing::debug!(
-            "{} tips: {or_ed} bitmaps, {commits} commits and {trees} trees walked, {} objects met",
+            "{} tips: {commits} commits and {trees} trees walked, {} objects met",
             tips.len(),
             seen.len()
         );
@@ -276,10 +324,10 @@ impl BitmapIndex {
         objects: bool,
     ) -> Result<Option<Bitmap>> {
         let walker = Walker::new(repo);
-        let Some(mut wanted) = self.reach(&walker, include)? else {
+        let Some(mut wanted) = self.reach(repo, &walker, include)? else {
             return Ok(None);
         };
-        let Some(had) = self.reach(&walker, exclude)? else {
+        let Some(had) = self.reach(repo, &walker, exclude)? else {
             return Ok(None);
         };
         wanted.and_not_assign(&had);

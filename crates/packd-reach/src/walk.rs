@@ -87,16 +87,15 @@ impl<'a> Walker<'a> {
     ) -> Result<(ObjectId, ObjectKind)> {
         for _ in 0..64 {
             // The type alone (an entry header) tells a tag from the rest; only tags are read.
-            let kind = self
-                .repo
-                .objects()
-                .header(&id)?
-                .ok_or_else(|| bad(&id, "is missing (the repository is not connected)"))?
-                .kind;
+            let objects = self.repo.objects();
+            let location = objects
+                .locate(&id)?
+                .ok_or_else(|| bad(&id, "is missing (the repository is not connected)"))?;
+            let kind = objects.header_at(&id, &location)?.kind;
             if kind != ObjectKind::Tag {
                 return Ok((id, kind));
             }
-            let object = self.read(&id)?;
+            let object = objects.read_at(&id, &location)?;
             tags.push(id);
             id = tag_target(&id, &object.data)?;
         }

@@ -149,6 +149,14 @@ impl DeltaBaseCache {
         }
     }
 
+    /// Whether the cache has never had to evict and holds under half its budget: keeping more
+    /// costs nothing yet.
+    pub fn has_room(&self) -> bool {
+        !self.is_disabled()
+            && self.evictions.load(Ordering::Relaxed) == 0
+            && self.bytes.load(Ordering::Relaxed) < self.budget / 2
+    }
+
     /// Stores a decoded object. An object larger than half the budget is not kept.
     pub fn insert(&self, key: CacheKey, kind: ObjectKind, data: &Bytes) {
         let cost = data.len() + ENTRY_OVERHEAD;

@@ -240,7 +240,12 @@ impl Pack {
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
-        let stride = cache_stride(self.id, offset);
+        // Until the cache is under pressure (a short walk, the start of a long one), every
+        // link is kept whatever the access pattern: the stride only rations a full cache.
+        let stride = match cache_stride(self.id, offset) {
+            _ if cache.has_room() => 1,
+            stride => stride,
+        };
         let mut chain: Vec<(RawEntry, bool)> = Vec::new();
         let mut cur = offset;
         let (kind, mut data) = loop {

@@ -50,24 +50,22 @@ impl RankIndex {
             shift += 1;
         }
         let buckets = ((trailer >> shift) + 1) as usize;
-        let mut offsets = Vec::with_capacity(n as usize);
+        // Two passes over the index's offset table: count per bucket, then place.
+        let mut starts = vec![0u32; buckets + 1];
         for raw in table.chunks_exact(4) {
-            let raw = u32::from_be_bytes(raw.try_into().expect("4 bytes"));
-            if raw & 0x8000_0000 != 0 || !(12..trailer).contains(&(raw as u64)) {
+            let o = u32::from_be_bytes(raw.try_into().expect("4 bytes"));
+            if o & 0x8000_0000 != 0 || !(12..trailer).contains(&(o as u64)) {
                 return Ok(None);
             }
-            offsets.push(raw);
-        }
-        let mut starts = vec![0u32; buckets + 1];
-        for &o in &offsets {
             starts[(o >> shift) as usize + 1] += 1;
         }
         for b in 0..buckets {
             starts[b + 1] += starts[b];
         }
         let mut fill = starts.clone();
-        let mut keys = vec![0u32; offsets.len()];
-        for &o in &offsets {
+        let mut keys = vec![0u32; n as usize];
+        for raw in table.chunks_exact(4) {
+            let o = u32::from_be_bytes(raw.try_into().expect("4 bytes"));
             let b = (o >> shift) as usize;
             keys[fill[b] as usize] = o;
             fill[b] += 1;
