@@ -47,7 +47,7 @@ struct Source {
     storage: Arc<dyn Storage>,
     packs: Vec<Arc<Pack>>,
     /// The multi-pack-index and, for each of its pack numbers, the position in `packs`.
-    midx: Option<(MultiPackIndex, Vec<usize>)>,
+    midx: Option<(Arc<MultiPackIndex>, Vec<usize>)>,
     /// Positions in `packs` of the packs the multi-pack-index does not cover.
     outside_midx: Vec<usize>,
     loose: LooseStore,
@@ -139,6 +139,18 @@ impl ObjectDb {
     /// Every pack of every objects directory.
     pub fn packs(&self) -> impl Iterator<Item = &Arc<Pack>> {
         self.sources.iter().flat_map(|s| s.packs.iter())
+    }
+
+    /// The multi-pack-index of the repository's own objects directory, if it has one, with the
+    /// storage its files are read from and its packs in its pack-number order.
+    #[allow(clippy::type_complexity)]
+    pub fn multi_pack_index(
+        &self,
+    ) -> Option<(&Arc<dyn Storage>, &Arc<MultiPackIndex>, Vec<Arc<Pack>>)> {
+        let source = self.sources.first()?;
+        let (midx, map) = source.midx.as_ref()?;
+        let packs = map.iter().map(|&p| source.packs[p].clone()).collect();
+        Some((&source.storage, midx, packs))
     }
 
     /// Every pack with the storage it is read from (where its `.bitmap` or `.rev` live too).
@@ -383,7 +395,7 @@ fn open_source(
                     })?;
                 map.push(pos);
             }
-            Some((midx, map))
+            Some((Arc::new(midx), map))
         }
         Err(e) if e.is_not_found() => None,
         Err(e) => return Err(e.into()),

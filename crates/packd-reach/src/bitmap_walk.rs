@@ -4,119 +4,55 @@
 //! From each tip, walk as the plain walk does, but stop at every commit that has a bitmap and
 //! take its bits instead (the fill-in walk covers only the commits newer than the nearest
 //! bitmapped ones). The included side minus the excluded side is the answer. Bits are pack
-//! positions of the one bitmapped pack; if the walk meets an object outside that pack, the
-//! bitmap cannot describe it and the caller falls back to the plain walk.
+//! positions of the bitmapped pack or multi-pack-index ([`crate::bitmapped`]); if the walk meets
+//! an object outside them, the bitmap cannot describe it and the caller falls back to the plain
+//! walk.
 
 use crate::bitmap::PackBitmap;
+use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
-use crate::rev_index::RevIndex;
 use crate::walk::Walker;
-use packd_odb::pack::Pack;
 use packd_odb::parse::CommitInfo;
 use packd_odb::parse::{parse_commit, tree_entries};
-use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
-use packd_storage::Storage;
+use packd_odb::{IdMap, IdSet, Object, ObjectId, ObjectKind, Repository, Result};
 use std::collections::BinaryHeap;
-use std::sync::Arc;
 
-/// A bitmapped pack, ready for queries.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A bitmap and the objects it numbers (a pack's, or a multi-pack-index's), ready for queries.
 pub struct BitmapIndex {
-    pack: Arc<Pack>,
+    objects: Bitmapped,
     bitmap: PackBitmap,
-    order: PackOrder,
 }
 
-/// How pack positions (bits) and index positions map to each other.
-enum PackOrder {
-    /// The pack's `.rev` file: pack position to index position directly; the other way by a
-    /// binary search over it, comparing offsets from the `.idx`.
-    File(RevIndex),
-    /// The pack's in-memory reverse index (a sort of the `.idx` offsets, done once per pack).
-    Memory,
-}
-
-impl PackOrder {
-    /// The pack's `.rev` when it has a valid one (a read), else the in-memory reverse index
-    /// (sorted from the index on first use).
-    fn open(storage: &dyn Storage, pack: &Pack) -> Result<PackOrder> {
-        if let Some(stem) = pack.name().strip_suffix(".pack") {
-            match storage.open(&format!("{stem}.rev")) {
-                Ok(blob) => {
-                    match RevIndex::open(blob.as_ref(), pack.index().pack_checksum(), pack.len()) {
-                        Ok(rev) => return Ok(PackOrder::File(rev)),
-                        Err(e) => tracing::warn!("ignoring {}: {e}", blob.name()),
+impl BitmapIndex {
+    /// The bitmap git would use for `repo`: the multi-pack-index's if it has one, else the first
+    /// pack's with a `.bitmap`. A bitmap that does not belong to its objects, or cannot be read,
+    /// is skipped with one warning: the plain walk gives the answer.
+    pub fn open(repo: &Repository) -> Result<Option<BitmapIndex>> {
+        let started = std::time::Instant::now();
+        if let Some((storage, midx, packs)) = repo.objects().multi_pack_index() {
+            let name = format!("pack/multi-pack-index-{}.bitmap", hex(midx.checksum()));
+            match storage.open(&name) {
+                Ok(blob) => match PackBitmap::open(blob, midx.checksum(), midx.len()) {
+                    Ok(bitmap) => {
+                        if let Some(objects) = Bitmapped::midx(storage.as_ref(), midx, packs)? {
+                            return Ok(Some(BitmapIndex::opened(objects, bitmap, started)));
+                        }
                     }
-                }
+                    Err(e) => tracing::warn!("ignoring {name}: {e}"),
+                },
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        // Built on first use: a query whose tips all have bitmaps never needs it.
-        Ok(PackOrder::Memory)
-    }
-
-    fn index_position(&self, pack: &Pack, pack_pos: u32) -> Option<u32> {
-        match self {
-            PackOrder::File(rev) => rev.index_position(pack_pos),
-            PackOrder::Memory => pack
-                .positions_in_pack_order()
-                .ok()?
-                .get(pack_pos as usize)
-                .copied(),
-        }
-    }
-
-    /// Whether [`PackOrder::pack_position`] is cheap now (no reverse index left to build).
-    fn is_ready(&self, pack: &Pack) -> bool {
-        match self {
-            PackOrder::File(_) => true,
-            PackOrder::Memory => pack.has_reverse_index(),
-        }
-    }
-
-    fn pack_position(&self, pack: &Pack, index_pos: u32) -> Result<Option<u32>> {
-        match self {
-            PackOrder::Memory => pack.pack_position(index_pos),
-            PackOrder::File(rev) => {
-                let index = pack.index();
-                let want = index.offset(index_pos)?;
-                let (mut lo, mut hi) = (0u32, rev.len());
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    let Some(at) = rev.index_position(mid) else {
-                        return Ok(None);
-                    };
-                    if index.offset(at)? < want {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                Ok((rev.index_position(lo) == Some(index_pos)).then_some(lo))
-            }
-        }
-    }
-}
-
-impl BitmapIndex {
-    /// The first pack of `repo` with a usable `.bitmap`. A bitmap that does not belong to its
-    /// pack, or cannot be read, is skipped with one warning: the plain walk gives the answer.
-    pub fn open(repo: &Repository) -> Result<Option<BitmapIndex>> {
         for (storage, pack) in repo.objects().packs_with_storage() {
             match PackBitmap::open_for_pack(storage.as_ref(), pack) {
                 Ok(Some(bitmap)) => {
-                    let started = std::time::Instant::now();
-                    let order = PackOrder::open(storage.as_ref(), pack)?;
-                    tracing::debug!(
-                        "pack order of {} objects ready in {:?}",
-                        pack.len(),
-                        started.elapsed()
-                    );
-                    return Ok(Some(BitmapIndex {
-                        pack: pack.clone(),
-                        bitmap,
-                        order,
-                    }));
+                    let objects = Bitmapped::pack(storage.as_ref(), pack)?;
+                    return Ok(Some(BitmapIndex::opened(objects, bitmap, started)));
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!("ignoring the bitmap of {}: {e}", pack.data_name()),
@@ -125,21 +61,32 @@ impl BitmapIndex {
         Ok(None)
     }
 
-    /// The pack position of the object at `index_pos`; `None` when the pack cannot place it.
-    fn bit_of(&self, index_pos: u32) -> Result<Option<u64>> {
-        Ok(self
-            .order
-            .pack_position(&self.pack, index_pos)?
-            .map(u64::from))
+    fn opened(objects: Bitmapped, bitmap: PackBitmap, started: std::time::Instant) -> Self {
+        tracing::debug!(
+            "opened {} ({} objects, {} bitmaps, lookup table {}) in {:?}",
+            bitmap.name(),
+            objects.len(),
+            bitmap.entry_count(),
+            if bitmap.used_lookup_table() {
+                "used"
+            } else {
+                "absent or unused"
+            },
+            started.elapsed()
+        );
+        debug_assert_eq!(objects.checksum().len(), 20);
+        BitmapIndex { objects, bitmap }
     }
 
-    /// The object at `index_pos` of the bitmapped pack, read without searching the index again.
+    /// The pack position of the object at `index_pos`; `None` when the order cannot place it.
+    fn bit_of(&self, index_pos: u32) -> Result<Option<u64>> {
+        self.objects.bit_of(index_pos)
+    }
+
+    /// The object at `index_pos`, read without searching an index again.
     fn read_at(&self, repo: &Repository, id: &ObjectId, index_pos: u32) -> Result<Object> {
-        let location = Location::Packed {
-            pack: self.pack.clone(),
-            offset: self.pack.index().offset(index_pos)?,
-        };
-        repo.objects().read_at(id, &location)
+        repo.objects()
+            .read_at(id, &self.objects.location(index_pos)?)
     }
 
     /// The commit at `index_pos`: its links and date.
@@ -161,7 +108,7 @@ impl BitmapIndex {
         if !self.bitmap.contains(index_pos) {
             return Ok(false);
         }
-        if (check || self.order.is_ready(&self.pack))
+        if (check || self.objects.is_ready())
             && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit))
         {
             return Ok(true);
@@ -192,7 +139,7 @@ impl BitmapIndex {
         walker: &Walker,
         tips: &[ObjectId],
     ) -> Result<Option<Bitmap>> {
-        let index = self.pack.index();
+        let index = &self.objects;
         let mut bits = Bitmap::new();
         // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
         // this check is cheaper than finding their pack position again.
@@ -340,8 +287,8 @@ impl BitmapIndex {
     /// The ids of the objects whose bits are set, in pack order.
     pub fn ids(&self, bits: &Bitmap) -> Vec<ObjectId> {
         bits.iter_ones()
-            .filter_map(|b| self.order.index_position(&self.pack, b as u32))
-            .map(|i| self.pack.index().id(i))
+            .filter_map(|b| self.objects.position_at(b as u32))
+            .map(|i| self.objects.id(i))
             .collect()
     }
 }

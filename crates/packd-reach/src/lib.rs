@@ -5,12 +5,14 @@
 //! ewah.rs      git's EWAH compressed bitmaps, decoded into plain bitmaps
 //! bitmap/      a pack's (or multi-pack-index's) .bitmap: type and commit bitmaps
 //! rev_index.rs a pack's .rev: index positions in pack order
-//! bitmap_walk.rs  the same questions answered from a pack's bitmaps, with a fill-in walk
+//! bitmapped.rs the objects a bitmap numbers (a pack's or a multi-pack-index's), in both orders
+//! bitmap_walk.rs  the same questions answered from bitmaps, with a fill-in walk
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
 pub mod bitmap;
 pub mod bitmap_walk;
+mod bitmapped;
 pub mod ewah;
 pub mod rev_index;
 pub mod walk;

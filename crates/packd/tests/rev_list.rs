@@ -24,7 +24,38 @@ fn history(sb: &Sandbox) -> Repo {
     repo.fast_import(&fi.finish());
     repo.git(&["tag", "-a", "-m", "release", "v1", "main~5"]);
     repo.git(&["tag", "light", "topic~3"]);
+    // More than 16 tips, so that `--all` and `--tags` take the many-tips path (tip bitmaps in
+    // pack order, covered tips skipped), with annotated tags on old and new commits.
+    for i in 0..18 {
+        let target = format!("main~{}", i + 2);
+        if i % 2 == 0 {
+            repo.git(&["tag", "-a", "-m", "old release", &format!("r{i}"), &target]);
+        } else {
+            repo.git(&["tag", &format!("l{i}"), &target]);
+        }
+    }
     repo
+}
+
+/// Commits added on top of `history`, in a pack of their own (fast-import writes one per run).
+fn more_history(repo: &Repo) {
+    let mut fi = FastImport::with_time(1_800_000_000);
+    let mut gen = HistoryGen::new(11, 12, 40);
+    fi.reset("refs/heads/main", &repo.git_str(&["rev-parse", "main"]));
+    gen.commits(&mut fi, "refs/heads/main", 8, false);
+    repo.git_stdin(
+        &["-c", "fastimport.unpackLimit=0", "fast-import", "--quiet"],
+        &fi.finish(),
+    );
+}
+
+/// `packd rev-list` with `PACKD_LOG=debug`: its stderr tells which bitmap it opened.
+fn packd_debug(repo: &Repo, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_packd"));
+    apply_env(&mut cmd, &repo.home);
+    cmd.env("PACKD_LOG", "debug");
+    cmd.arg("-C").arg(&repo.path).args(args);
+    run_cmd(cmd, None, std::time::Duration::from_secs(60))
 }
 
 fn compare(repo: &Repo, query: &[&str], bitmaps: bool) {
@@ -118,6 +149,64 @@ fn same_objects_as_git_with_its_bitmaps() {
             .iter()
             .any(|p| p.with_extension("bitmap").exists()),
         "git wrote no bitmap"
+    );
+    for q in QUERIES {
+        compare(&repo, q, true);
+    }
+}
+
+#[test]
+fn same_objects_as_git_with_reverse_index_files() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["-c", "pack.writeReverseIndex=true", "repack", "-adbq"]);
+    assert!(
+        repo.packs()
+            .iter()
+            .any(|p| p.with_extension("rev").exists()),
+        "git wrote no .rev"
+    );
+    for q in QUERIES {
+        compare(&repo, q, true);
+    }
+}
+
+#[test]
+fn same_objects_as_git_with_a_multi_pack_index_bitmap() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    // (A bare repository's repack writes a bitmap unless told not to.)
+    repo.git(&["-c", "repack.writeBitmaps=false", "repack", "-adq"]);
+    more_history(&repo);
+    assert!(repo.packs().len() >= 2, "{:?}", repo.packs());
+    repo.git(&["multi-pack-index", "write", "--bitmap"]);
+    let midx_bitmap = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with("multi-pack-index-") && n.ends_with(".bitmap"))
+        .expect("git wrote a multi-pack-index bitmap");
+    assert!(
+        !repo
+            .packs()
+            .iter()
+            .any(|p| p.with_extension("bitmap").exists()),
+        "only the multi-pack-index has a bitmap"
+    );
+    let run = packd_debug(
+        &repo,
+        &[
+            "rev-list",
+            "--use-bitmap-index",
+            "--count",
+            "--objects",
+            "main",
+        ],
+    );
+    run.assert_success();
+    assert!(
+        run.err().contains("opened ") && run.err().contains(&format!("/{midx_bitmap} (")),
+        "packd did not use {midx_bitmap}: {}",
+        run.err()
     );
     for q in QUERIES {
         compare(&repo, q, true);

@@ -30,6 +30,9 @@ pub struct MultiPackIndex {
     ids_at: usize,
     offsets_at: usize,
     large_offsets: Option<(usize, usize)>,
+    /// The RIDX chunk: multi-pack-index positions in pseudo-pack order (newer git writes it
+    /// here; older git writes `multi-pack-index-<checksum>.rev` instead).
+    reverse_at: Option<usize>,
 }
 
 impl MultiPackIndex {
@@ -126,6 +129,16 @@ impl MultiPackIndex {
             ));
         }
         let large_offsets = chunk(b"LOFF");
+        let reverse_at = match chunk(b"RIDX") {
+            None => None,
+            Some((start, end)) if end - start == count as usize * 4 => Some(start),
+            Some((start, _)) => {
+                return Err(corrupt(
+                    start,
+                    format!("the RIDX chunk does not hold {count} positions"),
+                ))
+            }
+        };
         Ok(MultiPackIndex {
             name: name.to_string(),
             bytes,
@@ -135,7 +148,37 @@ impl MultiPackIndex {
             ids_at: oidl,
             offsets_at: ooff,
             large_offsets,
+            reverse_at,
         })
+    }
+
+    /// The file's name, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file's trailing checksum, which its `.bitmap` and `.rev` files record.
+    pub fn checksum(&self) -> &[u8] {
+        &self.bytes[self.bytes.len() - 20..]
+    }
+
+    /// Whether the file has a RIDX chunk (see [`MultiPackIndex::reverse_position`]).
+    pub fn has_reverse_index(&self) -> bool {
+        self.reverse_at.is_some()
+    }
+
+    /// From the RIDX chunk: the position (in id order) of the object at `pseudo_pos` of the
+    /// pseudo-pack order, in which bitmaps number objects (the preferred pack's objects first,
+    /// then the other packs' in pack-number order, each pack's by offset). `None` without the
+    /// chunk, or for a position out of range, or one the chunk maps out of range.
+    pub fn reverse_position(&self, pseudo_pos: u32) -> Option<u32> {
+        let start = self.reverse_at?;
+        if pseudo_pos >= self.count {
+            return None;
+        }
+        let at = start + 4 * pseudo_pos as usize;
+        let pos = u32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap());
+        (pos < self.count).then_some(pos)
     }
 
     /// The `.idx` names of the packs it covers, in pack-number order.

@@ -1,0 +1,236 @@
+//! The objects a `.bitmap` numbers: those of one pack, or those of a multi-pack-index.
+//!
+//! A bitmap's bit `i` stands for the `i`th object in *pack order*:
+//! - for a pack bitmap, the pack's entries by offset (the order a `.rev` file lists);
+//! - for a multi-pack-index bitmap, the *pseudo-pack* order: the preferred pack's objects first,
+//!   then every other pack's in pack-number order, each pack's by offset, counting only the copy
+//!   the multi-pack-index chose for each object. The RIDX chunk, or with older git a
+//!   `multi-pack-index-<checksum>.rev` file, lists it; git cannot use such a bitmap without one,
+//!   and neither does packd.
+//!
+//! Commit positions in the bitmap, on the other hand, are positions in id order (in the `.idx`,
+//! or in the multi-pack-index). This module converts between the two.
+
+use crate::rev_index::RevIndex;
+use packd_odb::pack::multi_index::MultiPackIndex;
+use packd_odb::pack::Pack;
+use packd_odb::{Error, Location, ObjectId, Result};
+use packd_storage::Storage;
+use std::sync::Arc;
+
+/// The objects of a bitmap, and the map between their id order and their pack order.
+pub(crate) enum Bitmapped {
+    /// One pack.
+    Pack {
+        /// The pack.
+        pack: Arc<Pack>,
+        /// Its `.rev` if it has a valid one; else the pack's in-memory reverse index.
+        rev: Option<RevIndex>,
+    },
+    /// A multi-pack-index over several packs.
+    Midx {
+        /// The multi-pack-index.
+        midx: Arc<MultiPackIndex>,
+        /// Its packs, by pack number.
+        packs: Vec<Arc<Pack>>,
+        /// The `.rev` file, when the multi-pack-index has no RIDX chunk.
+        rev: Option<RevIndex>,
+        /// The preferred pack's number: the pack of the object at pseudo-pack position 0.
+        preferred: u32,
+    },
+}
+
+/// Reads `<stem>.rev` for an object set of `count` objects with checksum `checksum`; `None`
+/// when there is none, or (with a warning) when it is invalid.
+fn read_rev(
+    storage: &dyn Storage,
+    name: &str,
+    checksum: &[u8],
+    count: u32,
+) -> Result<Option<RevIndex>> {
+    match storage.open(name) {
+        Ok(blob) => match RevIndex::open(blob.as_ref(), checksum, count) {
+            Ok(rev) => Ok(Some(rev)),
+            Err(e) => {
+                tracing::warn!("ignoring {}: {e}", blob.name());
+                Ok(None)
+            }
+        },
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Bitmapped {
+    /// The objects of `pack`, with its `.rev` when it has a valid one. Without one, pack
+    /// positions come from the pack's own rank and reverse indexes, built on first use: a query
+    /// whose tips all have bitmaps needs neither.
+    pub(crate) fn pack(storage: &dyn Storage, pack: &Arc<Pack>) -> Result<Bitmapped> {
+        let rev = match pack.name().strip_suffix(".pack") {
+            Some(stem) => read_rev(
+                storage,
+                &format!("{stem}.rev"),
+                pack.index().pack_checksum(),
+                pack.len(),
+            )?,
+            None => None,
+        };
+        Ok(Bitmapped::Pack {
+            pack: pack.clone(),
+            rev,
+        })
+    }
+
+    /// The objects of a multi-pack-index; `None` (with a warning) when it has neither a RIDX
+    /// chunk nor a valid `.rev` file, as git then cannot use its bitmap either.
+    pub(crate) fn midx(
+        storage: &dyn Storage,
+        midx: &Arc<MultiPackIndex>,
+        packs: Vec<Arc<Pack>>,
+    ) -> Result<Option<Bitmapped>> {
+        let rev = if midx.has_reverse_index() {
+            None
+        } else {
+            let name = format!("pack/multi-pack-index-{}.rev", hex(midx.checksum()));
+            match read_rev(storage, &name, midx.checksum(), midx.len())? {
+                Some(rev) => Some(rev),
+                None => {
+                    tracing::warn!(
+                        "ignoring the bitmap of {}: it has no reverse index (RIDX chunk or {name})",
+                        midx.name()
+                    );
+                    return Ok(None);
+                }
+            }
+        };
+        let mut set = Bitmapped::Midx {
+            midx: midx.clone(),
+            packs,
+            rev,
+            preferred: 0,
+        };
+        if let Some(first) = set.position_at(0) {
+            let (pack, _) = midx.location(first)?;
+            if let Bitmapped::Midx { preferred, .. } = &mut set {
+                *preferred = pack;
+            }
+        }
+        Ok(Some(set))
+    }
+
+    /// The number of objects, which is the number of bits a bitmap of them may have.
+    pub(crate) fn len(&self) -> u32 {
+        match self {
+            Bitmapped::Pack { pack, .. } => pack.len(),
+            Bitmapped::Midx { midx, .. } => midx.len(),
+        }
+    }
+
+    /// The checksum the `.bitmap` must record.
+    pub(crate) fn checksum(&self) -> &[u8] {
+        match self {
+            Bitmapped::Pack { pack, .. } => pack.index().pack_checksum(),
+            Bitmapped::Midx { midx, .. } => midx.checksum(),
+        }
+    }
+
+    /// The position of `id` in id order.
+    pub(crate) fn find(&self, id: &ObjectId) -> Option<u32> {
+        match self {
+            Bitmapped::Pack { pack, .. } => pack.index().find(id),
+            Bitmapped::Midx { midx, .. } => midx.find(id),
+        }
+    }
+
+    /// The id at position `pos` of id order.
+    pub(crate) fn id(&self, pos: u32) -> ObjectId {
+        match self {
+            Bitmapped::Pack { pack, .. } => pack.index().id(pos),
+            Bitmapped::Midx { midx, .. } => midx.id(pos),
+        }
+    }
+
+    /// Where the object at position `pos` of id order is stored.
+    pub(crate) fn location(&self, pos: u32) -> Result<Location> {
+        match self {
+            Bitmapped::Pack { pack, .. } => Ok(Location::Packed {
+                pack: pack.clone(),
+                offset: pack.index().offset(pos)?,
+            }),
+            Bitmapped::Midx { midx, packs, .. } => {
+                let (pack, offset) = midx.location(pos)?;
+                let pack = packs.get(pack as usize).ok_or_else(|| {
+                    Error::corrupt(midx.name(), 0, format!("object {pos} names a missing pack"))
+                })?;
+                Ok(Location::Packed {
+                    pack: pack.clone(),
+                    offset,
+                })
+            }
+        }
+    }
+
+    /// The position in id order of the object at pack position (bit) `bit`.
+    pub(crate) fn position_at(&self, bit: u32) -> Option<u32> {
+        match self {
+            Bitmapped::Pack { rev: Some(rev), .. } => rev.index_position(bit),
+            Bitmapped::Pack { pack, rev: None } => pack
+                .positions_in_pack_order()
+                .ok()?
+                .get(bit as usize)
+                .copied(),
+            Bitmapped::Midx { rev: Some(rev), .. } => rev.index_position(bit),
+            Bitmapped::Midx {
+                midx, rev: None, ..
+            } => midx.reverse_position(bit),
+        }
+    }
+
+    /// Whether [`Bitmapped::bit_of`] is cheap now (nothing left to build first).
+    pub(crate) fn is_ready(&self) -> bool {
+        match self {
+            Bitmapped::Pack { pack, rev: None } => pack.has_reverse_index(),
+            _ => true,
+        }
+    }
+
+    /// The sort key of id-order position `pos` in pack order.
+    fn order_key(&self, pos: u32) -> Result<(u32, u64)> {
+        match self {
+            Bitmapped::Pack { pack, .. } => Ok((0, pack.index().offset(pos)?)),
+            Bitmapped::Midx {
+                midx, preferred, ..
+            } => {
+                let (pack, offset) = midx.location(pos)?;
+                let rank = if pack == *preferred { 0 } else { pack + 1 };
+                Ok((rank, offset))
+            }
+        }
+    }
+
+    /// The pack position (bit) of the object at id-order position `pos`; `None` when the order
+    /// does not place it. With a reverse index at hand, a binary search over it, as git does.
+    pub(crate) fn bit_of(&self, pos: u32) -> Result<Option<u64>> {
+        if let Bitmapped::Pack { pack, rev: None } = self {
+            return Ok(pack.pack_position(pos)?.map(u64::from));
+        }
+        let want = self.order_key(pos)?;
+        let (mut lo, mut hi) = (0u32, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let Some(at) = self.position_at(mid) else {
+                return Ok(None);
+            };
+            if self.order_key(at)? < want {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok((self.position_at(lo) == Some(pos)).then_some(lo as u64))
+    }
+}
