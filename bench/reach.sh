@@ -116,6 +116,19 @@ report() {
     p=$(median "$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q)
     printf '   %-28s %10s %10s %7.2f %s\n' "${q//$tip/TIP}" "$g" "$p" "$(echo "$p / $g" | bc -l)" "$ok"
   done
+  # Opening the bitmap index: packd's debug log says how long it took and how many entries the
+  # file has; with a lookup table the time should not grow with the entry count.
+  local opens=() line
+  for _ in $(seq "$runs"); do
+    line=$(PACKD_LOG=debug NO_COLOR=1 "$packd" -C "$repo" rev-list --count --use-bitmap-index "$tip" 2>&1 >/dev/null \
+      | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 ' opened ')
+    opens+=("$(echo "$line" | sed -E 's/.* in ([0-9.]+)(ns|µs|us|ms|s)$/\1 \2/' \
+      | awk '{u=$2; v=$1; if (u=="ns") v/=1000; else if (u=="ms") v*=1000; else if (u=="s") v*=1000000; printf "%.0f", v}')")
+  done
+  local entries
+  entries=$(echo "$line" | sed -E 's/.*objects, ([0-9]+) bitmaps, lookup table ([a-z ]+)\).*/\1 bitmaps, lookup table \2/')
+  printf '   bitmap open (packd): %s µs median; %s\n' \
+    "$(printf '%s\n' "${opens[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')" "$entries"
 }
 
 repos=("$@")

@@ -25,6 +25,8 @@ fn hex(bytes: &[u8]) -> String {
 pub struct BitmapIndex {
     objects: Bitmapped,
     bitmap: PackBitmap,
+    /// Commit bitmaps taken, for the debug log.
+    taken: std::sync::atomic::AtomicU32,
 }
 
 impl BitmapIndex {
@@ -75,7 +77,11 @@ impl BitmapIndex {
             started.elapsed()
         );
         debug_assert_eq!(objects.checksum().len(), 20);
-        BitmapIndex { objects, bitmap }
+        BitmapIndex {
+            objects,
+            bitmap,
+            taken: Default::default(),
+        }
     }
 
     /// The pack position of the object at `index_pos`; `None` when the order cannot place it.
@@ -120,6 +126,8 @@ impl BitmapIndex {
         {
             Some(reached) => {
                 bits.or_assign(&reached);
+                self.taken
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(true)
             }
             None => Ok(false),
@@ -219,6 +227,11 @@ impl BitmapIndex {
                     let Some(parent_pos) = index.find(&parent) else {
                         return Ok(None);
                     };
+                    // A parent already covered is not read: on a host with many pull-request
+                    // refs, most spikes sit on commits the main line's bitmap holds.
+                    if matches!(self.bit_of(parent_pos)?, Some(bit) if bits.get(bit)) {
+                        continue;
+                    }
                     let info = self.commit_at(repo, &parent, parent_pos)?;
                     queue.push((info.time, parent, parent_pos));
                     read.insert(parent, info);
@@ -254,8 +267,9 @@ impl BitmapIndex {
             }
         }
         tracing::debug!(
-            "{} tips: {commits} commits and {trees} trees walked, {} objects met",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {trees} trees walked, {} objects met",
             tips.len(),
+            self.taken.load(std::sync::atomic::Ordering::Relaxed),
             seen.len()
         );
         Ok(Some(bits))
@@ -270,11 +284,25 @@ impl BitmapIndex {
         exclude: &[ObjectId],
         objects: bool,
     ) -> Result<Option<Bitmap>> {
-        let walker = Walker::new(repo);
-        let Some(mut wanted) = self.reach(repo, &walker, include)? else {
-            return Ok(None);
+        // The two sides are independent walks: with both non-empty, the excluded side runs on a
+        // second thread (the answer's latency is the longer walk, not the sum).
+        let (wanted, had) = if include.is_empty() || exclude.is_empty() {
+            let walker = Walker::new(repo);
+            (
+                self.reach(repo, &walker, include)?,
+                self.reach(repo, &walker, exclude)?,
+            )
+        } else {
+            std::thread::scope(|scope| {
+                let excluded = scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude));
+                let wanted = self.reach(repo, &Walker::new(repo), include);
+                let had = excluded
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, packd_odb::Error>((wanted?, had?))
+            })?
         };
-        let Some(had) = self.reach(repo, &walker, exclude)? else {
+        let (Some(mut wanted), Some(had)) = (wanted, had) else {
             return Ok(None);
         };
         wanted.and_not_assign(&had);

@@ -194,13 +194,13 @@ impl Pack {
         }
         let offset = self.index.offset(index_pos)?;
         if !self.has_reverse_index() {
-            let rank = match self.rank.get() {
-                Some(r) => r,
-                None => {
-                    let built = super::rank::RankIndex::build(&self.index, self.data.len() - 20)?;
-                    self.rank.get_or_init(|| built)
-                }
-            };
+            // Threads asking at once wait for one build. A failure to build (an offset that
+            // cannot be read) leaves the exact reverse index to report it.
+            let rank = self.rank.get_or_init(|| {
+                super::rank::RankIndex::build(&self.index, self.data.len() - 20)
+                    .ok()
+                    .flatten()
+            });
             if let Some(rank) = rank {
                 return Ok(rank.rank(offset));
             }

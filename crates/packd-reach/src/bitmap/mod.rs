@@ -94,6 +94,24 @@ pub struct PackBitmap {
     hash_cache_at: Option<u64>,
     /// The name-hash cache, read on first use.
     hash_cache: OnceLock<Bytes>,
+    /// Shared bases already resolved through their XOR chains, by row: chains share their
+    /// bases, and git's writer makes them long, so a query taking many bitmaps would otherwise
+    /// decode the same bases again and again. Bounded by [`RESOLVED_BUDGET`] bytes.
+    resolved: parking_lot::Mutex<Resolved>,
+    /// By row: whether two or more bitmaps are XORed with this one (only those are kept
+    /// resolved; keeping every link of a long chain costs more than it saves).
+    shared: Vec<bool>,
+}
+
+/// Bytes of resolved bitmaps kept per bitmap file (see [`PackBitmap`]): beyond it, bitmaps are
+/// still resolved, just not kept.
+pub const RESOLVED_BUDGET: usize = 64 << 20;
+
+/// Resolved bitmaps by row, and their size.
+#[derive(Debug, Default)]
+struct Resolved {
+    rows: std::collections::HashMap<u32, Arc<Bitmap>>,
+    bytes: usize,
 }
 
 impl PackBitmap {

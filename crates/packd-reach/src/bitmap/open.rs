@@ -166,6 +166,7 @@ pub(super) fn open(
         ));
     }
 
+    let shared = shared_bases(&entries);
     Ok(PackBitmap {
         blob,
         flags,
@@ -177,7 +178,20 @@ pub(super) fn open(
         used_table,
         hash_cache_at,
         hash_cache: OnceLock::new(),
+        resolved: Default::default(),
+        shared,
     })
+}
+
+/// Rows that at least two other bitmaps are XORed with: the bases worth keeping resolved.
+fn shared_bases(entries: &[Entry]) -> Vec<bool> {
+    let mut uses = vec![0u8; entries.len()];
+    for e in entries {
+        if let Some(u) = uses.get_mut(e.xor_row as usize) {
+            *u = u.saturating_add(1);
+        }
+    }
+    uses.into_iter().map(|u| u >= 2).collect()
 }
 
 /// Reads and decodes the EWAH stream at `at`, which must end by `limit`.
@@ -385,8 +399,17 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
     let file = bm.blob.name();
     let mut chain = vec![row];
     let mut r = row;
+    // The chain down to its root, or to the first bitmap already resolved.
+    let mut base: Option<Arc<Bitmap>> = bm.resolved.lock().rows.get(&row).cloned();
+    if let Some(done) = base {
+        return Ok((*done).clone());
+    }
     while bm.entries[r as usize].xor_row != NO_XOR {
         r = bm.entries[r as usize].xor_row;
+        if let Some(done) = bm.resolved.lock().rows.get(&r).cloned() {
+            base = Some(done);
+            break;
+        }
         chain.push(r);
         if chain.len() > MAX_XOR_CHAIN.min(bm.entries.len()) {
             return Err(BitmapError::corrupt(
@@ -414,8 +437,10 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
             .collect(),
         None => bm.blob.read_many(&ranges).collect::<Result<_, _>>()?,
     };
-    let mut out = Bitmap::new();
-    for (&r, bytes) in chain.iter().zip(&fetched) {
+    // Applied from the root (or the resolved base) up, so that each link's result is the
+    // resolved bitmap of that link, worth keeping for other chains through it.
+    let mut out = base.map(|b| (*b).clone()).unwrap_or_default();
+    for (&r, bytes) in chain.iter().zip(&fetched).rev() {
         let e = bm.entries[r as usize];
         // The extent was checked to hold at least a header and the smallest EWAH.
         let commit_pos = be32(bytes, 0);
@@ -444,6 +469,15 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
             &|| format!("bitmap of commit position {}", e.commit_pos),
         )?;
         out.xor_assign(&bitmap);
+        if !bm.shared[r as usize] {
+            continue;
+        }
+        let mut resolved = bm.resolved.lock();
+        let cost = out.words().len() * 8 + 64;
+        if resolved.bytes + cost <= super::RESOLVED_BUDGET && !resolved.rows.contains_key(&r) {
+            resolved.bytes += cost;
+            resolved.rows.insert(r, Arc::new(out.clone()));
+        }
     }
     Ok(out)
 }
