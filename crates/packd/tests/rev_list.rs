@@ -225,3 +225,101 @@ fn bad_revisions_fail_clearly() {
         run.err()
     );
 }
+
+/// The repository's only `.bitmap`.
+fn only_bitmap(repo: &Repo) -> std::path::PathBuf {
+    let bitmaps: Vec<_> = repo
+        .packs()
+        .iter()
+        .map(|p| p.with_extension("bitmap"))
+        .filter(|b| b.exists())
+        .collect();
+    assert_eq!(bitmaps.len(), 1, "{bitmaps:?}");
+    bitmaps[0].clone()
+}
+
+fn rewrite(path: &std::path::Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = std::fs::read(path).unwrap();
+    edit(&mut bytes);
+    let mut perms = std::fs::metadata(path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(path, perms).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_bitmap_for_another_pack_or_truncated_is_skipped_with_one_warning() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let query = [
+        "rev-list",
+        "--use-bitmap-index",
+        "--objects",
+        "topic",
+        "--not",
+        "main",
+    ];
+    let plain = ["rev-list", "--objects", "topic", "--not", "main"];
+    type Damage = fn(&mut Vec<u8>);
+    let damages: [(&str, Damage); 2] = [
+        ("records another pack's checksum", |b| b[20] ^= 0x40),
+        ("is truncated", |b| b.truncate(b.len() / 2)),
+    ];
+    for (what, damage) in damages {
+        repo.git(&["repack", "-adbq"]);
+        let bitmap = only_bitmap(&repo);
+        rewrite(&bitmap, damage);
+        let run = repo.packd(&query, None);
+        run.assert_success();
+        let name = bitmap.file_name().unwrap().to_string_lossy().to_string();
+        let err = run.err();
+        let warnings: Vec<&str> = err.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warnings.len(), 1, "a bitmap that {what}: {err}");
+        assert!(warnings[0].contains(&name), "{}", warnings[0]);
+        // The answer is the plain walk's, as git gives when it cannot use the bitmap.
+        let mut expected: Vec<String> = String::from_utf8(repo.git(&plain))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let mut got: Vec<String> = run.out().lines().map(str::to_string).collect();
+        expected.sort();
+        got.sort();
+        assert_eq!(expected, got, "a bitmap that {what}");
+    }
+}
+
+#[test]
+fn a_corrupt_commit_bitmap_is_an_error_naming_the_file() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["-c", "pack.writeBitmapLookupTable=true", "repack", "-adbq"]);
+    let bitmap = only_bitmap(&repo);
+    // Every commit's bitmap entry gets an impossible word count; the type bitmaps stay intact,
+    // so opening succeeds and the query fails when it decodes a commit's bitmap.
+    let bytes = std::fs::read(&bitmap).unwrap();
+    let mut at = 32;
+    for _ in 0..4 {
+        let words = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        at += 12 + 8 * words;
+    }
+    rewrite(&bitmap, |b| {
+        b[at + 6 + 4..at + 6 + 8].copy_from_slice(&0x7fff_fff0u32.to_be_bytes())
+    });
+    let run = repo.packd(
+        &[
+            "rev-list",
+            "--use-bitmap-index",
+            "--count",
+            "--objects",
+            "--all",
+        ],
+        None,
+    );
+    assert!(!run.success(), "{}", run.out());
+    assert_eq!(run.code(), Some(128));
+    let name = bitmap.file_name().unwrap().to_string_lossy().to_string();
+    assert!(run.err().contains(&name), "{}", run.err());
+    assert!(!run.err().contains("panicked"), "{}", run.err());
+}
