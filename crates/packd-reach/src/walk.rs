@@ -13,7 +13,7 @@
 //! for that, so that packd's answer equals git's in both modes.
 
 use packd_odb::parse::{parse_commit, tag_target, tree_entries, CommitInfo};
-use packd_odb::{Error, ObjectId, ObjectKind, Repository, Result};
+use packd_odb::{Error, IdMap, IdSet, ObjectId, ObjectKind, Repository, Result};
 use std::collections::{BinaryHeap, HashSet};
 
 /// What to walk.
@@ -45,6 +45,55 @@ pub struct Reached {
 
 fn bad(id: &ObjectId, what: &str) -> Error {
     Error::BadName(format!("object {id}: {what}"))
+}
+
+/// The state of [`Walker::limited_commits`].
+#[derive(Default)]
+struct LimitedWalk {
+    /// Commits reached from an excluded tip (so far).
+    uninteresting: IdSet,
+    /// Commits read, with their links.
+    read: IdMap<CommitInfo>,
+    /// Commits ever queued.
+    queued: IdSet,
+    /// Commits in the queue now.
+    in_heap: IdSet,
+    heap: BinaryHeap<(i64, ObjectId)>,
+    /// Commits in the queue now that are not excluded.
+    interesting_queued: usize,
+}
+
+impl LimitedWalk {
+    /// Queues `id` (reading it for its date) unless it was queued before.
+    fn enqueue(&mut self, walker: &Walker, id: ObjectId) -> Result<()> {
+        if !self.queued.insert(id) {
+            return Ok(());
+        }
+        let commit = walker.commit(&id)?;
+        self.heap.push((commit.time, id));
+        self.read.insert(id, commit);
+        self.in_heap.insert(id);
+        if !self.uninteresting.contains(&id) {
+            self.interesting_queued += 1;
+        }
+        Ok(())
+    }
+
+    /// Marks `parents` excluded, and everything below them that has been read.
+    fn exclude_parents(&mut self, parents: &[ObjectId]) {
+        let mut stack = parents.to_vec();
+        while let Some(p) = stack.pop() {
+            if !self.uninteresting.insert(p) {
+                continue;
+            }
+            if self.in_heap.contains(&p) {
+                self.interesting_queued -= 1;
+            }
+            if let Some(c) = self.read.get(&p) {
+                stack.extend(c.parents.iter().copied());
+            }
+        }
+    }
 }
 
 /// Walks the object database of one repository.
@@ -108,7 +157,7 @@ impl<'a> Walker<'a> {
         &self,
         tree: ObjectId,
         path: Vec<u8>,
-        seen: &mut HashSet<ObjectId>,
+        seen: &mut IdSet,
         mut out: Option<&mut Vec<Reached>>,
     ) -> Result<()> {
         if !seen.insert(tree) {
@@ -163,12 +212,159 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
+    /// The commits reachable from `include` and not from `exclude`, newest first, and the
+    /// excluded commits met on the way (the edges are among them).
+    ///
+    /// This is git's limited walk: one queue of both sides by commit date; an excluded commit
+    /// passes its exclusion to its parents (and theirs, where already read); the walk stops
+    /// once every queued commit is excluded and a few more steps (git's "slop", against clock
+    /// skew) found nothing newer. It reads the commits down to where the two sides meet, not
+    /// the excluded side's whole history.
+    fn limited_commits(
+        &self,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+    ) -> Result<(Vec<ObjectId>, IdSet, IdMap<CommitInfo>)> {
+        /// Steps past the point where only excluded commits remain, as git takes.
+        const SLOP: u32 = 5;
+        let mut walk = LimitedWalk::default();
+        for id in exclude {
+            walk.uninteresting.insert(*id);
+        }
+        for id in exclude.iter().chain(include) {
+            walk.enqueue(self, *id)?;
+        }
+        let mut result = Vec::new();
+        let mut slop = SLOP;
+        while let Some((time, id)) = walk.heap.pop() {
+            walk.in_heap.remove(&id);
+            let parents = walk.read[&id].parents.clone();
+            if !walk.uninteresting.contains(&id) {
+                walk.interesting_queued -= 1;
+                result.push(id);
+                for p in parents {
+                    walk.enqueue(self, p)?;
+                }
+                continue;
+            }
+            walk.exclude_parents(&parents);
+            for p in parents {
+                walk.enqueue(self, p)?;
+            }
+            // git's still_interesting: go on while an interesting commit is queued or the queue
+            // holds commits at least as new as this one; else spend the slop.
+            match walk.heap.peek() {
+                None => break,
+                Some(&(newest, _)) if walk.interesting_queued > 0 || newest >= time => slop = SLOP,
+                Some(_) => {
+                    slop -= 1;
+                    if slop == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        // A commit listed before its exclusion reached it is not in the answer.
+        result.retain(|id| !walk.uninteresting.contains(id));
+        Ok((result, walk.uninteresting, walk.read))
+    }
+
     /// The objects reachable from `query.include` and not from `query.exclude`: commits newest
     /// first, then (with `objects`) tags, trees and blobs in walk order.
     pub fn reachable(&self, query: &Query) -> Result<Vec<Reached>> {
+        if query.exact {
+            return self.reachable_exact(query);
+        }
+        let mut seen_objects = IdSet::default();
+        let mut exclude_commits = Vec::new();
+        for tip in &query.exclude {
+            let mut tags = Vec::new();
+            let (id, kind) = self.peel(*tip, &mut tags)?;
+            seen_objects.extend(tags);
+            match kind {
+                ObjectKind::Commit => exclude_commits.push(id),
+                ObjectKind::Tree if query.objects => {
+                    self.walk_tree(id, Vec::new(), &mut seen_objects, None)?
+                }
+                _ => {
+                    seen_objects.insert(id);
+                }
+            }
+        }
+        let mut others = Vec::new();
+        let mut include_commits = Vec::new();
+        for tip in &query.include {
+            let mut tags = Vec::new();
+            let (id, kind) = self.peel(*tip, &mut tags)?;
+            if query.objects {
+                for tag in tags {
+                    if seen_objects.insert(tag) {
+                        others.push(Reached {
+                            id: tag,
+                            kind: ObjectKind::Tag,
+                            path: None,
+                        });
+                    }
+                }
+            }
+            match kind {
+                ObjectKind::Commit => include_commits.push(id),
+                ObjectKind::Tree if query.objects => {
+                    self.walk_tree(id, Vec::new(), &mut seen_objects, Some(&mut others))?
+                }
+                kind if query.objects && seen_objects.insert(id) => others.push(Reached {
+                    id,
+                    kind,
+                    path: None,
+                }),
+                _ => {}
+            }
+        }
+        let (listed, excluded, read) = self.limited_commits(&include_commits, &exclude_commits)?;
+        let mut commits = Vec::with_capacity(listed.len());
+        let mut trees = Vec::with_capacity(listed.len());
+        let mut edges = Vec::new();
+        for id in listed {
+            let commit = &read[&id];
+            commits.push(Reached {
+                id,
+                kind: ObjectKind::Commit,
+                path: None,
+            });
+            trees.push(commit.tree);
+            edges.extend(
+                commit
+                    .parents
+                    .iter()
+                    .filter(|p| excluded.contains(p))
+                    .copied(),
+            );
+        }
+        if query.objects {
+            // What the edge commits' trees hold is not listed.
+            edges.sort_unstable();
+            edges.dedup();
+            for edge in edges {
+                let tree = match read.get(&edge) {
+                    Some(c) => c.tree,
+                    None => self.commit(&edge)?.tree,
+                };
+                self.walk_tree(tree, Vec::new(), &mut seen_objects, None)?;
+            }
+            for tree in trees {
+                self.walk_tree(tree, Vec::new(), &mut seen_objects, Some(&mut others))?;
+            }
+        }
+        commits.extend(others);
+        Ok(commits)
+    }
+
+    /// [`Walker::reachable`] for an exact query: everything the excluded side reaches is left
+    /// out, so its whole history is walked.
+    fn reachable_exact(&self, query: &Query) -> Result<Vec<Reached>> {
         // 1. The commits the excluded tips reach; excluded trees and blobs named directly.
         let mut seen_commits: HashSet<ObjectId> = HashSet::new();
-        let mut seen_objects: HashSet<ObjectId> = HashSet::new();
+        let mut seen_objects = IdSet::default();
         let mut stack = Vec::new();
         for tip in &query.exclude {
             let mut tags = Vec::new();

@@ -49,7 +49,7 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
                     _ => "refs/",
                 };
                 for (name, id) in repo.refs().list(prefix)? {
-                    names.push((id, name));
+                    names.push((id, short_ref_name(&name).to_string()));
                     add(&mut query, id, negate);
                 }
                 if arg == "--all" {
@@ -123,4 +123,13 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A ref's name as git prints it for a tip given by `--all`, `--branches` or `--tags`: without
+/// `refs/heads/`, `refs/tags/` or `refs/remotes/`, else without `refs/`.
+fn short_ref_name(name: &str) -> &str {
+    ["refs/heads/", "refs/tags/", "refs/remotes/", "refs/"]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+        .unwrap_or(name)
 }

@@ -323,3 +323,32 @@ fn a_corrupt_commit_bitmap_is_an_error_naming_the_file() {
     assert!(run.err().contains(&name), "{}", run.err());
     assert!(!run.err().contains("panicked"), "{}", run.err());
 }
+
+#[test]
+fn lines_equal_gits_with_names() {
+    // Not only the ids: tags given by --all/--tags print under their short names, trees and
+    // blobs under their paths (root trees under an empty one).
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["-c", "repack.writeBitmaps=false", "repack", "-adq"]);
+    for query in [
+        &["--objects", "--all", "--not", "main~4"][..],
+        &["--objects", "--tags", "--not", "main~12"],
+        &["--objects", "topic", "v1", "--not", "main~2"],
+    ] {
+        let mut args = vec!["rev-list"];
+        args.extend_from_slice(query);
+        let lines = |b: Vec<u8>| {
+            let mut v: Vec<String> = String::from_utf8(b)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            v.sort();
+            v
+        };
+        let expected = lines(repo.git(&args));
+        let got = lines(repo.packd(&args, None).assert_success().stdout.clone());
+        assert_eq!(expected, got, "rev-list {query:?}");
+    }
+}
