@@ -3,6 +3,7 @@
 //! ```text
 //! walk.rs      commits and trees parsed and walked (no bitmaps needed)
 //! ewah.rs      git's EWAH compressed bitmaps, decoded into plain bitmaps
+//! ewah_encode.rs  plain bitmaps encoded as EWAH (for writing bitmaps)
 //! bitmap/      a pack's (or multi-pack-index's) .bitmap: type and commit bitmaps
 //! rev_index.rs a pack's .rev: index positions in pack order
 //! bitmapped.rs the objects a bitmap numbers (a pack's or a multi-pack-index's), in both orders
@@ -14,5 +15,6 @@ pub mod bitmap;
 pub mod bitmap_walk;
 mod bitmapped;
 pub mod ewah;
+pub mod ewah_encode;
 pub mod rev_index;
 pub mod walk;

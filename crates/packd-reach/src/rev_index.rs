@@ -14,7 +14,7 @@
 //!
 //! A `.rev` saves sorting the index by offset, which a [`crate::bitmap::PackBitmap`] needs to
 //! turn bits into objects. Callers that find no `.rev`, or one this module rejects, build the order
-//! themselves (`Pack::positions_in_pack_order`).
+//! themselves (`Pack::positions_in_pack_order`). [`encode`] writes one.
 
 use bytes::Bytes;
 use packd_storage::Blob;
@@ -35,6 +35,30 @@ pub struct RevIndex {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of the reverse index whose pack position `i` holds index position
+/// `positions[i]`, for a pack whose checksum is `pack_checksum`: header, positions, pack checksum
+/// and the SHA-1 of all that.
+///
+/// `positions` must be a permutation of `0..positions.len()` (as `Pack::positions_in_pack_order`
+/// gives); [`RevIndex::from_bytes`] accepts the result.
+pub fn encode(positions: &[u32], pack_checksum: &[u8]) -> Result<Vec<u8>, RevIndexError> {
+    let mut out = Vec::with_capacity(HEADER + 4 * positions.len() + 2 * HASH);
+    out.extend_from_slice(b"RIDX");
+    out.extend_from_slice(&1u32.to_be_bytes());
+    out.extend_from_slice(&1u32.to_be_bytes());
+    for p in positions {
+        out.extend_from_slice(&p.to_be_bytes());
+    }
+    out.extend_from_slice(pack_checksum);
+    let digest = sha1dc::digest(&out).map_err(|_| RevIndexError::Corrupt {
+        file: "(reverse index being written)".into(),
+        offset: 0,
+        what: "its content carries a SHA-1 collision attack".into(),
+    })?;
+    out.extend_from_slice(digest.as_ref());
+    Ok(out)
 }
 
 impl RevIndex {
@@ -162,5 +186,31 @@ impl RevIndex {
         (0..self.count)
             .map(|i| self.index_position(i).expect("in range"))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_reverse_indexes_read_back() {
+        let positions = [3u32, 0, 2, 1];
+        let checksum = [7u8; 20];
+        let bytes = encode(&positions, &checksum).unwrap();
+        assert_eq!(bytes.len(), HEADER + 16 + 40);
+        let rev = RevIndex::from_bytes("t.rev", Bytes::from(bytes.clone()), &checksum, 4).unwrap();
+        assert_eq!(rev.to_vec(), positions);
+        assert!(
+            RevIndex::from_bytes("t.rev", Bytes::from(bytes), &[8u8; 20], 4)
+                .unwrap_err()
+                .is_checksum_mismatch()
+        );
+        let empty = encode(&[], &checksum).unwrap();
+        assert!(
+            RevIndex::from_bytes("e.rev", Bytes::from(empty), &checksum, 0)
+                .unwrap()
+                .is_empty()
+        );
     }
 }
