@@ -60,7 +60,10 @@ bitmapped_copy() {
   local src=$1 table=$2 name
   name=$(basename "$src" .git)-$table
   local dest=$data/reach-$name.git
-  if [[ ! -f $dest/.reach-done ]]; then
+  # The copy is rebuilt when the source's refs changed (e.g. another SPIKES).
+  local fingerprint
+  fingerprint=$(git -C "$src" for-each-ref | md5sum | cut -d' ' -f1)
+  if [[ $(cat "$dest/.reach-done" 2>/dev/null) != "$fingerprint" ]]; then
     rm -rf "$dest"
     git clone -q --bare --mirror "$src" "$dest"
     # A snapshot fetched as a partial clone marks its pack as a promisor pack; repack keeps
@@ -78,7 +81,7 @@ bitmapped_copy() {
     done
     git -C "$dest" -c pack.writeBitmapLookupTable="$table" -c pack.writeBitmapHashCache=true \
       repack -adb -q
-    touch "$dest/.reach-done"
+    echo "$fingerprint" > "$dest/.reach-done"
   fi
   echo "$dest"
 }
