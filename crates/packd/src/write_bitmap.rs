@@ -1,13 +1,102 @@
-//! `packd write-bitmap` (being written).
+//! `packd write-bitmap`: git-compatible reachability bitmaps (`pack-*.bitmap`) and a reverse
+//! index (`pack-*.rev`) for the repository's pack.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use packd_reach::bitmap::write::{write_pack_bitmap, Progress, Stage, WriteOptions};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Arguments of `packd write-bitmap`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(
+    long_about = "Writes reachability bitmaps (pack-*.bitmap, version 1) and a reverse index \
+(pack-*.rev) for the repository's pack, as `git repack -adb` would.\n\n\
+The repository must have exactly one pack (loose objects are ignored): run `git repack -ad` \
+first if it has several. Bitmaps over a multi-pack-index are not written yet.\n\n\
+Commits chosen: every ref tip when there are at most 100; otherwise branch and tag tips first, \
+then commits spaced through history (every one of the newest 100, then one per window that \
+widens with age, up to every 5000), preferring tips, the commits where many other refs \
+(refs/pull/* and the like) fork off, and merges. A commit that reaches an object outside the \
+pack gets no bitmap (with a warning). Files are replaced atomically."
+)]
+pub struct Args {
+    /// Leave out the commit lookup table (git before 2.38 does not know it, but ignores it).
+    #[arg(long)]
+    no_lookup_table: bool,
+    /// Leave out the name-hash cache.
+    #[arg(long)]
+    no_hash_cache: bool,
+    /// Do not write the .rev file.
+    #[arg(long)]
+    no_rev: bool,
+    /// Print nothing but warnings and errors.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// A progress bar on stderr, one stage after another.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn start(&self, stage: Stage, total: u64) {
+        self.0.set_message(stage.label());
+        self.0.set_length(total);
+        self.0.set_position(0);
+    }
+    fn update(&self, done: u64) {
+        self.0.set_position(done);
+    }
+}
 
 /// Runs `packd write-bitmap`.
-pub fn run(_repo: &packd_odb::Repository, _args: &Args) -> Result<ExitCode> {
-    bail!("packd write-bitmap is not implemented yet")
+pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
+    let options = WriteOptions {
+        lookup_table: !args.no_lookup_table,
+        hash_cache: !args.no_hash_cache,
+        rev: !args.no_rev,
+    };
+    let started = std::time::Instant::now();
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{msg:18} {bar:40} {pos}/{len} {elapsed}")
+                .expect("a valid template"),
+        );
+        Bar(bar)
+    });
+    let report = match &bar {
+        Some(bar) => write_pack_bitmap(repo, &options, bar),
+        None => write_pack_bitmap(repo, &options, &packd_reach::bitmap::write::NoProgress),
+    };
+    if let Some(bar) = &bar {
+        bar.0.finish_and_clear();
+    }
+    let report = report?;
+    for s in &report.skipped {
+        eprintln!(
+            "warning: no bitmap for {}{}: it reaches {}, which is not in the pack",
+            s.commit,
+            s.refname
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default(),
+            s.missing
+        );
+    }
+    if !args.quiet {
+        let [tips, recent, spacing, forks] = report.by_reason;
+        eprintln!(
+            "{}: {} bitmaps ({tips} tips, {recent} recent, {spacing} spaced, {forks} fork points; {} XORed) for {} commits, {} objects; {} bytes{} in {:.2?}",
+            report.bitmap_path.display(),
+            report.bitmaps,
+            report.xored,
+            report.commits,
+            report.objects,
+            report.bitmap_bytes,
+            if report.rev_path.is_some() { ", and .rev" } else { "" },
+            started.elapsed()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -38,8 +38,13 @@
 //! decodes just the entries on one XOR chain. Without one, `open` reads the entries once to find
 //! where each starts, but decodes none of them until asked.
 
+mod build;
 mod error;
 mod open;
+pub mod select;
+pub mod write;
+
+pub use build::{name_hash, Unbitmappable};
 
 pub use error::BitmapError;
 

@@ -1,0 +1,707 @@
+//! Writing a pack's `.bitmap` (version 1, the layout in [`crate::bitmap`]) and `.rev`.
+//!
+//! ```text
+//! "BITM" | version 1 | flags FULL_DAG [| HASH_CACHE] [| LOOKUP_TABLE] | entry count | pack checksum
+//! type bitmaps     commit, tree, blob, tag (bits in pack order)
+//! entries          oldest commit first: index position, xor offset (0..=10), flags 0, EWAH
+//! lookup table     by commit index position: position, entry offset, xor row (or 0xffffffff)
+//! name-hash cache  one u32 per object, index order
+//! SHA-1 of all the above
+//! ```
+//!
+//! Steps: find the repository's one pack; read its entry headers (kinds, order) and its commits;
+//! peel the refs to commits in the pack; select commits ([`super::select`]); build their bitmaps
+//! ancestors first ([`super::build`]); XOR each against the best of the ten entries written just
+//! before it (git's search, git's order: oldest commit first); serialize; and replace the files
+//! atomically: each is written to a temporary file in the pack directory, synced, made read-only
+//! (0444, as git makes them) and renamed over the old one, then the directory is synced. On any
+//! error the temporary files are removed and the old files stay as they were.
+//!
+//! Only a pack on the local disk can be written (the storage layer reads; it does not write).
+
+use super::build::{Builder, CommitGraph, PackObjects, Unbitmappable};
+use super::select::{self, Reason, Tip, TipClass};
+use super::{BITMAP_OPT_FULL_DAG, BITMAP_OPT_HASH_CACHE, BITMAP_OPT_LOOKUP_TABLE};
+use crate::ewah::Bitmap;
+use crate::ewah_encode::Encoded;
+use crate::rev_index;
+use packd_odb::pack::Pack;
+use packd_odb::{ObjectId, Repository};
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How far back (in entries written) an entry may look for its XOR base, as git does.
+pub const MAX_XOR_SEARCH: usize = 10;
+
+/// What to write.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    /// Write the commit lookup table (git 2.38+ reads it to open a bitmap without scanning).
+    pub lookup_table: bool,
+    /// Write the name-hash cache.
+    pub hash_cache: bool,
+    /// Write the `.rev` file too.
+    pub rev: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            lookup_table: true,
+            hash_cache: true,
+            rev: true,
+        }
+    }
+}
+
+/// The stages of writing, for progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Reading entry headers (total: objects).
+    Scanning,
+    /// Reading commits (total: commits).
+    ReadingCommits,
+    /// Building bitmaps (total: selected commits).
+    Building,
+    /// Naming the objects the bitmaps do not cover (total: tips).
+    Naming,
+    /// Compressing and writing (total: bitmaps).
+    Writing,
+}
+
+impl Stage {
+    /// A short description for a progress bar.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::Scanning => "Scanning objects",
+            Stage::ReadingCommits => "Reading commits",
+            Stage::Building => "Building bitmaps",
+            Stage::Naming => "Naming objects",
+            Stage::Writing => "Writing bitmaps",
+        }
+    }
+}
+
+/// Receives progress: `start` once per stage, then `update` with the amount done.
+pub trait Progress: Sync {
+    /// A stage begins; it has `total` units of work.
+    fn start(&self, stage: Stage, total: u64);
+    /// `done` units of the current stage are done.
+    fn update(&self, done: u64);
+}
+
+/// Progress that goes nowhere.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _: Stage, _: u64) {}
+    fn update(&self, _: u64) {}
+}
+
+/// Why nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The repository has no pack.
+    #[error("{dir}: no pack to write a bitmap for")]
+    NoPack {
+        /// The pack directory.
+        dir: String,
+    },
+    /// More than one pack: a pack bitmap describes one pack closed under reachability.
+    #[error(
+        "{count} packs ({names}): a bitmap needs all objects in one pack; run `git repack -ad` first (multi-pack-index bitmaps are not written yet)"
+    )]
+    SeveralPacks {
+        /// How many.
+        count: usize,
+        /// Their names.
+        names: String,
+    },
+    /// No ref points at a commit in the pack.
+    #[error("{pack}: no ref points at a commit in this pack; nothing to bitmap")]
+    NoTips {
+        /// The pack.
+        pack: String,
+    },
+    /// Every selected commit reaches an object the pack lacks.
+    #[error(
+        "{pack}: the pack is not closed under reachability: commit {commit} reaches {missing}, which is not in it (and no other selected commit could be bitmapped)"
+    )]
+    NotClosed {
+        /// The pack.
+        pack: String,
+        /// A commit that could not be bitmapped.
+        commit: ObjectId,
+        /// The object it reaches that the pack lacks.
+        missing: ObjectId,
+    },
+    /// The pack is not on the local disk.
+    #[error("{pack}: not a local file; only local packs can get a bitmap written")]
+    NotLocal {
+        /// The pack.
+        pack: String,
+    },
+    /// Reading the repository failed.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// Writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A commit that got no bitmap because the pack lacks something it reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The commit.
+    pub commit: ObjectId,
+    /// A ref pointing at it, if any.
+    pub refname: Option<String>,
+    /// The object it reaches that the pack lacks.
+    pub missing: ObjectId,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct WriteReport {
+    /// The `.bitmap` file.
+    pub bitmap_path: PathBuf,
+    /// Its size in bytes.
+    pub bitmap_bytes: u64,
+    /// The `.rev` file, if one was written.
+    pub rev_path: Option<PathBuf>,
+    /// The number of objects in the pack.
+    pub objects: u32,
+    /// The number of commits in the pack.
+    pub commits: usize,
+    /// The number of bitmapped commits.
+    pub bitmaps: usize,
+    /// How many of them were chosen for each reason: tips, newest, spacing, fork points.
+    pub by_reason: [usize; 4],
+    /// How many entries are stored XORed against an earlier one.
+    pub xored: usize,
+    /// Selected commits left out.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Writes the bitmap (and `.rev`) of the repository's single pack.
+pub fn write_pack_bitmap(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+) -> Result<WriteReport, WriteError> {
+    let packs: Vec<&Arc<Pack>> = repo.objects().packs().collect();
+    let pack = match packs.as_slice() {
+        [] => {
+            return Err(WriteError::NoPack {
+                dir: repo.git_dir().join("objects/pack").display().to_string(),
+            })
+        }
+        [one] => *one,
+        many => {
+            return Err(WriteError::SeveralPacks {
+                count: many.len(),
+                names: many
+                    .iter()
+                    .map(|p| p.name().trim_start_matches("pack/"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    };
+    let data_path = PathBuf::from(pack.data_name());
+    if !data_path.is_file() {
+        return Err(WriteError::NotLocal {
+            pack: pack.data_name().to_string(),
+        });
+    }
+    let cache = repo.objects().cache();
+    let started = std::time::Instant::now();
+
+    progress.start(Stage::Scanning, pack.len() as u64);
+    let objects = PackObjects::scan(pack, cache, &|d| progress.update(d))?;
+    let graph = {
+        let commits = objects
+            .kinds
+            .iter()
+            .filter(|k| **k == packd_odb::ObjectKind::Commit)
+            .count();
+        progress.start(Stage::ReadingCommits, commits as u64);
+        CommitGraph::load(&objects, &|d| progress.update(d))?
+    };
+    tracing::debug!(
+        "{}: {} objects, {} commits read in {:?}",
+        pack.name(),
+        objects.len(),
+        graph.len(),
+        started.elapsed()
+    );
+
+    // Ref tips, peeled to commits in the pack.
+    let mut refs = repo.refs().list("refs/")?;
+    if let Some(head) = repo.refs().resolve_full("HEAD")? {
+        refs.push(("HEAD".to_string(), head));
+    }
+    let mut tips = Vec::new();
+    let mut tip_names: std::collections::HashMap<u32, String> = Default::default();
+    for (name, id) in &refs {
+        let Some(p) = objects.find(id) else { continue };
+        let Some(p) = objects.peel(p)? else { continue };
+        let Some(c) = graph.number_at(p) else {
+            continue;
+        };
+        tips.push(Tip {
+            commit: c,
+            class: TipClass::of(name),
+        });
+        tip_names.entry(c).or_insert_with(|| name.clone());
+    }
+    if tips.is_empty() {
+        return Err(WriteError::NoTips {
+            pack: pack.data_name().to_string(),
+        });
+    }
+
+    let selected = select::select(&graph, &tips);
+    tracing::debug!(
+        "selected {} commits of {} ({} tips) in {:?}",
+        selected.len(),
+        graph.len(),
+        tips.len(),
+        started.elapsed()
+    );
+
+    // Build, ancestors first.
+    let mut order: Vec<(u32, Reason)> = selected.clone();
+    order.sort_by_key(|&(c, _)| graph.rank(c));
+    let mut builder = Builder::new(&objects, &graph);
+    progress.start(Stage::Building, order.len() as u64);
+    for (k, &(c, _)) in order.iter().enumerate() {
+        builder.build(c)?;
+        progress.update(k as u64 + 1);
+    }
+    tracing::debug!(
+        "built {} bitmaps ({} KiB encoded) in {:?}",
+        order.len(),
+        builder.held_bytes() >> 10,
+        started.elapsed()
+    );
+
+    // Collect, oldest first (git's order; an entry is XORed against older ones).
+    let mut entries: Vec<(u32, Reason, Encoded)> = Vec::new();
+    let mut skipped = Vec::new();
+    let mut covered = Bitmap::from_words(vec![0; objects.len().div_ceil(64)]);
+    for &(c, why) in &order {
+        match builder.take(c).expect("every selected commit was built") {
+            Ok(bits) => {
+                bits.or_into(&mut covered);
+                entries.push((c, why, bits));
+            }
+            Err(Unbitmappable { missing }) => {
+                let commit = objects.id(graph.pack_pos(c));
+                tracing::warn!(
+                    "no bitmap for {commit}{}: it reaches {missing}, which is not in the pack",
+                    tip_names
+                        .get(&c)
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                );
+                skipped.push(Skipped {
+                    commit,
+                    refname: tip_names.get(&c).cloned(),
+                    missing,
+                });
+            }
+        }
+    }
+    if entries.is_empty() {
+        let first = skipped.first().expect("something was selected");
+        return Err(WriteError::NotClosed {
+            pack: pack.data_name().to_string(),
+            commit: first.commit,
+            missing: first.missing,
+        });
+    }
+    if options.hash_cache {
+        let mut rest: Vec<u32> = tips.iter().map(|t| t.commit).collect();
+        rest.sort_unstable();
+        rest.dedup();
+        progress.start(Stage::Naming, rest.len() as u64);
+        builder.name_rest(&rest, covered)?;
+    }
+    entries.sort_by_key(|(c, _, _)| (graph.date(*c), graph.rank(*c)));
+
+    progress.start(Stage::Writing, entries.len() as u64);
+    let mut by_reason = [0usize; 4];
+    for (_, why, _) in &entries {
+        by_reason[match why {
+            Reason::Tip => 0,
+            Reason::Recent => 1,
+            Reason::Spacing => 2,
+            Reason::ForkPoint => 3,
+        }] += 1;
+    }
+    let commit_positions: Vec<u32> = entries
+        .iter()
+        .map(|(c, _, _)| objects.index_of[graph.pack_pos(*c) as usize])
+        .collect();
+    let encoded: Vec<Encoded> = entries.into_iter().map(|(_, _, e)| e).collect();
+    let stored = xor_compress(&encoded, &|d| progress.update(d));
+    let xored = stored.iter().filter(|(off, _)| *off != 0).count();
+    let types = objects.type_bitmaps();
+    let bytes = serialize(
+        pack.index().pack_checksum(),
+        &types,
+        &commit_positions,
+        &stored,
+        options.lookup_table,
+        options.hash_cache.then_some(builder.name_hashes.as_slice()),
+    )?;
+
+    // Files.
+    let stem = data_path.with_extension("");
+    let bitmap_path = stem.with_extension("bitmap");
+    let rev_path = stem.with_extension("rev");
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    if options.rev {
+        let rev = rev_index::encode(&objects.index_of, pack.index().pack_checksum())
+            .map_err(packd_odb::Error::from)?;
+        files.push((rev_path.clone(), rev));
+    }
+    let bitmap_bytes = bytes.len() as u64;
+    files.push((bitmap_path.clone(), bytes));
+    replace_files(&files)?;
+    tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
+    Ok(WriteReport {
+        bitmap_path,
+        bitmap_bytes,
+        rev_path: options.rev.then_some(rev_path),
+        objects: pack.len(),
+        commits: graph.len(),
+        bitmaps: stored.len(),
+        by_reason,
+        xored,
+        skipped,
+    })
+}
+
+/// For each bitmap (in write order), the XOR offset (0 for none) and what to store: the bitmap
+/// XORed with the entry that many before it, if that encodes smaller than the bitmap alone and
+/// than with any other of the [`MAX_XOR_SEARCH`] entries before it.
+pub(crate) fn xor_compress(bitmaps: &[Encoded], progress: &dyn Fn(u64)) -> Vec<(u8, Encoded)> {
+    let mut recent: VecDeque<Bitmap> = VecDeque::with_capacity(MAX_XOR_SEARCH + 1);
+    let mut out = Vec::with_capacity(bitmaps.len());
+    for (k, enc) in bitmaps.iter().enumerate() {
+        let plain = enc.decode();
+        let mut best: Option<(usize, Encoded)> = None;
+        // `recent` holds the previous entries, newest first.
+        for (i, prev) in recent.iter().enumerate() {
+            let x = Encoded::encode_xor(prev, &plain);
+            let smallest = best
+                .as_ref()
+                .map_or(enc.word_count(), |(_, b)| b.word_count());
+            if x.word_count() < smallest {
+                best = Some((i + 1, x));
+            }
+        }
+        out.push(match best {
+            Some((off, x)) => (off as u8, x),
+            None => (0, enc.clone()),
+        });
+        recent.push_front(plain);
+        recent.truncate(MAX_XOR_SEARCH);
+        if k % 16 == 0 {
+            progress(k as u64);
+        }
+    }
+    progress(bitmaps.len() as u64);
+    out
+}
+
+/// The bytes of a `.bitmap`: entries in the given (write) order, `commit_positions[i]` being
+/// entry `i`'s commit's index position.
+pub(crate) fn serialize(
+    pack_checksum: &[u8],
+    types: &[Bitmap; 4],
+    commit_positions: &[u32],
+    stored: &[(u8, Encoded)],
+    lookup_table: bool,
+    name_hashes: Option<&[u32]>,
+) -> Result<Vec<u8>, packd_odb::Error> {
+    let mut flags = BITMAP_OPT_FULL_DAG;
+    if name_hashes.is_some() {
+        flags |= BITMAP_OPT_HASH_CACHE;
+    }
+    if lookup_table {
+        flags |= BITMAP_OPT_LOOKUP_TABLE;
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(b"BITM");
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&(stored.len() as u32).to_be_bytes());
+    out.extend_from_slice(pack_checksum);
+    for t in types {
+        Encoded::encode(t).write_to(&mut out);
+    }
+    let mut offsets = Vec::with_capacity(stored.len());
+    for (pos, (xor, bits)) in commit_positions.iter().zip(stored) {
+        offsets.push(out.len() as u64);
+        out.extend_from_slice(&pos.to_be_bytes());
+        out.push(*xor);
+        out.push(0);
+        bits.write_to(&mut out);
+    }
+    if lookup_table {
+        // Rows by commit position; `row_of[entry]` inverts the sort, so that an entry's XOR base
+        // (an entry index) becomes a row.
+        let mut rows: Vec<usize> = (0..stored.len()).collect();
+        rows.sort_by_key(|&e| commit_positions[e]);
+        let mut row_of = vec![0u32; stored.len()];
+        for (r, &e) in rows.iter().enumerate() {
+            row_of[e] = r as u32;
+        }
+        for &e in &rows {
+            let xor_row = match stored[e].0 {
+                0 => u32::MAX,
+                off => row_of[e - off as usize],
+            };
+            out.extend_from_slice(&commit_positions[e].to_be_bytes());
+            out.extend_from_slice(&offsets[e].to_be_bytes());
+            out.extend_from_slice(&xor_row.to_be_bytes());
+        }
+    }
+    if let Some(hashes) = name_hashes {
+        for h in hashes {
+            out.extend_from_slice(&h.to_be_bytes());
+        }
+    }
+    let digest = sha1dc::digest(&out).map_err(|_| {
+        packd_odb::Error::Unsupported("the bitmap's content carries a SHA-1 collision".into())
+    })?;
+    out.extend_from_slice(digest.as_ref());
+    Ok(out)
+}
+
+/// Temporary files being written; removed on drop unless renamed into place.
+struct TempFiles(Vec<PathBuf>);
+
+impl Drop for TempFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
+    move |source| WriteError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Replaces each `(path, bytes)` atomically: all are written to temporary files beside their
+/// targets and synced first; only then are they renamed into place, in order, and the
+/// directories synced. If anything fails before the renames, no target is touched.
+pub fn replace_files(files: &[(PathBuf, Vec<u8>)]) -> Result<(), WriteError> {
+    let mut temps = TempFiles(Vec::new());
+    for (path, bytes) in files {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (tmp, mut file) = create_temp(dir, &name)?;
+        temps.0.push(tmp.clone());
+        file.write_all(bytes).map_err(io_error(&tmp))?;
+        file.sync_all().map_err(io_error(&tmp))?;
+        drop(file);
+        set_read_only(&tmp)?;
+    }
+    for ((path, _), tmp) in files.iter().zip(&temps.0) {
+        std::fs::rename(tmp, path).map_err(io_error(path))?;
+    }
+    temps.0.clear();
+    let mut dirs: Vec<&Path> = files
+        .iter()
+        .map(|(p, _)| p.parent().unwrap_or(Path::new(".")))
+        .collect();
+    dirs.dedup();
+    for dir in dirs {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Creates a new file `tmp_<name>_<pid>_<n>` in `dir` (exclusively, so that two writers never
+/// share one).
+fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, std::fs::File), WriteError> {
+    for n in 0..1000u32 {
+        let tmp = dir.join(format!("tmp_{name}_{}_{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_error(&tmp)(e)),
+        }
+    }
+    Err(WriteError::Io {
+        path: dir.display().to_string(),
+        source: std::io::Error::other("cannot create a temporary file"),
+    })
+}
+
+#[cfg(unix)]
+fn set_read_only(path: &Path) -> Result<(), WriteError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).map_err(io_error(path))
+}
+
+#[cfg(not(unix))]
+fn set_read_only(path: &Path) -> Result<(), WriteError> {
+    let mut perms = std::fs::metadata(path)
+        .map_err(io_error(path))?
+        .permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(path, perms).map_err(io_error(path))
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> Result<(), WriteError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> Result<(), WriteError> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bitmap::PackBitmap;
+    use bytes::Bytes;
+
+    /// A blob over bytes in memory, for reading back what `serialize` wrote.
+    #[derive(Debug)]
+    struct Mem(Bytes);
+
+    impl packd_storage::Blob for Mem {
+        fn name(&self) -> &str {
+            "mem.bitmap"
+        }
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read(&self, r: std::ops::Range<u64>) -> Result<Bytes, packd_storage::StorageError> {
+            Ok(self.0.slice(r.start as usize..r.end as usize))
+        }
+    }
+
+    fn bits(ones: &[u64]) -> Bitmap {
+        let mut b = Bitmap::new();
+        for &i in ones {
+            b.set(i);
+        }
+        b
+    }
+
+    #[test]
+    fn serialized_bitmaps_read_back_with_and_without_the_table() {
+        let n = 3000u32;
+        let types = [
+            bits(&(0..500).collect::<Vec<_>>()),
+            bits(&(500..1500).collect::<Vec<_>>()),
+            bits(&(1500..2990).collect::<Vec<_>>()),
+            bits(&(2990..3000).collect::<Vec<_>>()),
+        ];
+        // Growing histories: each commit reaches the previous one's objects and a few more,
+        // over a dense irregular base (literal words), so that XORing pays.
+        let base: Vec<u64> = (0..2000u64).filter(|i| (i * 2654435761) % 7 < 3).collect();
+        let plain: Vec<Bitmap> = (0..25u64)
+            .map(|k| {
+                bits(
+                    &base
+                        .iter()
+                        .copied()
+                        .chain(2000..2010 + 30 * k)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let positions: Vec<u32> = (0..25u32).map(|k| (k * 7919) % 500).collect();
+        let encoded: Vec<Encoded> = plain.iter().map(Encoded::encode).collect();
+        let stored = xor_compress(&encoded, &|_| {});
+        assert!(
+            stored.iter().skip(1).all(|(off, _)| *off != 0),
+            "growing bitmaps XOR well"
+        );
+        let hashes: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2654435761)).collect();
+        let checksum = [9u8; 20];
+        for (table, cache) in [(true, true), (false, true), (true, false), (false, false)] {
+            let bytes = serialize(
+                &checksum,
+                &types,
+                &positions,
+                &stored,
+                table,
+                cache.then_some(hashes.as_slice()),
+            )
+            .unwrap();
+            let bm = PackBitmap::open(Arc::new(Mem(Bytes::from(bytes))), &checksum, n).unwrap();
+            bm.verify_checksum().unwrap();
+            assert_eq!(bm.has_lookup_table(), table);
+            assert_eq!(bm.used_lookup_table(), table);
+            assert_eq!(bm.has_name_hash_cache(), cache);
+            assert_eq!(bm.entry_count(), 25);
+            for (k, p) in positions.iter().enumerate() {
+                assert_eq!(
+                    bm.commit_bitmap(*p).unwrap().unwrap(),
+                    plain[k],
+                    "entry {k}"
+                );
+            }
+            assert_eq!(bm.type_bitmap(packd_odb::ObjectKind::Tree), &types[1]);
+            for i in [0u32, 1, 150, 299] {
+                let want = cache.then_some(hashes[i as usize]);
+                assert_eq!(bm.name_hash(i).unwrap(), want);
+            }
+        }
+    }
+
+    #[test]
+    fn replaced_files_are_read_only_and_temporaries_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("x.bitmap");
+        std::fs::write(&a, b"old").unwrap();
+        replace_files(&[(a.clone(), b"new".to_vec())]).unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), b"new");
+        assert!(std::fs::metadata(&a).unwrap().permissions().readonly());
+        // A second replacement over the read-only file works too.
+        replace_files(&[(a.clone(), b"newer".to_vec())]).unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), b"newer");
+        // A target in a directory that does not exist fails before anything is renamed.
+        let b = dir.path().join("missing/y.rev");
+        assert!(replace_files(&[(a.clone(), b"x".to_vec()), (b, b"y".to_vec())]).is_err());
+        assert_eq!(std::fs::read(&a).unwrap(), b"newer");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+}
