@@ -5,7 +5,9 @@
 //! type bitmaps     commit, tree, blob, tag (bits in pack order)
 //! entries          oldest commit first: index position, xor offset (0..=10), flags 0, EWAH
 //! lookup table     by commit index position: position, entry offset, xor row (or 0xffffffff)
-//! name-hash cache  one u32 per object, index order
+//! name-hash cache  one u32 per object, index order: git's pack_name_hash of the path a tree
+//!                  or blob was first reached by (0 for root trees), of a tag's own name (its
+//!                  `tag` header, as git's traversal names tags), 0 for commits
 //! SHA-1 of all the above
 //! ```
 //!
@@ -289,9 +291,11 @@ pub fn write_pack_bitmap(
         progress.update(k as u64 + 1);
     }
     tracing::debug!(
-        "built {} bitmaps ({} KiB encoded) in {:?}",
+        "built {} bitmaps ({} KiB encoded; {} trees read, {} entries) in {:?}",
         order.len(),
         builder.held_bytes() >> 10,
+        builder.trees_read,
+        builder.entries_seen,
         started.elapsed()
     );
 
@@ -336,6 +340,7 @@ pub fn write_pack_bitmap(
         rest.dedup();
         progress.start(Stage::Naming, rest.len() as u64);
         builder.name_rest(&rest, covered)?;
+        builder.name_tags()?;
     }
     entries.sort_by_key(|(c, _, _)| (graph.date(*c), graph.rank(*c)));
 
