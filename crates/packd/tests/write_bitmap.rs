@@ -226,6 +226,7 @@ fn git_accepts_the_bitmaps_of_a_repository_with_many_spikes() {
     let repo = history(&sb, "spiky.git", 300);
     let run = write_bitmap(&repo, &[]);
     run.assert_success();
+    eprintln!("{}", run.err());
     let pack = repo.packs()[0].clone();
     let bitmap_file = with_ext(&pack, "bitmap");
     let rev_file = with_ext(&pack, "rev");
@@ -254,6 +255,27 @@ fn git_accepts_the_bitmaps_of_a_repository_with_many_spikes() {
         assert!(selected.contains(&id), "{tip} has no bitmap");
         assert_git_verifies(&repo, &id);
     }
+    // Where two or more spikes fork off, a bitmap (the spikes' own tips get none).
+    let bases: Vec<String> = (0..n_pulls)
+        .map(|k| format!("refs/pull/{k}/head~{}", if k % 2 == 0 { 2 } else { 1 }))
+        .collect();
+    let mut args = vec!["rev-parse"];
+    args.extend(bases.iter().map(String::as_str));
+    let mut forks: HashMap<String, usize> = HashMap::new();
+    for id in repo.git_str(&args).lines() {
+        *forks.entry(id.to_string()).or_default() += 1;
+    }
+    let shared: Vec<&String> = forks
+        .iter()
+        .filter(|(_, n)| **n >= 2)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(shared.len() > 20, "{} shared fork points", shared.len());
+    for id in shared {
+        assert!(selected.contains(id), "fork point {id} has no bitmap");
+    }
+    let pull = repo.git_str(&["rev-parse", "refs/pull/7/head"]);
+    assert!(!selected.contains(&pull));
     // A sample of the others (spaced history, fork points).
     for id in selected.iter().step_by(9) {
         assert_git_verifies(&repo, id);

@@ -464,9 +464,13 @@ impl<'a, 'p> Builder<'a, 'p> {
         &mut self,
         tips: &[u32],
         covered: Bitmap,
+        progress: &dyn Fn(u64),
     ) -> Result<(), packd_odb::Error> {
         let mut seen = covered;
-        for &t in tips {
+        for (k, &t) in tips.iter().enumerate() {
+            if k % 64 == 0 {
+                progress(k as u64);
+            }
             // Missing objects only end this tip's naming walk early.
             let _ = self.walk(t, Some(&mut seen))?;
         }

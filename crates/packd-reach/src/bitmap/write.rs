@@ -311,13 +311,7 @@ pub fn write_pack_bitmap(
             }
             Err(Unbitmappable { missing }) => {
                 let commit = objects.id(graph.pack_pos(c));
-                tracing::warn!(
-                    "no bitmap for {commit}{}: it reaches {missing}, which is not in the pack",
-                    tip_names
-                        .get(&c)
-                        .map(|n| format!(" ({n})"))
-                        .unwrap_or_default()
-                );
+                tracing::debug!("no bitmap for {commit}: it reaches {missing}, not in the pack");
                 skipped.push(Skipped {
                     commit,
                     refname: tip_names.get(&c).cloned(),
@@ -339,7 +333,7 @@ pub fn write_pack_bitmap(
         rest.sort_unstable();
         rest.dedup();
         progress.start(Stage::Naming, rest.len() as u64);
-        builder.name_rest(&rest, covered)?;
+        builder.name_rest(&rest, covered, &|d| progress.update(d))?;
         builder.name_tags()?;
     }
     entries.sort_by_key(|(c, _, _)| (graph.date(*c), graph.rank(*c)));
