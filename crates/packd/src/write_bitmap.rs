@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// Arguments of `packd write-bitmap`.
 #[derive(Debug, clap::Args)]
 #[command(
-    long_about = "Writes reachability bitmaps (pack-*.bitmap, version 1) and a reverse index \
+    after_help = "Writes reachability bitmaps (pack-*.bitmap, version 1) and a reverse index \
 (pack-*.rev) for the repository's pack, as `git repack -adb` would.\n\n\
 The repository must have exactly one pack (loose objects are ignored): run `git repack -ad` \
 first if it has several. Bitmaps over a multi-pack-index are not written yet.\n\n\

@@ -294,18 +294,42 @@ fn git_accepts_the_bitmaps_of_a_repository_with_many_spikes() {
     repo.git(&["fsck", "--no-progress", "--strict"]);
     repo.git(&["verify-pack", with_ext(&pack, "idx").to_str().unwrap()]);
 
-    // git reads the .rev (sizes on disk come from it) and gets what it gets without it.
-    let sizes = |r: &Repo| {
-        r.git(&[
+    // git reads the .rev (sizes on disk come from it: with GIT_TEST_REV_INDEX_DIE_IN_MEMORY
+    // git dies rather than build the order itself) and gets what it gets without it.
+    let sizes = |r: &Repo, rev_file_only: bool| {
+        let mut cmd = r.git_cmd();
+        if rev_file_only {
+            cmd.env("GIT_TEST_REV_INDEX_DIE_IN_MEMORY", "1");
+        }
+        cmd.args([
             "cat-file",
             "--batch-all-objects",
             "--batch-check=%(objectname) %(objectsize:disk)",
-        ])
+        ]);
+        run_cmd(cmd, None, GIT_TIMEOUT)
+            .assert_success()
+            .stdout
+            .clone()
     };
-    let with_rev = sizes(&repo);
+    let with_rev = sizes(&repo, true);
     let aside = repo.path.join("rev.aside");
     std::fs::rename(&rev_file, &aside).unwrap();
-    let without_rev = sizes(&repo);
+    let without_rev = sizes(&repo, false);
+    assert!(
+        !repo
+            .git_cmd()
+            .env("GIT_TEST_REV_INDEX_DIE_IN_MEMORY", "1")
+            .args([
+                "cat-file",
+                "--batch-all-objects",
+                "--batch-check=%(objectsize:disk)"
+            ])
+            .output()
+            .unwrap()
+            .status
+            .success(),
+        "without a .rev, git builds the order in memory (and dies as asked)"
+    );
     std::fs::rename(&aside, &rev_file).unwrap();
     assert_same_bytes("objectsize:disk with packd's .rev", &without_rev, &with_rev);
 }

@@ -306,7 +306,7 @@ impl CommitGraph {
         let mut rank = vec![NONE; count];
         let mut next = 0u32;
         let mut stack: Vec<(u32, u32)> = Vec::new();
-        // Newest first as roots of the search, so that unrelated histories interleave little.
+        // Roots of the search in pack order: git writes the newest commits first.
         for start in 0..count as u32 {
             if rank[start as usize] != NONE {
                 continue;
