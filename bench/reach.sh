@@ -14,7 +14,9 @@
 # opening a bitmap index with and without the table shows.
 #
 # Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, TABLES="true false",
-#        PACKD=target/release/packd)
+#        WRITERS="git" or "git packd", PACKD=target/release/packd)
+# WRITERS containing packd adds a copy whose bitmap packd wrote (`packd write-bitmap`, with the
+# lookup table and a .rev), read by both tools.
 # Run by hand, never in CI. Prints ratios packd/git; the target is <= 0.5 on every row.
 set -euo pipefail
 
@@ -86,6 +88,22 @@ bitmapped_copy() {
   echo "$dest"
 }
 
+# A copy of the lookup-table copy whose bitmap (and .rev) packd wrote instead: git and packd both
+# read packd's files.
+packd_bitmapped_copy() {
+  local src=$1 base dest
+  base=$(bitmapped_copy "$src" true)
+  dest=${base%-true.git}-packd.git
+  if [[ $(cat "$dest/.reach-done" 2>/dev/null) != "$(cat "$base/.reach-done")" ]]; then
+    rm -rf "$dest"
+    cp -a "$base" "$dest"
+    rm -f "$dest/.reach-done"
+    "$packd" -C "$dest" write-bitmap -q >&2
+    cp "$base/.reach-done" "$dest/.reach-done"
+  fi
+  echo "$dest"
+}
+
 # --- timing -------------------------------------------------------------------------------------
 
 # Median wall seconds of RUNS runs of "$@" (output discarded).
@@ -139,6 +157,9 @@ repos=("$@")
 echo "packd reachability benchmark, $(date -u '+%F %T UTC'), $(git --version), median of $runs"
 for src in "${repos[@]}"; do
   for table in ${TABLES:-true false}; do
-    report "$(bitmapped_copy "$src" "$table")" "lookup table: $table"
+    report "$(bitmapped_copy "$src" "$table")" "git's bitmap, lookup table: $table"
   done
+  if [[ " ${WRITERS:-git} " == *" packd "* ]]; then
+    report "$(packd_bitmapped_copy "$src")" "packd's bitmap and .rev (packd write-bitmap)"
+  fi
 done
