@@ -211,32 +211,6 @@ impl RevIndex {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn written_reverse_indexes_read_back() {
-        let positions = [3u32, 0, 2, 1];
-        let checksum = [7u8; 20];
-        let bytes = encode(&positions, &checksum).unwrap();
-        assert_eq!(bytes.len(), HEADER + 16 + 40);
-        let rev = RevIndex::from_bytes("t.rev", Bytes::from(bytes.clone()), &checksum, 4).unwrap();
-        assert_eq!(rev.to_vec(), positions);
-        assert!(
-            RevIndex::from_bytes("t.rev", Bytes::from(bytes), &[8u8; 20], 4)
-                .unwrap_err()
-                .is_checksum_mismatch()
-        );
-        let empty = encode(&[], &checksum).unwrap();
-        assert!(
-            RevIndex::from_bytes("e.rev", Bytes::from(empty), &checksum, 0)
-                .unwrap()
-                .is_empty()
-        );
-    }
-}
-
 /// Checks the signature, version, hash id and recorded pack checksum of a `.rev` of the right
 /// size for `object_count` objects.
 fn check_header(
@@ -275,4 +249,30 @@ fn check_header(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_reverse_indexes_read_back() {
+        let positions = [3u32, 0, 2, 1];
+        let checksum = [7u8; 20];
+        let bytes = encode(&positions, &checksum).unwrap();
+        assert_eq!(bytes.len(), HEADER + 16 + 40);
+        let rev = RevIndex::from_bytes("t.rev", Bytes::from(bytes.clone()), &checksum, 4).unwrap();
+        assert_eq!(rev.to_vec(), positions);
+        assert!(
+            RevIndex::from_bytes("t.rev", Bytes::from(bytes), &[8u8; 20], 4)
+                .unwrap_err()
+                .is_checksum_mismatch()
+        );
+        let empty = encode(&[], &checksum).unwrap();
+        assert!(
+            RevIndex::from_bytes("e.rev", Bytes::from(empty), &checksum, 0)
+                .unwrap()
+                .is_empty()
+        );
+    }
 }
