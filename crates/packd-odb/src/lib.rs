@@ -14,6 +14,7 @@ pub mod cache;
 pub mod config;
 pub mod delta;
 mod error;
+pub mod graph;
 pub mod hash;
 pub mod id_set;
 pub mod loose;

@@ -153,6 +153,12 @@ impl ObjectDb {
         Some((&source.storage, midx, packs))
     }
 
+    /// The storage of the repository's own objects directory (not its alternates'), where its
+    /// `info/` files (the commit-graph) live.
+    pub fn own_storage(&self) -> Option<&Arc<dyn Storage>> {
+        self.sources.first().map(|s| &s.storage)
+    }
+
     /// Every pack with the storage it is read from (where its `.bitmap` or `.rev` live too).
     pub fn packs_with_storage(&self) -> impl Iterator<Item = (&Arc<dyn Storage>, &Arc<Pack>)> {
         self.sources

@@ -14,6 +14,7 @@ fn bad(id: &ObjectId, what: &str) -> Error {
 }
 
 /// A commit's links and date: what walks and revision parsing need of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitInfo {
     /// The commit's root tree.
     pub tree: ObjectId,

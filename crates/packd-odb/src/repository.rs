@@ -6,6 +6,7 @@
 //! `commondir` file points at the shared directory that holds objects and most refs.
 
 use crate::config::Config;
+use crate::graph::CommitGraph;
 use crate::hash::{HashKind, ObjectId, Prefix};
 use crate::odb::{ObjectDb, OpenOptions, PrefixMatch, DEFAULT_CACHE_BUDGET};
 use crate::refs::RefReader;
@@ -19,6 +20,8 @@ pub struct Repository {
     common_dir: PathBuf,
     config: Config,
     objects: ObjectDb,
+    /// The commit-graph, opened on first use (`None` inside: none, disabled, or unreadable).
+    commit_graph: std::sync::OnceLock<Option<CommitGraph>>,
 }
 
 /// What a name given on a command line resolved to.
@@ -138,6 +141,7 @@ impl Repository {
             common_dir,
             config,
             objects,
+            commit_graph: std::sync::OnceLock::new(),
         })
     }
 
@@ -154,6 +158,33 @@ impl Repository {
     /// The object database.
     pub fn objects(&self) -> &ObjectDb {
         &self.objects
+    }
+
+    /// The repository's commit-graph, for walks that want commits' links without reading them:
+    /// `None` when there is none, when `core.commitGraph` is false, in a shallow repository (as
+    /// git), or when it cannot be read (with one warning; walks then read commit objects).
+    pub fn commit_graph(&self) -> Option<&CommitGraph> {
+        self.commit_graph
+            .get_or_init(|| {
+                let disabled = self.config.get("core.commitGraph").is_some_and(|v| {
+                    matches!(
+                        v.to_ascii_lowercase().as_str(),
+                        "false" | "no" | "off" | "0"
+                    )
+                });
+                if disabled || self.common_dir.join("shallow").exists() {
+                    return None;
+                }
+                let storage = self.objects.own_storage()?;
+                match CommitGraph::open(storage.as_ref(), self.objects.hash_kind()) {
+                    Ok(graph) => graph,
+                    Err(e) => {
+                        tracing::warn!("ignoring the commit-graph: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
     }
 
     /// A reader for the repository's refs.

@@ -63,6 +63,12 @@ fn split_base(name: &str) -> (&str, &str) {
 impl Repository {
     /// The parents and tree of a commit.
     fn commit_links(&self, id: &ObjectId) -> Result<(ObjectId, Vec<ObjectId>)> {
+        if let Some(graph) = self.commit_graph() {
+            if let Some(pos) = graph.lookup(id) {
+                let commit = graph.commit(pos)?;
+                return Ok((commit.tree, commit.parents));
+            }
+        }
         let object = self
             .objects()
             .read(id)?

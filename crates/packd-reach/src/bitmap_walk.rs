@@ -97,6 +97,11 @@ impl BitmapIndex {
 
     /// The commit at `index_pos`: its links and date.
     fn commit_at(&self, repo: &Repository, id: &ObjectId, index_pos: u32) -> Result<CommitInfo> {
+        if let Some(graph) = repo.commit_graph() {
+            if let Some(pos) = graph.lookup(id) {
+                return graph.commit(pos);
+            }
+        }
         let object = self.read_at(repo, id, index_pos)?;
         if object.kind != ObjectKind::Commit {
             return Err(packd_odb::Error::BadName(format!(

@@ -117,6 +117,11 @@ impl<'a> Walker<'a> {
 
     /// The commit `id`'s links and date.
     pub(crate) fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
+        if let Some(graph) = self.repo.commit_graph() {
+            if let Some(pos) = graph.lookup(id) {
+                return graph.commit(pos);
+            }
+        }
         let object = self.read(id)?;
         if object.kind != ObjectKind::Commit {
             return Err(bad(
