@@ -1,1 +1,208 @@
-//! git's wire protocol for upload-pack: pkt-line, capability advertisement, ls-refs, want/have negotiation (v0, v1, v2).
+//! git's wire protocol for upload-pack: pkt-line, the ref and capability advertisements,
+//! ls-refs, want/have negotiation (protocol v0, v1 and v2), and the pack sent over side-band.
+//!
+//! Transports (`packd-serve` for smart HTTP and git://, the CLI for stdin/stdout) own the
+//! sockets, timeouts and path checks; they hand this crate a reader and a writer. One
+//! [`UploadPack`] serves one repository and is shared by every request to it, so that indexes
+//! and bitmaps stay loaded between requests.
+//!
+//! ```text
+//! transport ──> UploadPack::advertise   (v0/v1: refs + capabilities; v2: capabilities)
+//!           ──> UploadPack::serve       (v0/v1: negotiation then pack; v2: ls-refs / fetch)
+//!                   └─ packd_pack::PackServer::{plan, write}
+//! ```
+//!
+//! This file is the contract between the transports and the protocol; the implementation is
+//! being written.
+
+use packd_pack::PackServer;
+use std::io::{Read, Write};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Why a conversation with a client failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The client sent something that is not valid protocol; the message names the line.
+    #[error("protocol error: {0}")]
+    Invalid(String),
+    /// The client asked for something the server refuses (told to the client as `ERR`).
+    #[error("{0}")]
+    Refused(String),
+    /// Pack generation failed.
+    #[error(transparent)]
+    Pack(#[from] packd_pack::PackError),
+    /// Reading the repository failed.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// Reading from or writing to the client failed (it hung up, or timed out).
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// Not built yet.
+    #[error("upload-pack is not implemented yet")]
+    Unimplemented,
+}
+
+/// The protocol version a client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolVersion {
+    /// Version 0 (no version requested).
+    V0,
+    /// Version 1: version 0 with a `version 1` line first.
+    V1,
+    /// Version 2: commands (`ls-refs`, `fetch`) after a capability advertisement.
+    V2,
+}
+
+impl ProtocolVersion {
+    /// The version asked for in the `GIT_PROTOCOL` environment variable, the `Git-Protocol` HTTP
+    /// header, or the extra parameters of a git:// request (colon-separated `key=value` items,
+    /// e.g. `version=2`); the highest one named, V0 when none is.
+    pub fn from_git_protocol(value: Option<&str>) -> ProtocolVersion {
+        let mut best = ProtocolVersion::V0;
+        for item in value.unwrap_or("").split(':') {
+            match item.trim() {
+                "version=2" => best = ProtocolVersion::V2,
+                "version=1" if best == ProtocolVersion::V0 => best = ProtocolVersion::V1,
+                _ => {}
+            }
+        }
+        best
+    }
+}
+
+/// How a transport carries the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One connection for the whole conversation (stdin/stdout, git://).
+    Stateful,
+    /// One request per HTTP POST (git's `--stateless-rpc`): the reader holds exactly one request.
+    Stateless,
+}
+
+/// Server policy for upload-pack.
+#[derive(Debug, Clone)]
+pub struct UploadPackOptions {
+    /// Allow wants of objects that are not advertised ref tips but are the tip of some ref
+    /// (`uploadpack.allowTipSHA1InWant`).
+    pub allow_tip_sha1_in_want: bool,
+    /// Allow wants of any object reachable from a ref (`uploadpack.allowReachableSHA1InWant`).
+    pub allow_reachable_sha1_in_want: bool,
+    /// Allow partial-clone filters (`uploadpack.allowFilter`).
+    pub allow_filter: bool,
+    /// Most `want` lines accepted in one request.
+    pub max_wants: usize,
+    /// Most `have` lines accepted in one request (over all rounds).
+    pub max_haves: usize,
+    /// Send a keepalive on side-band this often while counting (git: 5 s).
+    pub keepalive: std::time::Duration,
+    /// Send progress on side-band 2 (the client may still turn it off with `no-progress`).
+    pub progress: bool,
+}
+
+impl Default for UploadPackOptions {
+    fn default() -> Self {
+        UploadPackOptions {
+            allow_tip_sha1_in_want: true,
+            allow_reachable_sha1_in_want: true,
+            allow_filter: true,
+            max_wants: 1_000_000,
+            max_haves: 1_000_000,
+            keepalive: std::time::Duration::from_secs(5),
+            progress: true,
+        }
+    }
+}
+
+/// What one request did, for access logs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeStats {
+    /// The command served (`"ls-refs"`, `"fetch"`, or `"upload-pack"` for v0/v1).
+    pub command: &'static str,
+    /// Objects in the pack sent (0 when none was).
+    pub objects: u64,
+    /// Bytes written to the client.
+    pub bytes: u64,
+}
+
+/// upload-pack for one repository, shared by all requests to it.
+pub struct UploadPack {
+    packs: Arc<PackServer>,
+    options: UploadPackOptions,
+}
+
+impl UploadPack {
+    /// upload-pack serving `packs`' repository.
+    pub fn new(packs: Arc<PackServer>, options: UploadPackOptions) -> UploadPack {
+        UploadPack { packs, options }
+    }
+
+    /// The pack generator (and through it the repository) served.
+    pub fn pack_server(&self) -> &Arc<PackServer> {
+        &self.packs
+    }
+
+    /// The policy in force.
+    pub fn options(&self) -> &UploadPackOptions {
+        &self.options
+    }
+
+    /// Writes what the server says first: for v0/v1 the ref advertisement with capabilities
+    /// (`version 1` first for v1), for v2 the capability advertisement. Over HTTP the transport
+    /// writes the `# service=git-upload-pack` line and flush before this, for v0/v1 only.
+    pub fn advertise(
+        &self,
+        _version: ProtocolVersion,
+        _mode: Mode,
+        _out: &mut dyn Write,
+    ) -> Result<(), ProtocolError> {
+        Err(ProtocolError::Unimplemented)
+    }
+
+    /// Serves the client's requests after the advertisement: in [`Mode::Stateful`] until the
+    /// client ends the conversation (a flush where a command or want is expected, or end of
+    /// input); in [`Mode::Stateless`] the one request in `input`. Errors the client should see
+    /// are sent to it as `ERR` lines (or side-band 3) before being returned. Stops promptly when
+    /// `cancel` is set or the client hangs up.
+    pub fn serve(
+        &self,
+        _version: ProtocolVersion,
+        _mode: Mode,
+        _input: &mut dyn Read,
+        _out: &mut dyn Write,
+        _cancel: &AtomicBool,
+    ) -> Result<ServeStats, ProtocolError> {
+        Err(ProtocolError::Unimplemented)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_from_git_protocol() {
+        assert_eq!(
+            ProtocolVersion::from_git_protocol(None),
+            ProtocolVersion::V0
+        );
+        assert_eq!(
+            ProtocolVersion::from_git_protocol(Some("version=2")),
+            ProtocolVersion::V2
+        );
+        assert_eq!(
+            ProtocolVersion::from_git_protocol(Some("foo=bar:version=1")),
+            ProtocolVersion::V1
+        );
+        assert_eq!(
+            ProtocolVersion::from_git_protocol(Some("version=2:version=1")),
+            ProtocolVersion::V2
+        );
+    }
+
+    #[test]
+    fn upload_pack_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<UploadPack>();
+    }
+}
