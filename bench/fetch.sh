@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Fetch and clone benchmark, packd serve against git, in the shape of git's t/perf/p5311:
+# for clients 1..128 days behind, server CPU and pack bytes of packd's fetch against
+# `git pack-objects --revs --thin --use-bitmap-index --delta-base-offset` with the same want and
+# have, plus the client's `git index-pack --fix-thin` time; then a full clone (server CPU and peak
+# memory, and end to end over HTTP against git http-backend).
+#
+# Usage: bench/fetch.sh REPO      e.g. bench/fetch.sh /work/.mirror/git+git/repo
+#        (RUNS=5, DAYS="1 2 4 8 16 32 64 128", HTTP_CLONE=1, PACKD=target/release/packd)
+# REPO is copied once to bench/data/reach-<name>-true.git with git's bitmaps (as bench/reach.sh
+# does: refs/pull/* dropped, promisor mark removed, `repack -adb`). Run by hand, never in CI.
+# Targets: pack bytes <= git's and server CPU <= 0.5x git's for every N; full-clone server CPU
+# <= 0.25x git's and peak memory under 100 MB.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+packd=${PACKD:-$root/target/release/packd}
+data=$here/data
+mkdir -p "$data/results"
+[[ $# -eq 1 ]] || { echo "usage: bench/fetch.sh REPO" >&2; exit 2; }
+[[ -x $packd ]] || (cd "$root" && cargo build --release)
+export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
+# shellcheck source=lib/copies.sh
+source "$here/lib/copies.sh"
+
+repo=$(bitmapped_copy "$1" true)
+python3 "$here/lib/fetch_bench.py" "$packd" "$repo" "$data/fetch-tmp" \
+  | tee "$data/results/fetch-$(date -u +%Y%m%d-%H%M).txt"

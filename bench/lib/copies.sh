@@ -1,0 +1,33 @@
+# Repository copies shared by the benchmarks (sourced; expects $data to be set).
+
+# A copy of REPO whose single pack has bitmaps, with or without the lookup table.
+bitmapped_copy() {
+  local src=$1 table=$2 name
+  name=$(basename "$src" .git)-$table
+  local dest=$data/reach-$name.git
+  # The copy is rebuilt when the source's refs changed (e.g. another SPIKES).
+  local fingerprint
+  fingerprint=$(git -C "$src" for-each-ref | md5sum | cut -d' ' -f1)
+  if [[ $(cat "$dest/.reach-done" 2>/dev/null) != "$fingerprint" ]]; then
+    rm -rf "$dest"
+    git clone -q --bare --mirror "$src" "$dest"
+    # A snapshot fetched as a partial clone marks its pack as a promisor pack; repack keeps
+    # such objects apart and then writes no bitmap. The copy is a full repository: unmark it.
+    rm -f "$dest"/objects/pack/*.promisor
+    # A fetched snapshot's refs/pull/* may reach objects the snapshot lacks (git/git's do), and
+    # repack then refuses to write bitmaps; checking each of thousands of them is slow, so a
+    # repository given on the command line loses its refs/pull/* (the spiky repository is the
+    # many-refs case). Refs whose commit is missing go too.
+    if [[ $src != "$data/spiky.git" ]]; then
+      git -C "$dest" for-each-ref --format='delete %(refname)' refs/pull | git -C "$dest" update-ref --stdin
+    fi
+    git -C "$dest" for-each-ref --format='%(refname)' | while read -r ref; do
+      git -C "$dest" cat-file -e "$ref^{commit}" 2>/dev/null || git -C "$dest" update-ref -d "$ref"
+    done
+    git -C "$dest" -c pack.writeBitmapLookupTable="$table" -c pack.writeBitmapHashCache=true \
+      repack -adb -q
+    echo "$fingerprint" > "$dest/.reach-done"
+  fi
+  echo "$dest"
+}
+

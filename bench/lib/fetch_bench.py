@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Fetch and clone benchmark, packd against git, in the shape of git's t/perf/p5311.
+
+Called by bench/fetch.sh (which builds packd and the bitmapped repository copy); see
+bench/README.md. For each N in DAYS a client N days behind the tip (have = the newest commit at
+least N days older than HEAD's commit date) fetches HEAD:
+
+- git: `git pack-objects --stdout --revs --thin --use-bitmap-index --delta-base-offset` with
+  `HEAD ^have` on stdin, a fresh process per run (as upload-pack spawns it), CPU from wait4;
+- packd: the same want and have as a protocol v2 fetch (thin-pack, ofs-delta, no-progress, done)
+  POSTed to one long-running `packd serve`, whose CPU is read from /proc before and after RUNS
+  requests (the server keeps its indexes loaded, which is the point of a server);
+- both packs are then completed by the client, `git index-pack --stdin --fix-thin`, timed.
+
+Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
+RSS against a fresh packd serve's CPU and peak RSS (VmHWM) for the same request; and with
+HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's own
+smart HTTP (git http-backend behind bench/lib/http_backend.py).
+"""
+import http.client
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def git(repo, *args, **kw):
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True,
+                          text=True, **kw).stdout.strip()
+
+
+def run_rusage(cmd, stdin_data=b"", stdout=subprocess.DEVNULL, cwd=None):
+    """Runs cmd; returns (cpu seconds, peak rss MB, wall seconds, exit code)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE,
+                            cwd=cwd)
+    proc.stdin.write(stdin_data)
+    proc.stdin.close()
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace"))
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, wall, proc.returncode
+
+
+def proc_cpu(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def proc_hwm(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pkt(s):
+    b = s.encode() if isinstance(s, str) else s
+    return b"%04x" % (len(b) + 4) + b
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what):
+    for _ in range(300):
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"{what} did not start listening on {port}")
+
+
+class Packd:
+    """A running `packd serve` over the repository's parent directory."""
+
+    def __init__(self, packd, root):
+        self.port = free_port()
+        self.proc = subprocess.Popen([packd, "serve", "--root", root, "--listen",
+                                      f"127.0.0.1:{self.port}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port, self.proc, "packd serve")
+
+    def fetch(self, name, wants, haves, out_path, include_tag=False):
+        """A v2 fetch with done; writes the pack to out_path and returns its size."""
+        body = pkt("command=fetch\n") + pkt("agent=packd-bench\n") + b"0001"
+        body += pkt("thin-pack\n") + pkt("ofs-delta\n") + pkt("no-progress\n")
+        if include_tag:
+            body += pkt("include-tag\n")
+        body += b"".join(pkt(f"want {w}\n") for w in wants)
+        body += b"".join(pkt(f"have {h}\n") for h in haves)
+        body += pkt("done\n") + b"0000"
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        conn.request("POST", f"/{name}/git-upload-pack", body=body, headers={
+            "Content-Type": "application/x-git-upload-pack-request",
+            "Accept": "application/x-git-upload-pack-result",
+            "Git-Protocol": "version=2"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            sys.exit(f"packd answered {resp.status}: {resp.read()[:500]!r}")
+        size = 0
+        in_pack = False
+        with open(out_path, "wb") as out:
+            while True:
+                head = resp.read(4)
+                if len(head) < 4:
+                    sys.exit("packd's response ended early")
+                n = int(head, 16)
+                if n == 0:
+                    if in_pack:
+                        break
+                    continue
+                if n < 4:
+                    continue
+                data = resp.read(n - 4)
+                if not in_pack:
+                    if data == b"packfile\n":
+                        in_pack = True
+                    elif data.startswith(b"ERR"):
+                        sys.exit(f"packd: {data!r}")
+                    continue
+                band, payload = data[0], data[1:]
+                if band == 1:
+                    out.write(payload)
+                    size += len(payload)
+                elif band == 3:
+                    sys.exit(f"packd: {payload!r}")
+        conn.close()
+        return size
+
+    def cpu(self):
+        return proc_cpu(self.proc.pid)
+
+    def hwm(self):
+        return proc_hwm(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def index_pack(client, pack_path):
+    """Wall seconds of `git index-pack --stdin --fix-thin` in client (then the pack is removed)."""
+    before = set(os.listdir(f"{client}/objects/pack"))
+    with open(pack_path, "rb") as f:
+        data = f.read()
+    cpu, _, wall, code = run_rusage(["git", "-C", client, "index-pack", "--stdin", "--fix-thin"],
+                                    data)
+    for name in set(os.listdir(f"{client}/objects/pack")) - before:
+        os.unlink(f"{client}/objects/pack/{name}")
+    return wall if code == 0 else float("nan")
+
+
+def main():
+    packd, repo, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+    runs = int(os.environ.get("RUNS", "5"))
+    days = [int(d) for d in os.environ.get("DAYS", "1 2 4 8 16 32 64 128").split()]
+    root, name = os.path.dirname(repo), os.path.basename(repo)
+    os.makedirs(work, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=work)
+    head = git(repo, "rev-parse", "HEAD")
+    head_time = int(git(repo, "log", "-1", "--format=%ct", "HEAD"))
+    objects = git(repo, "count-objects", "-v")
+    print(f"packd fetch benchmark, {time.strftime('%F %T UTC', time.gmtime())}, "
+          f"{git(repo, 'version')}, {name}, {runs} runs")
+    print(objects.replace("\n", ", "))
+
+    client = f"{tmp}/client.git"
+    subprocess.run(["git", "clone", "-q", "--bare", "--shared", repo, client], check=True)
+
+    server = Packd(packd, root)
+    try:
+        print("\n== incremental fetch: HEAD minus the newest commit N days older "
+              "(server CPU per fetch, pack bytes, client index-pack --fix-thin wall)")
+        print(f"{'N':>4} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
+              f"{'packd bytes':>11} {'ratio':>6}  {'ip git':>7} {'ip packd':>8}")
+        server.fetch(name, [head], [], f"{tmp}/warm.pack")  # opens the repository once
+        for n in days:
+            have = git(repo, "rev-list", "-1", f"--before={head_time - n * 86400}", "HEAD")
+            revs = f"{head}\n^{have}\n".encode()
+            git_cpu = []
+            for _ in range(runs):
+                with open(f"{tmp}/git.pack", "wb") as out:
+                    c, _, _, code = run_rusage(
+                        ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
+                         "--use-bitmap-index", "--delta-base-offset"], revs, stdout=out)
+                if code != 0:
+                    sys.exit("git pack-objects failed")
+                git_cpu.append(c)
+            git_bytes = os.path.getsize(f"{tmp}/git.pack")
+            before = server.cpu()
+            for _ in range(runs):
+                packd_bytes = server.fetch(name, [head], [have], f"{tmp}/packd.pack")
+            packd_cpu = (server.cpu() - before) / runs
+            gc = statistics.mean(git_cpu)
+            ip_git = index_pack(client, f"{tmp}/git.pack")
+            ip_packd = index_pack(client, f"{tmp}/packd.pack")
+            print(f"{n:>4} {gc:>9.4f} {packd_cpu:>9.4f} {packd_cpu / gc:>6.2f}  {git_bytes:>11} "
+                  f"{packd_bytes:>11} {packd_bytes / git_bytes:>6.3f}  {ip_git:>7.3f} "
+                  f"{ip_packd:>8.3f}", flush=True)
+    finally:
+        server.stop()
+
+    print("\n== full clone (every branch and tag, include-tag): server side")
+    refs = git(repo, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags").split()
+    wants = sorted(set(refs))
+    c, rss, wall, code = run_rusage(
+        ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin", "--use-bitmap-index",
+         "--delta-base-offset", "--include-tag"], "".join(w + "\n" for w in wants).encode(),
+        stdout=open(f"{tmp}/git-clone.pack", "wb"))
+    git_bytes = os.path.getsize(f"{tmp}/git-clone.pack")
+    os.unlink(f"{tmp}/git-clone.pack")
+    server = Packd(packd, root)
+    try:
+        base_cpu, base_hwm = server.cpu(), server.hwm()
+        start = time.monotonic()
+        packd_bytes = server.fetch(name, wants, [], f"{tmp}/packd-clone.pack", include_tag=True)
+        pwall = time.monotonic() - start
+        pcpu, phwm = server.cpu() - base_cpu, server.hwm()
+    finally:
+        server.stop()
+    os.unlink(f"{tmp}/packd-clone.pack")
+    print(f"   {'':18} {'cpu s':>8} {'peak MB':>8} {'wall s':>8} {'bytes':>11}")
+    print(f"   {'git pack-objects':18} {c:>8.3f} {rss:>8.1f} {wall:>8.3f} {git_bytes:>11}")
+    print(f"   {'packd serve':18} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {packd_bytes:>11}"
+          f"   (idle server before: {base_hwm:.1f} MB)")
+    print(f"   ratio packd/git: cpu {pcpu / c:.2f}, peak memory {phwm / rss:.2f}, "
+          f"bytes {packd_bytes / git_bytes:.3f}")
+
+    if os.environ.get("HTTP_CLONE", "1") == "1":
+        print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
+        server = Packd(packd, root)
+        port_file = f"{tmp}/backend.port"
+        backend = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                    "http_backend.py"), root, port_file])
+        try:
+            for _ in range(100):
+                if os.path.exists(port_file):
+                    break
+                time.sleep(0.1)
+            bport = int(open(port_file).read())
+            for label, url in (("git http-backend", f"http://127.0.0.1:{bport}/{name}"),
+                               ("packd serve", f"http://127.0.0.1:{server.port}/{name}")):
+                dest = f"{tmp}/clone.git"
+                shutil.rmtree(dest, ignore_errors=True)
+                start = time.monotonic()
+                r = subprocess.run(["git", "-c", "protocol.version=2", "clone", "-q", "--bare",
+                                    url, dest])
+                wall = time.monotonic() - start
+                ok = "ok" if r.returncode == 0 else f"FAILED ({r.returncode})"
+                print(f"   {label:18} {wall:8.1f} s  {ok}", flush=True)
+                shutil.rmtree(dest, ignore_errors=True)
+        finally:
+            backend.terminate()
+            server.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
