@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reachability benchmark: `rev-list --objects --count --use-bitmap-index` in packd and git, side by
 # side, each query in a fresh process (a server answers many such questions; a CLI pays the index
-# and bitmap loading every time), median of RUNS.
+# and bitmap loading every time), median of RUNS, git and packd runs alternating.
 #
 # Queries, on each repository:   TIP    --all    TIP --not TIP~100
 # Repositories:
@@ -79,17 +79,31 @@ packd_bitmapped_copy() {
 
 # --- timing -------------------------------------------------------------------------------------
 
-# Median wall seconds of RUNS runs of "$@" (output discarded).
-median() {
-  local t=()
+# Wall seconds of one run of "$@" (output discarded).
+wall() {
+  local s e
+  s=$(date +%s.%N)
+  "$@" > /dev/null
+  e=$(date +%s.%N)
+  echo "$e - $s" | bc -l
+}
+
+# The median of the numbers on stdin, 4 decimals.
+med() {
+  sort -g | awk '{a[NR]=$1} END {printf "%.4f", a[int((NR+1)/2)]}'
+}
+
+# Medians of RUNS runs of git and of packd for one query, the two run alternately so that a
+# noisy moment on the machine hits both sides alike. Prints "GIT_MEDIAN PACKD_MEDIAN".
+median_pair() {
+  local q=$1 g=() p=()
   for _ in $(seq "$runs"); do
-    local s e
-    s=$(date +%s.%N)
-    "$@" > /dev/null
-    e=$(date +%s.%N)
-    t+=("$(echo "$e - $s" | bc -l)")
+    # shellcheck disable=SC2086
+    g+=("$(wall git -C "$repo" rev-list --objects --count --use-bitmap-index $q)")
+    # shellcheck disable=SC2086
+    p+=("$(wall "$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q)")
   done
-  printf '%s\n' "${t[@]}" | sort -g | awk '{a[NR]=$1} END {printf "%.4f", a[int((NR+1)/2)]}'
+  echo "$(printf '%s\n' "${g[@]}" | med) $(printf '%s\n' "${p[@]}" | med)"
 }
 
 report() {
@@ -104,10 +118,7 @@ report() {
     # shellcheck disable=SC2086
     [[ $(git -C "$repo" rev-list --objects --count --use-bitmap-index $q) == \
        $("$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q) ]] || ok="DIFFERENT COUNT"
-    # shellcheck disable=SC2086
-    g=$(median git -C "$repo" rev-list --objects --count --use-bitmap-index $q)
-    # shellcheck disable=SC2086
-    p=$(median "$packd" -C "$repo" rev-list --objects --count --use-bitmap-index $q)
+    read -r g p < <(median_pair "$q")
     printf '   %-28s %10s %10s %7.2f %s\n' "${q//$tip/TIP}" "$g" "$p" "$(echo "$p / $g" | bc -l)" "$ok"
   done
   # Opening the bitmap index: packd's debug log says how long it took and how many entries the
