@@ -137,6 +137,13 @@ impl PackServer {
         &self.repo
     }
 
+    /// The shallow boundary changes a shallow request makes (`deepen*` lines and the client's
+    /// `shallow` lines; haves play no part). Protocol v0/v1 sends these before negotiation, so
+    /// they are computed on their own; [`PackServer::plan`] computes the same again.
+    pub fn shallow(&self, _request: &FetchRequest) -> Result<Vec<ShallowUpdate>, PackError> {
+        Err(PackError::Unimplemented)
+    }
+
     /// Counts the objects to send for `request`. Checks `cancel` regularly.
     pub fn plan(
         &self,
