@@ -6,10 +6,18 @@
 //! bitmaps loaded between requests. [`PackServer::plan`] counts the objects to send (and computes
 //! the shallow boundary for shallow requests); [`PackServer::write`] streams the pack.
 //!
-//! This file is the contract between the protocol layer and pack generation; the implementation
-//! is being written.
+//! ```text
+//! FetchRequest ──> shallow (walk::shallow_updates) ──> count (bitmaps, or walk::count)
+//!              ──> PackPlan (objects in write order, what the client has)
+//!              ──> write (reuse on-disk entries; whole objects where no delta is valid)
+//! ```
+
+mod count;
+mod walk;
+mod write;
 
 use packd_odb::{ObjectId, Repository};
+use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -29,9 +37,6 @@ pub enum PackError {
     /// Writing to the client failed.
     #[error("writing the pack failed: {0}")]
     Io(#[from] std::io::Error),
-    /// Not built yet.
-    #[error("pack generation is not implemented yet")]
-    Unimplemented,
 }
 
 /// How deep a shallow fetch goes.
@@ -100,12 +105,23 @@ pub trait ProgressSink: Send {
 }
 
 /// The objects a fetch will send, counted; pass it to [`PackServer::write`].
-#[derive(Debug)]
 pub struct PackPlan {
     /// Shallow boundary changes to tell the client before the pack.
     pub shallow: Vec<ShallowUpdate>,
     /// Number of objects the pack will hold.
     pub object_count: u32,
+    planned: count::Planned,
+    ofs_delta: bool,
+    thin: bool,
+}
+
+impl std::fmt::Debug for PackPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackPlan")
+            .field("shallow", &self.shallow)
+            .field("object_count", &self.object_count)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a written pack held, for access logs.
@@ -124,12 +140,16 @@ pub struct PackStats {
 /// Pack generation for one repository, kept loaded between requests.
 pub struct PackServer {
     repo: Arc<Repository>,
+    /// The repository's bitmap index, if it has a usable one.
+    bitmap: Option<BitmapIndex>,
 }
 
 impl PackServer {
-    /// Opens pack generation over `repo` (loading its bitmap index, if it has one).
+    /// Opens pack generation over `repo`, loading its bitmap index if it has one (a bitmap
+    /// that cannot be used is skipped with a warning: counting then walks).
     pub fn open(repo: Arc<Repository>) -> Result<PackServer, PackError> {
-        Ok(PackServer { repo })
+        let bitmap = BitmapIndex::open(&repo)?;
+        Ok(PackServer { repo, bitmap })
     }
 
     /// The repository served.
@@ -137,32 +157,55 @@ impl PackServer {
         &self.repo
     }
 
+    /// Whether counting can use a bitmap index.
+    pub fn has_bitmap(&self) -> bool {
+        self.bitmap.is_some()
+    }
+
     /// The shallow boundary changes a shallow request makes (`deepen*` lines and the client's
     /// `shallow` lines; haves play no part). Protocol v0/v1 sends these before negotiation, so
     /// they are computed on their own; [`PackServer::plan`] computes the same again.
-    pub fn shallow(&self, _request: &FetchRequest) -> Result<Vec<ShallowUpdate>, PackError> {
-        Err(PackError::Unimplemented)
+    pub fn shallow(&self, request: &FetchRequest) -> Result<Vec<ShallowUpdate>, PackError> {
+        let never = AtomicBool::new(false);
+        Ok(walk::shallow_updates(&self.repo, request, &never)?.0)
     }
 
     /// Counts the objects to send for `request`. Checks `cancel` regularly.
     pub fn plan(
         &self,
-        _request: &FetchRequest,
-        _progress: &mut dyn ProgressSink,
-        _cancel: &AtomicBool,
+        request: &FetchRequest,
+        progress: &mut dyn ProgressSink,
+        cancel: &AtomicBool,
     ) -> Result<PackPlan, PackError> {
-        Err(PackError::Unimplemented)
+        let (shallow, keep) = walk::shallow_updates(&self.repo, request, cancel)?;
+        let planned = self.count(request, keep.as_ref(), progress, cancel)?;
+        let object_count = u32::try_from(planned.items.len())
+            .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+        Ok(PackPlan {
+            shallow,
+            object_count,
+            planned,
+            ofs_delta: request.ofs_delta,
+            thin: request.thin,
+        })
     }
 
     /// Streams the pack for `plan` to `out`, in bounded memory. Checks `cancel` regularly.
     pub fn write(
         &self,
-        _plan: PackPlan,
-        _out: &mut dyn Write,
-        _progress: &mut dyn ProgressSink,
-        _cancel: &AtomicBool,
+        plan: PackPlan,
+        out: &mut dyn Write,
+        progress: &mut dyn ProgressSink,
+        cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
-        Err(PackError::Unimplemented)
+        self.write_planned(
+            &plan.planned,
+            plan.ofs_delta,
+            plan.thin,
+            out,
+            progress,
+            cancel,
+        )
     }
 }
 

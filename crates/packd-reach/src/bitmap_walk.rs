@@ -14,7 +14,7 @@ use crate::ewah::Bitmap;
 use crate::walk::Walker;
 use packd_odb::parse::CommitInfo;
 use packd_odb::parse::{parse_commit, tree_entries};
-use packd_odb::{IdMap, IdSet, Object, ObjectId, ObjectKind, Repository, Result};
+use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
 use std::collections::BinaryHeap;
 
 fn hex(bytes: &[u8]) -> String {
@@ -289,6 +289,25 @@ impl BitmapIndex {
         exclude: &[ObjectId],
         objects: bool,
     ) -> Result<Option<Bitmap>> {
+        let Some((mut wanted, _)) = self.difference(repo, include, exclude)? else {
+            return Ok(None);
+        };
+        if !objects {
+            wanted.and_assign(self.bitmap.type_bitmap(ObjectKind::Commit));
+        }
+        Ok(Some(wanted))
+    }
+
+    /// Two sets of objects, as bits in pack order: those reachable from `include` and not from
+    /// `exclude`, and all those reachable from `exclude`. A fetch sends the first and may make
+    /// deltas against anything in the second (the client has all of it, not just the commits it
+    /// named). `None` when the bitmap cannot answer (an object outside the bitmapped objects).
+    pub fn difference(
+        &self,
+        repo: &Repository,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+    ) -> Result<Option<(Bitmap, Bitmap)>> {
         // The two sides are independent walks: with both non-empty, the excluded side runs on a
         // second thread (the answer's latency is the longer walk, not the sum).
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
@@ -311,10 +330,37 @@ impl BitmapIndex {
             return Ok(None);
         };
         wanted.and_not_assign(&had);
-        if !objects {
-            wanted.and_assign(self.bitmap.type_bitmap(ObjectKind::Commit));
+        Ok(Some((wanted, had)))
+    }
+
+    /// The number of objects the bitmaps number (bits run from 0 to this, exclusive).
+    pub fn object_count(&self) -> u32 {
+        self.objects.len()
+    }
+
+    /// The bits of every object of `kind`.
+    pub fn type_bitmap(&self, kind: ObjectKind) -> &Bitmap {
+        self.bitmap.type_bitmap(kind)
+    }
+
+    /// The object at bit `bit`: its id and where it is stored (for a multi-pack-index, the copy
+    /// the bitmap numbers). `None` for a bit past the objects.
+    pub fn object_at(&self, bit: u64) -> Result<Option<(ObjectId, Location)>> {
+        let Some(pos) = u32::try_from(bit)
+            .ok()
+            .and_then(|b| self.objects.position_at(b))
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.objects.id(pos), self.objects.location(pos)?)))
+    }
+
+    /// The bit that stands for `id`; `None` when the bitmapped objects do not include it.
+    pub fn bit_of_id(&self, id: &ObjectId) -> Result<Option<u64>> {
+        match self.objects.find(id) {
+            Some(pos) => self.bit_of(pos),
+            None => Ok(None),
         }
-        Ok(Some(wanted))
     }
 
     /// The ids of the objects whose bits are set, in pack order.

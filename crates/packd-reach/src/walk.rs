@@ -115,8 +115,8 @@ impl<'a> Walker<'a> {
             .ok_or_else(|| bad(id, "is missing (the repository is not connected)"))
     }
 
-    /// The commit `id`'s links and date.
-    pub(crate) fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
+    /// The commit `id`'s links and date (from the commit-graph when it has the commit).
+    pub fn commit(&self, id: &ObjectId) -> Result<CommitInfo> {
         if let Some(graph) = self.repo.commit_graph() {
             if let Some(pos) = graph.lookup(id) {
                 return graph.commit(pos);
@@ -134,7 +134,7 @@ impl<'a> Walker<'a> {
 
     /// Follows tags from `id`, recording each tag object in `tags`; returns the first non-tag and
     /// its kind.
-    pub(crate) fn peel(
+    pub fn peel(
         &self,
         mut id: ObjectId,
         tags: &mut Vec<ObjectId>,

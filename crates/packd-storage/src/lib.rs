@@ -76,6 +76,14 @@ pub trait Blob: Send + Sync + fmt::Debug {
         Box::new(ranges.iter().map(move |r| self.read(r.clone())))
     }
 
+    /// The bytes of one range, copied into a buffer of their own, for data read once while
+    /// streaming (a pack sent to a client). Unlike [`Blob::read`], the bytes do not stay mapped
+    /// in the process: a mapped read of a whole pack would count every page of it toward the
+    /// server's resident memory. Fails if the range reaches past the end.
+    fn read_copy(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.read(range)
+    }
+
     /// The whole blob. Convenient for small files (indexes); a pack should be read by ranges.
     fn read_all(&self) -> Result<Bytes, StorageError> {
         self.read(0..self.len())

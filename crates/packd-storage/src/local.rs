@@ -60,21 +60,22 @@ impl Storage for LocalStorage {
         };
         let mut file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let bytes = if len <= READ_WHOLE_BELOW {
+        let (bytes, file) = if len <= READ_WHOLE_BELOW {
             let mut buf = Vec::with_capacity(len as usize);
             file.read_to_end(&mut buf).map_err(io)?;
-            Bytes::from(buf)
+            (Bytes::from(buf), None)
         } else {
             // SAFETY: packd only maps files that git and packd treat as immutable once written
             // (packs, indexes, bitmaps are replaced by rename, never rewritten in place).
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
             #[cfg(unix)]
             let _ = map.advise(memmap2::Advice::Random);
-            Bytes::from_owner(map)
+            (Bytes::from_owner(map), Some(file))
         };
         Ok(Arc::new(LocalBlob {
             name: display,
             bytes,
+            file,
         }))
     }
 
@@ -118,6 +119,8 @@ impl Storage for LocalStorage {
 struct LocalBlob {
     name: String,
     bytes: Bytes,
+    /// The file behind a map, for [`Blob::read_copy`].
+    file: Option<File>,
 }
 
 impl Blob for LocalBlob {
@@ -133,6 +136,38 @@ impl Blob for LocalBlob {
         check_range(&self.name, &range, self.len())?;
         Ok(self.bytes.slice(range.start as usize..range.end as usize))
     }
+
+    fn read_copy(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        check_range(&self.name, &range, self.len())?;
+        let Some(file) = &self.file else {
+            return self.read(range);
+        };
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        read_exact_at(file, &mut buf, range.start).map_err(|source| StorageError::Io {
+            name: self.name.clone(),
+            source,
+        })?;
+        Ok(Bytes::from(buf))
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, buf, offset)? {
+            0 => return Err(ErrorKind::UnexpectedEof.into()),
+            n => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -149,6 +184,7 @@ mod tests {
 
         let small = storage.open("small").unwrap();
         assert_eq!(&small.read(6..11).unwrap()[..], b"world");
+        assert_eq!(&small.read_copy(6..11).unwrap()[..], b"world");
         let err = small.read(6..12).unwrap_err().to_string();
         assert!(
             err.contains("small") && err.contains("past the end"),
@@ -161,6 +197,11 @@ mod tests {
         for (range, bytes) in ranges.iter().zip(&got) {
             assert_eq!(&bytes[..], &big[range.start as usize..range.end as usize]);
         }
+        assert_eq!(
+            &blob.read_copy(150_000..150_010).unwrap()[..],
+            &big[150_000..150_010]
+        );
+        assert!(blob.read_copy(199_990..200_001).is_err());
         assert!(storage.open("missing").unwrap_err().is_not_found());
         assert_eq!(storage.list("").unwrap(), vec!["big", "small"]);
         assert!(storage.list("nope").unwrap().is_empty());

@@ -2,6 +2,7 @@
 //! the library crates (`packd-storage`, `packd-odb`).
 
 mod cat_file;
+mod pack_objects;
 mod rev_list;
 mod serve;
 mod upload_pack;
@@ -45,6 +46,8 @@ enum Command {
     RevList(rev_list::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
+    /// Write the pack a fetch would send for revisions read from stdin (`^rev` for haves).
+    PackObjects(pack_objects::Args),
     /// Serve every repository under a directory to git clients over smart HTTP (and git://).
     Serve(serve::Args),
     /// Speak git's upload-pack protocol for one repository on stdin/stdout (for ssh).
@@ -97,6 +100,9 @@ fn main() -> ExitCode {
         Command::WriteBitmap(args) => cli
             .repository()
             .and_then(|repo| write_bitmap::run(&repo, args)),
+        Command::PackObjects(args) => cli
+            .repository()
+            .and_then(|repo| pack_objects::run(repo, args)),
         Command::Serve(args) => serve::run(args),
         Command::UploadPack(args) => cli.workdir().and_then(|dir| upload_pack::run(&dir, args)),
     };

@@ -214,8 +214,9 @@ impl Pack {
         )
     }
 
-    /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer).
-    pub(crate) fn entry_end(&self, offset: u64) -> Result<u64> {
+    /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer). The
+    /// first call builds the reverse index.
+    pub fn entry_end(&self, offset: u64) -> Result<u64> {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),

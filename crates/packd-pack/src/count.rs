@@ -1,0 +1,291 @@
+//! Counting a fetch: which objects to send, where each is stored, and what the client already
+//! has (so that on-disk deltas against those objects can be sent as they are).
+//!
+//! With a bitmap index and a full-history client, both sets come from bitmaps: wants minus
+//! haves to send, everything the haves reach as delta bases (seed 000: knowing all the client
+//! has, not only the commits it named, is what lets most on-disk deltas be reused). Shallow
+//! requests, filters bitmaps cannot express, and repositories without bitmaps are counted by
+//! walking ([`crate::walk`]).
+//!
+//! The objects are then sorted into write order: pack by pack (the bitmap's preferred pack
+//! first), by offset within each pack, so that a pack's entries are read sequentially and a
+//! delta's base, when sent, is written before it.
+
+use crate::walk;
+use crate::{FetchRequest, Filter, PackError, PackServer, ProgressSink};
+use packd_odb::pack::Pack;
+use packd_odb::{IdSet, Location, ObjectId, ObjectKind};
+use packd_reach::ewah::Bitmap;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The rank of objects stored loose (after every pack).
+pub(crate) const LOOSE: u32 = u32::MAX;
+
+/// One object to send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    /// The object.
+    pub id: ObjectId,
+    /// Its pack's rank in [`Planned::packs`], or [`LOOSE`].
+    pub rank: u32,
+    /// Its entry's offset in that pack (for loose objects, a sequence number).
+    pub offset: u64,
+}
+
+/// What the client has, for choosing delta bases.
+pub(crate) enum Had {
+    /// Bits of the server's bitmap index.
+    Bits(Bitmap),
+    /// Object ids.
+    Ids(IdSet),
+}
+
+/// The counted objects, in write order.
+pub(crate) struct Planned {
+    /// Packs the objects come from, by rank.
+    pub packs: Vec<Arc<Pack>>,
+    /// The objects, sorted by (rank, offset).
+    pub items: Vec<Item>,
+    /// What the client has.
+    pub had: Had,
+}
+
+impl Planned {
+    /// The position in `items` of the entry at `offset` of the pack of rank `rank`.
+    pub fn find(&self, rank: u32, offset: u64) -> Option<usize> {
+        self.items
+            .binary_search_by(|i| (i.rank, i.offset).cmp(&(rank, offset)))
+            .ok()
+    }
+}
+
+/// Orders objects given as (id, location) into a plan.
+struct Sorter {
+    packs: Vec<Arc<Pack>>,
+    ranks: HashMap<*const Pack, u32>,
+    items: Vec<Item>,
+    loose: u64,
+}
+
+impl Sorter {
+    fn new() -> Sorter {
+        Sorter {
+            packs: Vec::new(),
+            ranks: HashMap::new(),
+            items: Vec::new(),
+            loose: 0,
+        }
+    }
+
+    fn push(&mut self, id: ObjectId, location: Location) {
+        match location {
+            Location::Packed { pack, offset } => {
+                let key = Arc::as_ptr(&pack);
+                let rank = match self.ranks.get(&key) {
+                    Some(r) => *r,
+                    None => {
+                        let r = self.packs.len() as u32;
+                        self.ranks.insert(key, r);
+                        self.packs.push(pack);
+                        r
+                    }
+                };
+                self.items.push(Item { id, rank, offset });
+            }
+            Location::Loose(_) => {
+                self.loose += 1;
+                self.items.push(Item {
+                    id,
+                    rank: LOOSE,
+                    offset: self.loose,
+                });
+            }
+        }
+    }
+
+    fn finish(mut self, had: Had) -> Planned {
+        self.items.sort_unstable_by_key(|i| (i.rank, i.offset));
+        // The same object twice (a tag also reached another way) is located twice alike.
+        self.items.dedup_by_key(|i| (i.rank, i.offset, i.id));
+        Planned {
+            packs: self.packs,
+            items: self.items,
+            had,
+        }
+    }
+}
+
+fn missing(id: &ObjectId) -> PackError {
+    PackError::BadRequest(format!("object {id} is missing from the repository"))
+}
+
+impl PackServer {
+    /// Counts `request` (see the module documentation); `keep` is a deepen request's kept
+    /// commits.
+    pub(crate) fn count(
+        &self,
+        request: &FetchRequest,
+        keep: Option<&IdSet>,
+        progress: &mut dyn ProgressSink,
+        cancel: &AtomicBool,
+    ) -> Result<Planned, PackError> {
+        let repo = &self.repo;
+        let objects = repo.objects();
+        // Only haves the server has count; negotiation should have dropped the others.
+        let mut haves = Vec::with_capacity(request.haves.len());
+        for h in &request.haves {
+            if objects.contains(h)? {
+                haves.push(*h);
+            }
+        }
+        for w in &request.wants {
+            if !objects.contains(w)? {
+                return Err(PackError::BadRequest(format!("not our ref {w}")));
+            }
+        }
+        let bitmap_ok = keep.is_none()
+            && request.client_shallow.is_empty()
+            && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
+        if bitmap_ok {
+            if let Some(index) = &self.bitmap {
+                if let Some((mut wanted, had)) = index.difference(repo, &request.wants, &haves)? {
+                    if cancel.load(Ordering::Relaxed) {
+                        return Err(PackError::Cancelled);
+                    }
+                    self.apply_filter(index, request, &mut wanted)?;
+                    let total = wanted.count_ones();
+                    let mut sorter = Sorter::new();
+                    sorter.items.reserve(total as usize);
+                    for (n, bit) in wanted.iter_ones().enumerate() {
+                        if n % 65536 == 0 {
+                            if cancel.load(Ordering::Relaxed) {
+                                return Err(PackError::Cancelled);
+                            }
+                            progress.update("Counting objects", n as u64, Some(total));
+                        }
+                        let (id, location) = index.object_at(bit)?.ok_or_else(|| {
+                            PackError::Odb(packd_odb::Error::BadName(format!(
+                                "bit {bit} of the bitmap names no object"
+                            )))
+                        })?;
+                        sorter.push(id, location);
+                    }
+                    if request.include_tag {
+                        for tag in self.tags_to_include(&|id| {
+                            Ok(index.bit_of_id(id)?.is_some_and(|bit| wanted.get(bit)))
+                        })? {
+                            let bit = index.bit_of_id(&tag)?;
+                            if bit.is_some_and(|b| had.get(b) || wanted.get(b)) {
+                                continue;
+                            }
+                            let location = objects.locate(&tag)?.ok_or_else(|| missing(&tag))?;
+                            sorter.push(tag, location);
+                        }
+                    }
+                    progress.finish("Counting objects", sorter.items.len() as u64);
+                    return Ok(sorter.finish(Had::Bits(had)));
+                }
+                tracing::debug!("the bitmap cannot answer this fetch; walking");
+            }
+        }
+        let request_haves = FetchRequest {
+            haves,
+            ..request.clone()
+        };
+        let counted = walk::count(repo, &request_haves, keep, cancel)?;
+        let mut sorter = Sorter::new();
+        let mut sent = IdSet::default();
+        for (n, id) in counted.objects.iter().enumerate() {
+            if n % 65536 == 0 {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                progress.update("Counting objects", n as u64, None);
+            }
+            let location = objects.locate(id)?.ok_or_else(|| missing(id))?;
+            sorter.push(*id, location);
+            if request.include_tag {
+                sent.insert(*id);
+            }
+        }
+        if request.include_tag {
+            for tag in self.tags_to_include(&|id| Ok(sent.contains(id)))? {
+                if sent.contains(&tag) || counted.had.contains(&tag) {
+                    continue;
+                }
+                let location = objects.locate(&tag)?.ok_or_else(|| missing(&tag))?;
+                sorter.push(tag, location);
+            }
+        }
+        progress.finish("Counting objects", sorter.items.len() as u64);
+        Ok(sorter.finish(Had::Ids(counted.had)))
+    }
+
+    /// Removes from `wanted` what the request's filter leaves out. Objects the client named in
+    /// its wants stay.
+    fn apply_filter(
+        &self,
+        index: &packd_reach::bitmap_walk::BitmapIndex,
+        request: &FetchRequest,
+        wanted: &mut Bitmap,
+    ) -> Result<(), PackError> {
+        let Some(filter) = &request.filter else {
+            return Ok(());
+        };
+        let mut named = Vec::new();
+        for w in &request.wants {
+            if let Some(bit) = index.bit_of_id(w)? {
+                if wanted.get(bit) {
+                    named.push(bit);
+                }
+            }
+        }
+        match filter {
+            Filter::BlobNone => wanted.and_not_assign(index.type_bitmap(ObjectKind::Blob)),
+            Filter::TreeDepth(_) => {
+                wanted.and_not_assign(index.type_bitmap(ObjectKind::Blob));
+                wanted.and_not_assign(index.type_bitmap(ObjectKind::Tree));
+            }
+            Filter::BlobLimit(limit) => {
+                let mut blobs = wanted.clone();
+                blobs.and_assign(index.type_bitmap(ObjectKind::Blob));
+                for bit in blobs.iter_ones() {
+                    let Some((id, location)) = index.object_at(bit)? else {
+                        continue;
+                    };
+                    if self.repo.objects().header_at(&id, &location)?.size >= *limit {
+                        wanted.clear(bit);
+                    }
+                }
+            }
+        }
+        for bit in named {
+            wanted.set(bit);
+        }
+        Ok(())
+    }
+
+    /// Annotated tags (and tags of tags) under refs/tags/ whose target `sent` says is sent:
+    /// include-tag sends them along.
+    fn tags_to_include(
+        &self,
+        sent: &dyn Fn(&ObjectId) -> Result<bool, PackError>,
+    ) -> Result<Vec<ObjectId>, PackError> {
+        let walker = packd_reach::walk::Walker::new(&self.repo);
+        let mut out = Vec::new();
+        for (_, id) in self.repo.refs().list("refs/tags/")? {
+            let header = self.repo.objects().header(&id)?;
+            if header.map(|h| h.kind) != Some(ObjectKind::Tag) {
+                continue;
+            }
+            let mut chain = Vec::new();
+            let (target, _) = walker.peel(id, &mut chain)?;
+            if sent(&target)? {
+                out.extend(chain);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,476 @@
+//! Counting by walking commits and trees: shallow fetches (where the client's history is cut
+//! and bitmaps, which describe whole histories, do not apply), filtered fetches that bitmaps
+//! cannot answer, and repositories without bitmaps.
+//!
+//! ```text
+//! had      commits the client has: from its haves down, stopping at its shallow commits
+//! cut      for deepen requests: the commits within the requested depth / date / exclusion,
+//!          and the boundary (commits kept whose parents are cut off)
+//! send     commits from the wants down, stopping at had commits (and at the cut)
+//! objects  send's commits, then their trees and blobs (filtered), minus what the root trees
+//!          of the client's haves hold
+//! ```
+
+use crate::{Deepen, FetchRequest, Filter, PackError, ShallowUpdate};
+use packd_odb::parse::{tree_entries, CommitInfo};
+use packd_odb::{IdMap, IdSet, ObjectId, ObjectKind, Repository};
+use packd_reach::walk::{Query, Walker};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Checks for cancellation every this many steps of a walk.
+const CANCEL_EVERY: usize = 4096;
+
+fn cancelled(cancel: &AtomicBool) -> Result<(), PackError> {
+    if cancel.load(Ordering::Relaxed) {
+        Err(PackError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// The wants peeled to commits, and the tags and non-commit objects met on the way (sent as
+/// they are: a want of a tag sends the tag, a want of a tree or blob sends it).
+pub(crate) struct Peeled {
+    /// Commits wanted.
+    pub commits: Vec<ObjectId>,
+    /// Tags, trees and blobs wanted directly (or through tags), with their kinds.
+    pub others: Vec<(ObjectId, ObjectKind)>,
+}
+
+/// Peels `ids` through tags.
+pub(crate) fn peel(walker: &Walker, ids: &[ObjectId]) -> Result<Peeled, PackError> {
+    let mut out = Peeled {
+        commits: Vec::new(),
+        others: Vec::new(),
+    };
+    for id in ids {
+        let mut tags = Vec::new();
+        let (target, kind) = walker.peel(*id, &mut tags)?;
+        out.others
+            .extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
+        if kind == ObjectKind::Commit {
+            out.commits.push(target);
+        } else {
+            out.others.push((target, kind));
+        }
+    }
+    Ok(out)
+}
+
+/// The commits the client has: reachable from `haves` (commits) without going below the
+/// client's shallow commits, and (to bound the walk) without leaving `within` once past the
+/// haves themselves, when `within` is given.
+fn had_commits(
+    walker: &Walker,
+    haves: &[ObjectId],
+    client_shallow: &IdSet,
+    within: Option<&IdSet>,
+    cancel: &AtomicBool,
+) -> Result<IdSet, PackError> {
+    let mut had = IdSet::default();
+    let mut stack: Vec<ObjectId> = haves.to_vec();
+    let mut steps = 0usize;
+    while let Some(id) = stack.pop() {
+        if !had.insert(id) {
+            continue;
+        }
+        steps += 1;
+        if steps % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        if client_shallow.contains(&id) {
+            continue;
+        }
+        let commit = walker.commit(&id)?;
+        for p in commit.parents {
+            if within.is_none_or(|w| w.contains(&p)) && !had.contains(&p) {
+                stack.push(p);
+            }
+        }
+    }
+    Ok(had)
+}
+
+/// The commits a deepen request keeps, and the boundary among them.
+struct Cut {
+    /// Commits kept.
+    keep: IdSet,
+    /// Commits kept whose parents are not all kept: the client's new shallow commits.
+    boundary: Vec<ObjectId>,
+}
+
+/// Commits within `depth` of `starts` (a start is at depth 1), breadth first so that each
+/// commit gets its least depth.
+fn cut_depth(
+    walker: &Walker,
+    starts: &[ObjectId],
+    depth: u32,
+    cancel: &AtomicBool,
+) -> Result<Cut, PackError> {
+    let mut depth_of: IdMap<u32> = IdMap::default();
+    let mut queue: VecDeque<ObjectId> = VecDeque::new();
+    for s in starts {
+        if depth_of.insert(*s, 1).is_none() {
+            queue.push_back(*s);
+        }
+    }
+    let mut boundary = Vec::new();
+    let mut steps = 0usize;
+    while let Some(id) = queue.pop_front() {
+        steps += 1;
+        if steps % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        let d = depth_of[&id];
+        let commit = walker.commit(&id)?;
+        if d >= depth {
+            if !commit.parents.is_empty() {
+                boundary.push(id);
+            }
+            continue;
+        }
+        for p in commit.parents {
+            if let std::collections::hash_map::Entry::Vacant(e) = depth_of.entry(p) {
+                e.insert(d + 1);
+                queue.push_back(p);
+            }
+        }
+    }
+    // A commit first reached at the limit may later be reached closer through another path;
+    // breadth first order rules that out, so the boundary is final.
+    Ok(Cut {
+        keep: depth_of.into_keys().collect(),
+        boundary,
+    })
+}
+
+/// The boundary of a kept set: kept commits with a parent outside it.
+fn boundary_of(walker: &Walker, keep: &IdSet) -> Result<Vec<ObjectId>, PackError> {
+    let mut boundary = Vec::new();
+    for id in keep {
+        let commit: CommitInfo = walker.commit(id)?;
+        if commit.parents.iter().any(|p| !keep.contains(p)) {
+            boundary.push(*id);
+        }
+    }
+    boundary.sort();
+    Ok(boundary)
+}
+
+/// Applies a deepen request.
+fn cut(
+    repo: &Repository,
+    walker: &Walker,
+    wants: &[ObjectId],
+    deepen: &Deepen,
+    client_shallow: &[ObjectId],
+    cancel: &AtomicBool,
+) -> Result<Cut, PackError> {
+    match deepen {
+        Deepen::Depth {
+            depth,
+            relative: false,
+        } => cut_depth(walker, wants, (*depth).max(1), cancel),
+        Deepen::Depth {
+            depth,
+            relative: true,
+        } => {
+            // N more than the client has: N + 1 from each of its shallow commits, and the wants
+            // down to them (or down to depth N + 1 when they do not meet).
+            let mut cut = cut_depth(walker, client_shallow, depth.saturating_add(1), cancel)?;
+            let from_wants = cut_depth(walker, wants, depth.saturating_add(1), cancel)?;
+            let old: IdSet = client_shallow.iter().copied().collect();
+            for b in from_wants.boundary {
+                if !cut.keep.contains(&b) && !old.contains(&b) {
+                    cut.boundary.push(b);
+                }
+            }
+            cut.keep.extend(from_wants.keep);
+            Ok(cut)
+        }
+        Deepen::Since(since) => {
+            let mut keep = IdSet::default();
+            let mut stack: Vec<ObjectId> = wants.to_vec();
+            while let Some(id) = stack.pop() {
+                if keep.contains(&id) {
+                    continue;
+                }
+                let commit = walker.commit(&id)?;
+                if commit.time < *since {
+                    continue;
+                }
+                keep.insert(id);
+                if keep.len() % CANCEL_EVERY == 0 {
+                    cancelled(cancel)?;
+                }
+                stack.extend(commit.parents);
+            }
+            if keep.is_empty() {
+                return Err(PackError::BadRequest(
+                    "no commits selected for shallow requests".into(),
+                ));
+            }
+            let boundary = boundary_of(walker, &keep)?;
+            Ok(Cut { keep, boundary })
+        }
+        Deepen::Not(not) => {
+            let reached = Walker::new(repo).reachable(&Query {
+                include: wants.to_vec(),
+                exclude: not.clone(),
+                objects: false,
+                exact: false,
+            })?;
+            let keep: IdSet = reached.into_iter().map(|r| r.id).collect();
+            if keep.is_empty() {
+                return Err(PackError::BadRequest(
+                    "no commits selected for shallow requests".into(),
+                ));
+            }
+            let boundary = boundary_of(walker, &keep)?;
+            Ok(Cut { keep, boundary })
+        }
+    }
+}
+
+/// The shallow boundary changes of `request` (empty unless it deepens).
+pub(crate) fn shallow_updates(
+    repo: &Repository,
+    request: &FetchRequest,
+    cancel: &AtomicBool,
+) -> Result<(Vec<ShallowUpdate>, Option<IdSet>), PackError> {
+    let Some(deepen) = &request.deepen else {
+        return Ok((Vec::new(), None));
+    };
+    let walker = Walker::new(repo);
+    let wants = peel(&walker, &request.wants)?.commits;
+    let cut = cut(
+        repo,
+        &walker,
+        &wants,
+        deepen,
+        &request.client_shallow,
+        cancel,
+    )?;
+    let boundary: IdSet = cut.boundary.iter().copied().collect();
+    let old: IdSet = request.client_shallow.iter().copied().collect();
+    let mut updates: Vec<ShallowUpdate> = cut
+        .boundary
+        .iter()
+        .filter(|b| !old.contains(b))
+        .map(|b| ShallowUpdate::Shallow(*b))
+        .collect();
+    for s in &request.client_shallow {
+        if cut.keep.contains(s) && !boundary.contains(s) {
+            updates.push(ShallowUpdate::Unshallow(*s));
+        }
+    }
+    // Commits below the new boundary are not sent.
+    let mut keep = cut.keep;
+    for b in &cut.boundary {
+        keep.insert(*b);
+    }
+    Ok((updates, Some(keep)))
+}
+
+/// What a walk counted.
+pub(crate) struct Counted {
+    /// Every object to send.
+    pub objects: Vec<ObjectId>,
+    /// Objects the client is known to have (deltas may be made against them): the have
+    /// commits and what their root trees hold.
+    pub had: IdSet,
+}
+
+/// Counts the objects of `request` by walking, honouring shallow requests and filters.
+/// `keep` is the set of commits a deepen request keeps (from [`shallow_updates`]).
+pub(crate) fn count(
+    repo: &Repository,
+    request: &FetchRequest,
+    keep: Option<&IdSet>,
+    cancel: &AtomicBool,
+) -> Result<Counted, PackError> {
+    let walker = Walker::new(repo);
+    let wants = peel(&walker, &request.wants)?;
+    let haves = peel(&walker, &request.haves)?;
+    let client_shallow: IdSet = request.client_shallow.iter().copied().collect();
+    let shallow_mode = keep.is_some() || !client_shallow.is_empty();
+
+    // Commits to send.
+    let commits: Vec<ObjectId> = if shallow_mode {
+        let had = had_commits(&walker, &haves.commits, &client_shallow, keep, cancel)?;
+        let mut out = Vec::new();
+        let mut seen = IdSet::default();
+        let mut stack = wants.commits.clone();
+        while let Some(id) = stack.pop() {
+            if had.contains(&id) || !seen.insert(id) {
+                continue;
+            }
+            if keep.is_some_and(|k| !k.contains(&id)) {
+                continue;
+            }
+            if seen.len() % CANCEL_EVERY == 0 {
+                cancelled(cancel)?;
+            }
+            out.push(id);
+            let commit = walker.commit(&id)?;
+            // The client's old shallow commits now sent with parents, and the new boundary,
+            // stop the walk where the keep set ends.
+            stack.extend(commit.parents);
+        }
+        out
+    } else {
+        walker
+            .reachable(&Query {
+                include: wants.commits.clone(),
+                exclude: haves.commits.clone(),
+                objects: false,
+                exact: false,
+            })?
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    cancelled(cancel)?;
+
+    // What the client's have commits hold at their roots: excluded, and delta bases.
+    let mut had = IdSet::default();
+    let mut had_trees = Vec::new();
+    for id in &haves.commits {
+        had.insert(*id);
+        had_trees.push(walker.commit(id)?.tree);
+    }
+    for (id, _) in &haves.others {
+        had.insert(*id);
+    }
+    let mut depth_seen: IdMap<u64> = IdMap::default();
+    let mut unfiltered = Vec::new();
+    for tree in had_trees {
+        walk_tree(
+            repo,
+            tree,
+            0,
+            None,
+            &mut depth_seen,
+            &mut unfiltered,
+            cancel,
+        )?;
+    }
+    had.extend(unfiltered);
+
+    let mut objects = Vec::new();
+    let mut sent = IdSet::default();
+    for (id, _) in &wants.others {
+        // Named directly: sent whatever the filter says (a partial clone's lazy fetch).
+        if !had.contains(id) && sent.insert(*id) {
+            objects.push(*id);
+        }
+    }
+    for (id, kind) in &wants.others {
+        if *kind == ObjectKind::Tree && request.filter.is_none() {
+            walk_tree(repo, *id, 0, None, &mut depth_seen, &mut objects, cancel)?;
+        }
+    }
+    let mut trees = Vec::with_capacity(commits.len());
+    for id in &commits {
+        if sent.insert(*id) {
+            objects.push(*id);
+        }
+        trees.push(walker.commit(id)?.tree);
+    }
+    for tree in trees {
+        walk_tree(
+            repo,
+            tree,
+            0,
+            request.filter.as_ref(),
+            &mut depth_seen,
+            &mut objects,
+            cancel,
+        )?;
+    }
+    objects.retain(|id| !had.contains(id) || sent.contains(id));
+    let mut unique = IdSet::default();
+    objects.retain(|id| unique.insert(*id));
+    Ok(Counted { objects, had })
+}
+
+/// Walks the tree `root` (at depth `depth`), appending to `out` each object not seen before at
+/// this depth or less and that `filter` keeps.
+fn walk_tree(
+    repo: &Repository,
+    root: ObjectId,
+    depth: u64,
+    filter: Option<&Filter>,
+    seen: &mut IdMap<u64>,
+    out: &mut Vec<ObjectId>,
+    cancel: &AtomicBool,
+) -> Result<(), PackError> {
+    let tree_limit = match filter {
+        Some(Filter::TreeDepth(n)) => Some(*n),
+        _ => None,
+    };
+    // A tree first met deep and later shallower must be walked again: what it holds may now be
+    // within the depth limit.
+    let visit = |id: ObjectId, d: u64, seen: &mut IdMap<u64>| match seen.get(&id) {
+        Some(&old) if old <= d => false,
+        _ => {
+            seen.insert(id, d);
+            true
+        }
+    };
+    if tree_limit.is_some_and(|n| depth >= n) || !visit(root, depth, seen) {
+        return Ok(());
+    }
+    out.push(root);
+    let mut stack = vec![(root, depth)];
+    let mut steps = 0usize;
+    while let Some((id, d)) = stack.pop() {
+        steps += 1;
+        if steps % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        let object = repo
+            .objects()
+            .read(&id)?
+            .ok_or_else(|| PackError::BadRequest(format!("tree {id} is missing")))?;
+        if object.kind != ObjectKind::Tree {
+            return Err(packd_odb::Error::BadName(format!(
+                "object {id}: is a {}, not a tree",
+                object.kind.name()
+            ))
+            .into());
+        }
+        for entry in tree_entries(&id, &object.data) {
+            let (mode, _, entry) = entry?;
+            let child_depth = d + 1;
+            match mode & 0o170000 {
+                0o160000 => {}
+                0o040000 => {
+                    if tree_limit.is_some_and(|n| child_depth >= n) {
+                        continue;
+                    }
+                    if visit(entry, child_depth, seen) {
+                        out.push(entry);
+                        stack.push((entry, child_depth));
+                    }
+                }
+                _ => {
+                    let keep = match filter {
+                        None => true,
+                        Some(Filter::BlobNone) => false,
+                        Some(Filter::TreeDepth(n)) => child_depth < *n,
+                        Some(Filter::BlobLimit(limit)) => match repo.objects().header(&entry)? {
+                            Some(h) => h.size < *limit,
+                            None => false,
+                        },
+                    };
+                    if keep && visit(entry, child_depth, seen) {
+                        out.push(entry);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,466 @@
+//! Writing the pack stream of a fetch, reusing on-disk entries.
+//!
+//! ```text
+//! "PACK"  version (4 bytes, 2)  object count (4 bytes)
+//! entry*  type+size varint, then for ofs-delta a backwards distance, for ref-delta a base id,
+//!         then zlib data
+//! trailer SHA-1 of everything before it
+//! ```
+//!
+//! Each object is sent the cheapest way that is valid for this client:
+//! - a whole object on disk: its entry as it is (header and compressed bytes);
+//! - a delta on disk whose base was already written to this stream: the delta as it is, with
+//!   its base distance rewritten (or as a ref-delta if the client lacks ofs-delta);
+//! - a delta whose base the client has (a thin pack): the delta as it is, as a ref-delta;
+//! - anything else: the whole object, inflated from its chain and compressed again.
+//!
+//! Only bases already written count, so chains stay acyclic whatever the packs hold. Reused
+//! bytes are checked against the index's CRC-32 first, so a damaged entry is never passed on
+//! as it is. Pack bytes are read with [`packd_storage::Blob::read_copy`] in windows of
+//! [`WINDOW`] bytes, and large entries in pieces of that size, so memory stays bounded whatever
+//! the pack and entry sizes.
+
+use crate::count::{Had, Planned, LOOSE};
+use crate::{PackError, PackServer, PackStats, ProgressSink};
+use bytes::Bytes;
+use packd_odb::pack::data::{decode_entry_header, EntryHeader, EntryKind};
+use packd_odb::pack::Pack;
+use packd_odb::{HashKind, ObjectId, ObjectKind};
+use sha1::{Digest, Sha1};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Bytes read from a pack at once when entries are close together; also the piece size for
+/// copying large entries.
+pub(crate) const WINDOW: u64 = 1 << 20;
+
+/// Output buffered before it is handed to the transport.
+const OUT_BUFFER: usize = 256 * 1024;
+
+/// Enough bytes for any entry header.
+const MAX_HEADER: u64 = 64;
+
+/// The client's stream: buffers, counts and hashes what is written.
+struct Output<'a> {
+    out: &'a mut dyn Write,
+    buf: Vec<u8>,
+    hash: Sha1,
+    written: u64,
+}
+
+impl Output<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), PackError> {
+        self.hash.update(bytes);
+        self.written += bytes.len() as u64;
+        if self.buf.len() + bytes.len() > OUT_BUFFER {
+            self.flush()?;
+        }
+        if bytes.len() >= OUT_BUFFER {
+            self.out.write_all(bytes)?;
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), PackError> {
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<u64, PackError> {
+        let digest = std::mem::take(&mut self.hash).finalize();
+        self.written += digest.len() as u64;
+        self.buf.extend_from_slice(&digest);
+        self.flush()?;
+        self.out.flush()?;
+        Ok(self.written)
+    }
+}
+
+/// The bytes of one pack read through a moving window.
+struct Window {
+    rank: u32,
+    start: u64,
+    bytes: Bytes,
+}
+
+impl Window {
+    /// The bytes `range` of `pack` (rank `rank`); `dense` says more entries follow closely, so
+    /// reading ahead pays.
+    fn get(
+        &mut self,
+        rank: u32,
+        pack: &Pack,
+        range: std::ops::Range<u64>,
+        dense: bool,
+    ) -> Result<Bytes, PackError> {
+        let end_of_window = self.start + self.bytes.len() as u64;
+        if rank == self.rank && range.start >= self.start && range.end <= end_of_window {
+            let from = (range.start - self.start) as usize;
+            let to = (range.end - self.start) as usize;
+            return Ok(self.bytes.slice(from..to));
+        }
+        let data = pack.data();
+        let trailer = data.len().saturating_sub(20);
+        let end = if dense {
+            range
+                .end
+                .max(range.start + WINDOW)
+                .min(trailer.max(range.end))
+        } else {
+            range.end
+        };
+        let bytes = data
+            .read_copy(range.start..end)
+            .map_err(packd_odb::Error::from)?;
+        self.rank = rank;
+        self.start = range.start;
+        self.bytes = bytes;
+        Ok(self.bytes.slice(0..(range.end - range.start) as usize))
+    }
+}
+
+/// Appends an entry header (type and size) to `out`.
+fn push_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {
+    let mut c = (type_num << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size != 0 {
+        out.push(c | 0x80);
+        c = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(c);
+}
+
+/// Appends an ofs-delta's backwards distance to `out`.
+fn push_ofs_distance(out: &mut Vec<u8>, mut distance: u64) {
+    let mut tmp = [0u8; 10];
+    let mut pos = tmp.len() - 1;
+    tmp[pos] = (distance & 0x7f) as u8;
+    distance >>= 7;
+    while distance != 0 {
+        distance -= 1;
+        pos -= 1;
+        tmp[pos] = 0x80 | (distance & 0x7f) as u8;
+        distance >>= 7;
+    }
+    out.extend_from_slice(&tmp[pos..]);
+}
+
+fn pack_type(kind: ObjectKind) -> u8 {
+    match kind {
+        ObjectKind::Commit => 1,
+        ObjectKind::Tree => 2,
+        ObjectKind::Blob => 3,
+        ObjectKind::Tag => 4,
+    }
+}
+
+/// How one entry is sent.
+enum Send {
+    /// Reused: the entry's compressed bytes after a new header.
+    Reuse { header: Vec<u8>, delta: bool },
+    /// Inflated and compressed again as a whole object.
+    Whole,
+}
+
+impl PackServer {
+    /// Writes `plan` to `out` (see the module documentation).
+    pub(crate) fn write_planned(
+        &self,
+        plan: &Planned,
+        ofs_delta: bool,
+        thin: bool,
+        out: &mut dyn Write,
+        progress: &mut dyn ProgressSink,
+        cancel: &AtomicBool,
+    ) -> Result<PackStats, PackError> {
+        let count = u32::try_from(plan.items.len())
+            .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+        let mut output = Output {
+            out,
+            buf: Vec::with_capacity(OUT_BUFFER),
+            hash: Sha1::new(),
+            written: 0,
+        };
+        let mut head = Vec::with_capacity(12);
+        head.extend_from_slice(b"PACK");
+        head.extend_from_slice(&2u32.to_be_bytes());
+        head.extend_from_slice(&count.to_be_bytes());
+        output.write(&head)?;
+
+        let mut stats = PackStats {
+            objects: count,
+            ..PackStats::default()
+        };
+        let mut new_offsets: Vec<u64> = Vec::with_capacity(plan.items.len());
+        let mut window = Window {
+            rank: u32::MAX,
+            start: 0,
+            bytes: Bytes::new(),
+        };
+        let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut header = Vec::with_capacity(32);
+        for (i, item) in plan.items.iter().enumerate() {
+            if i % 1024 == 0 {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                progress.update("Writing objects", i as u64, Some(count as u64));
+            }
+            let here = output.written;
+            new_offsets.push(here);
+            if item.rank == LOOSE {
+                self.write_whole(&item.id, None, &mut compressor, &mut output)?;
+                continue;
+            }
+            let pack = &plan.packs[item.rank as usize];
+            let end = pack.entry_end(item.offset)?;
+            let next_close = plan
+                .items
+                .get(i + 1)
+                .is_some_and(|n| n.rank == item.rank && n.offset < item.offset + WINDOW);
+            // A small entry is read whole; a large one in pieces, twice (the CRC is checked
+            // before anything is sent).
+            let small = end - item.offset <= WINDOW;
+            let head_bytes = if small {
+                window.get(item.rank, pack, item.offset..end, next_close)?
+            } else {
+                window.get(
+                    item.rank,
+                    pack,
+                    item.offset..item.offset + MAX_HEADER,
+                    false,
+                )?
+            };
+            let entry = decode_entry_header(&head_bytes, item.offset, HashKind::Sha1)
+                .map_err(|what| packd_odb::Error::corrupt(pack.data_name(), item.offset, what))?;
+            let send = self.choose(
+                plan,
+                i,
+                item.rank,
+                pack,
+                &entry,
+                ofs_delta,
+                thin,
+                &new_offsets,
+                here,
+                &mut header,
+            )?;
+            let Send::Reuse { header, delta } = send else {
+                self.write_whole(
+                    &item.id,
+                    Some((pack, item.offset)),
+                    &mut compressor,
+                    &mut output,
+                )?;
+                continue;
+            };
+            let expected_crc = pack
+                .index()
+                .find(&item.id)
+                .and_then(|p| pack.index().crc32(p));
+            let data_start = item.offset + entry.header_len as u64;
+            let crc = if small {
+                crc32fast::hash(&head_bytes)
+            } else {
+                let mut crc = crc32fast::Hasher::new();
+                let mut at = item.offset;
+                while at < end {
+                    let piece_end = end.min(at + WINDOW);
+                    crc.update(&window.get(item.rank, pack, at..piece_end, false)?);
+                    at = piece_end;
+                }
+                crc.finalize()
+            };
+            if expected_crc.is_some_and(|expected| expected != crc) {
+                return Err(packd_odb::Error::corrupt(
+                    pack.data_name(),
+                    item.offset,
+                    format!(
+                        "object {}: the entry does not match the CRC-32 in its index",
+                        item.id
+                    ),
+                )
+                .into());
+            }
+            output.write(&header)?;
+            if small {
+                output.write(&head_bytes[entry.header_len..])?;
+            } else {
+                let mut at = data_start;
+                while at < end {
+                    let piece_end = end.min(at + WINDOW);
+                    output.write(&window.get(item.rank, pack, at..piece_end, false)?)?;
+                    at = piece_end;
+                }
+            }
+            stats.reused += 1;
+            if delta {
+                stats.reused_deltas += 1;
+            }
+        }
+        progress.finish("Writing objects", count as u64);
+        stats.bytes = output.finish()?;
+        Ok(stats)
+    }
+
+    /// Decides how the `i`th object, an entry of `pack` with header `entry`, is sent; for
+    /// reuse, builds its new header in `header`.
+    #[allow(clippy::too_many_arguments)]
+    fn choose(
+        &self,
+        plan: &Planned,
+        i: usize,
+        rank: u32,
+        pack: &Arc<Pack>,
+        entry: &EntryHeader,
+        ofs_delta: bool,
+        thin: bool,
+        new_offsets: &[u64],
+        here: u64,
+        header: &mut Vec<u8>,
+    ) -> Result<Send, PackError> {
+        header.clear();
+        let (base_written, base_id) = match entry.kind {
+            EntryKind::Base(kind) => {
+                push_type_and_size(header, pack_type(kind), entry.size);
+                return Ok(Send::Reuse {
+                    header: header.clone(),
+                    delta: false,
+                });
+            }
+            EntryKind::OfsDelta { base_offset } => match plan.find(rank, base_offset) {
+                Some(j) if j < i => (Some(j), None),
+                _ => (None, Some(pack.index().id(pack.position_at(base_offset)?))),
+            },
+            EntryKind::RefDelta { base } => (None, Some(base)),
+        };
+        let base_written = match (base_written, base_id) {
+            (Some(j), _) => Some(j),
+            (None, Some(id)) => self.written_before(plan, i, &id)?,
+            (None, None) => None,
+        };
+        if let Some(j) = base_written {
+            let base_id = match base_id {
+                Some(id) => id,
+                None => plan.items[j].id,
+            };
+            if ofs_delta {
+                push_type_and_size(header, 6, entry.size);
+                push_ofs_distance(header, here - new_offsets[j]);
+            } else {
+                push_type_and_size(header, 7, entry.size);
+                header.extend_from_slice(base_id.as_bytes());
+            }
+            return Ok(Send::Reuse {
+                header: header.clone(),
+                delta: true,
+            });
+        }
+        let base_id = base_id.expect("a delta not written against an earlier entry has an id");
+        if thin && self.client_has(plan, &base_id)? {
+            push_type_and_size(header, 7, entry.size);
+            header.extend_from_slice(base_id.as_bytes());
+            return Ok(Send::Reuse {
+                header: header.clone(),
+                delta: true,
+            });
+        }
+        Ok(Send::Whole)
+    }
+
+    /// The position of `id` in the plan if it is sent before position `i`.
+    fn written_before(
+        &self,
+        plan: &Planned,
+        i: usize,
+        id: &ObjectId,
+    ) -> Result<Option<usize>, PackError> {
+        let Some(packd_odb::Location::Packed { pack, offset }) = self.repo.objects().locate(id)?
+        else {
+            return Ok(None);
+        };
+        let Some(rank) = plan.packs.iter().position(|p| Arc::ptr_eq(p, &pack)) else {
+            return Ok(None);
+        };
+        Ok(plan.find(rank as u32, offset).filter(|&j| j < i))
+    }
+
+    /// Whether the client has `id`.
+    fn client_has(&self, plan: &Planned, id: &ObjectId) -> Result<bool, PackError> {
+        Ok(match &plan.had {
+            Had::Ids(ids) => ids.contains(id),
+            Had::Bits(bits) => match &self.bitmap {
+                Some(index) => index.bit_of_id(id)?.is_some_and(|b| bits.get(b)),
+                None => false,
+            },
+        })
+    }
+
+    /// Writes `id` as a whole object, compressed anew.
+    fn write_whole(
+        &self,
+        id: &ObjectId,
+        at: Option<(&Arc<Pack>, u64)>,
+        compressor: &mut libdeflater::Compressor,
+        output: &mut Output,
+    ) -> Result<(), PackError> {
+        let objects = self.repo.objects();
+        let object = match at {
+            Some((pack, offset)) => objects.read_at(
+                id,
+                &packd_odb::Location::Packed {
+                    pack: pack.clone(),
+                    offset,
+                },
+            )?,
+            None => objects
+                .read(id)?
+                .ok_or_else(|| PackError::BadRequest(format!("object {id} is missing")))?,
+        };
+        let mut header = Vec::with_capacity(16);
+        push_type_and_size(
+            &mut header,
+            pack_type(object.kind),
+            object.data.len() as u64,
+        );
+        let mut compressed = vec![0u8; compressor.zlib_compress_bound(object.data.len())];
+        let n = compressor
+            .zlib_compress(&object.data, &mut compressed)
+            .map_err(|e| PackError::Io(std::io::Error::other(format!("compressing {id}: {e}"))))?;
+        output.write(&header)?;
+        output.write(&compressed[..n])?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_through_the_decoder() {
+        for (t, size) in [(1u8, 0u64), (3, 15), (3, 16), (2, 1 << 40), (4, 123_456)] {
+            let mut h = Vec::new();
+            push_type_and_size(&mut h, t, size);
+            let d = decode_entry_header(&h, 100, HashKind::Sha1).unwrap();
+            assert_eq!(d.size, size);
+            assert_eq!(d.header_len, h.len());
+        }
+        for distance in [1u64, 127, 128, 129, 16_511, 16_512, 1 << 35] {
+            let mut h = Vec::new();
+            push_type_and_size(&mut h, 6, 10);
+            push_ofs_distance(&mut h, distance);
+            let offset = distance + 5;
+            let d = decode_entry_header(&h, offset, HashKind::Sha1).unwrap();
+            assert_eq!(d.kind, EntryKind::OfsDelta { base_offset: 5 });
+            assert_eq!(d.header_len, h.len());
+        }
+    }
+}

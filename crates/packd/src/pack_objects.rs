@@ -1,0 +1,122 @@
+//! `packd pack-objects`: the pack a fetch would send, written to stdout, for given wants and
+//! haves. It exercises pack generation without a client (tests, `bench/fetch.sh`) and takes
+//! its input the way `git pack-objects --revs` does.
+
+use anyhow::{bail, Context, Result};
+use packd_odb::{NameMatch, ObjectId, Repository};
+use packd_pack::{Deepen, FetchRequest, Filter, PackServer, ProgressSink};
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Arguments of `packd pack-objects`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Allow deltas against objects the haves reach that are not in the pack (as `--thin`).
+    #[arg(long)]
+    thin: bool,
+    /// Write deltas as ref-deltas only (for clients without ofs-delta).
+    #[arg(long)]
+    no_ofs_delta: bool,
+    /// Add annotated tags under refs/tags/ that point at objects being sent.
+    #[arg(long)]
+    include_tag: bool,
+    /// A partial-clone filter: blob:none, blob:limit=N, tree:N.
+    #[arg(long, value_name = "SPEC")]
+    filter: Option<String>,
+    /// Send at most N commits of history from each want, as `deepen N`.
+    #[arg(long, value_name = "N")]
+    depth: Option<u32>,
+    /// The client's shallow commits (repeatable).
+    #[arg(long, value_name = "ID")]
+    shallow: Vec<String>,
+}
+
+/// A partial-clone filter as git spells it.
+pub fn parse_filter(spec: &str) -> Option<Filter> {
+    if spec == "blob:none" {
+        return Some(Filter::BlobNone);
+    }
+    if let Some(n) = spec.strip_prefix("blob:limit=") {
+        return packd_odb::config::parse_size(n).map(Filter::BlobLimit);
+    }
+    if let Some(n) = spec.strip_prefix("tree:") {
+        return n.parse().ok().map(Filter::TreeDepth);
+    }
+    None
+}
+
+fn resolve(repo: &Repository, rev: &str) -> Result<ObjectId> {
+    match repo.resolve_name(rev)? {
+        NameMatch::Found(id) => Ok(id),
+        NameMatch::Ambiguous => bail!("ambiguous argument '{rev}'"),
+        NameMatch::Missing => bail!("bad revision '{rev}'"),
+    }
+}
+
+/// Progress on stderr, only when it is a terminal.
+struct StderrProgress {
+    terminal: bool,
+}
+
+impl ProgressSink for StderrProgress {
+    fn update(&mut self, _stage: &str, _done: u64, _total: Option<u64>) {}
+    fn finish(&mut self, stage: &str, done: u64) {
+        if self.terminal {
+            eprintln!("{stage}: {done}, done.");
+        }
+    }
+}
+
+/// Runs `packd pack-objects`: reads revisions (`<rev>` wanted, `^<rev>` had) from stdin.
+pub fn run(repo: Repository, args: &Args) -> Result<ExitCode> {
+    let mut request = FetchRequest {
+        thin: args.thin,
+        ofs_delta: !args.no_ofs_delta,
+        include_tag: args.include_tag,
+        ..FetchRequest::default()
+    };
+    if let Some(spec) = &args.filter {
+        request.filter =
+            Some(parse_filter(spec).with_context(|| format!("invalid filter '{spec}'"))?);
+    }
+    if let Some(depth) = args.depth {
+        request.deepen = Some(Deepen::Depth {
+            depth,
+            relative: false,
+        });
+    }
+    for s in &args.shallow {
+        request.client_shallow.push(resolve(&repo, s)?);
+    }
+    for line in std::io::stdin().lock().lines() {
+        let line = line.context("reading revisions from stdin")?;
+        let line = line.trim();
+        if line.is_empty() || line == "--not" {
+            continue;
+        }
+        match line.strip_prefix('^') {
+            Some(rev) => request.haves.push(resolve(&repo, rev)?),
+            None => request.wants.push(resolve(&repo, line)?),
+        }
+    }
+    let server = PackServer::open(Arc::new(repo))?;
+    let cancel = AtomicBool::new(false);
+    let mut progress = StderrProgress {
+        terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let plan = server.plan(&request, &mut progress, &cancel)?;
+    for update in &plan.shallow {
+        tracing::info!("{update:?}");
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let stats = server.write(plan, &mut out, &mut progress, &cancel)?;
+    out.flush()?;
+    eprintln!(
+        "Total {} (delta {}), reused {} (delta {}), {} bytes",
+        stats.objects, stats.reused_deltas, stats.reused, stats.reused_deltas, stats.bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}
