@@ -26,11 +26,9 @@ pub(crate) const LOOSE: u32 = u32::MAX;
 /// One object to send.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Item {
-    /// The object.
-    pub id: ObjectId,
     /// Its pack's rank in [`Planned::packs`], or [`LOOSE`].
     pub rank: u32,
-    /// Its entry's offset in that pack (for loose objects, a sequence number).
+    /// Its entry's offset in that pack (for loose objects, its place in [`Planned::loose`]).
     pub offset: u64,
 }
 
@@ -48,6 +46,8 @@ pub(crate) struct Planned {
     pub packs: Vec<Arc<Pack>>,
     /// The objects, sorted by (rank, offset).
     pub items: Vec<Item>,
+    /// Ids of the loose objects to send.
+    pub loose: Vec<ObjectId>,
     /// What the client has.
     pub had: Had,
 }
@@ -59,6 +59,15 @@ impl Planned {
             .binary_search_by(|i| (i.rank, i.offset).cmp(&(rank, offset)))
             .ok()
     }
+
+    /// The id of `item`.
+    pub fn id(&self, item: &Item) -> Result<ObjectId, PackError> {
+        if item.rank == LOOSE {
+            return Ok(self.loose[item.offset as usize]);
+        }
+        let pack = &self.packs[item.rank as usize];
+        Ok(pack.index().id(pack.position_at(item.offset)?))
+    }
 }
 
 /// Orders objects given as (id, location) into a plan.
@@ -66,7 +75,7 @@ struct Sorter {
     packs: Vec<Arc<Pack>>,
     ranks: HashMap<*const Pack, u32>,
     items: Vec<Item>,
-    loose: u64,
+    loose: Vec<ObjectId>,
 }
 
 impl Sorter {
@@ -75,32 +84,43 @@ impl Sorter {
             packs: Vec::new(),
             ranks: HashMap::new(),
             items: Vec::new(),
-            loose: 0,
+            loose: Vec::new(),
         }
+    }
+
+    /// Adds the entry at `offset` of `pack`.
+    fn push_packed(&mut self, pack: &Arc<Pack>, offset: u64) {
+        let key = Arc::as_ptr(pack);
+        if let (Some(last), Some(item)) = (self.packs.last(), self.items.last()) {
+            if Arc::as_ptr(last) == key && item.rank as usize == self.packs.len() - 1 {
+                self.items.push(Item {
+                    rank: item.rank,
+                    offset,
+                });
+                return;
+            }
+        }
+        let rank = match self.ranks.get(&key) {
+            Some(r) => *r,
+            None => {
+                let r = self.packs.len() as u32;
+                self.ranks.insert(key, r);
+                self.packs.push(pack.clone());
+                r
+            }
+        };
+        self.items.push(Item { rank, offset });
     }
 
     fn push(&mut self, id: ObjectId, location: Location) {
         match location {
-            Location::Packed { pack, offset } => {
-                let key = Arc::as_ptr(&pack);
-                let rank = match self.ranks.get(&key) {
-                    Some(r) => *r,
-                    None => {
-                        let r = self.packs.len() as u32;
-                        self.ranks.insert(key, r);
-                        self.packs.push(pack);
-                        r
-                    }
-                };
-                self.items.push(Item { id, rank, offset });
-            }
+            Location::Packed { pack, offset } => self.push_packed(&pack, offset),
             Location::Loose(_) => {
-                self.loose += 1;
                 self.items.push(Item {
-                    id,
                     rank: LOOSE,
-                    offset: self.loose,
+                    offset: self.loose.len() as u64,
                 });
+                self.loose.push(id);
             }
         }
     }
@@ -108,10 +128,11 @@ impl Sorter {
     fn finish(mut self, had: Had) -> Planned {
         self.items.sort_unstable_by_key(|i| (i.rank, i.offset));
         // The same object twice (a tag also reached another way) is located twice alike.
-        self.items.dedup_by_key(|i| (i.rank, i.offset, i.id));
+        self.items.dedup_by_key(|i| (i.rank, i.offset));
         Planned {
             packs: self.packs,
             items: self.items,
+            loose: self.loose,
             had,
         }
     }
@@ -158,6 +179,16 @@ impl PackServer {
                     let total = wanted.count_ones();
                     let mut sorter = Sorter::new();
                     sorter.items.reserve(total as usize);
+                    // One pack's bits are its entries in offset order: no lookups needed.
+                    let single = match index.single_pack() {
+                        Some(pack) => Some((pack, pack.sorted_offsets()?)),
+                        None => None,
+                    };
+                    let no_object = |bit: u64| {
+                        PackError::Odb(packd_odb::Error::BadName(format!(
+                            "bit {bit} of the bitmap names no object"
+                        )))
+                    };
                     for (n, bit) in wanted.iter_ones().enumerate() {
                         if n % 65536 == 0 {
                             if cancel.load(Ordering::Relaxed) {
@@ -165,12 +196,17 @@ impl PackServer {
                             }
                             progress.update("Counting objects", n as u64, Some(total));
                         }
-                        let (id, location) = index.object_at(bit)?.ok_or_else(|| {
-                            PackError::Odb(packd_odb::Error::BadName(format!(
-                                "bit {bit} of the bitmap names no object"
-                            )))
-                        })?;
-                        sorter.push(id, location);
+                        match single {
+                            Some((pack, offsets)) if bit + 1 < offsets.len() as u64 => {
+                                sorter.push_packed(pack, offsets[bit as usize])
+                            }
+                            Some(_) => return Err(no_object(bit)),
+                            None => {
+                                let (id, location) =
+                                    index.object_at(bit)?.ok_or_else(|| no_object(bit))?;
+                                sorter.push(id, location);
+                            }
+                        }
                     }
                     if request.include_tag {
                         for tag in self.tags_to_include(&|id| {

@@ -45,13 +45,17 @@ const MAX_HEADER: u64 = 64;
 struct Output<'a> {
     out: &'a mut dyn Write,
     buf: Vec<u8>,
-    hash: Sha1,
+    /// The running checksum; `None` when the stream is a pack file copied whole, whose trailer
+    /// is already known.
+    hash: Option<Sha1>,
     written: u64,
 }
 
 impl Output<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<(), PackError> {
-        self.hash.update(bytes);
+        if let Some(hash) = &mut self.hash {
+            hash.update(bytes);
+        }
         self.written += bytes.len() as u64;
         if self.buf.len() + bytes.len() > OUT_BUFFER {
             self.flush()?;
@@ -72,8 +76,17 @@ impl Output<'_> {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<u64, PackError> {
-        let digest = std::mem::take(&mut self.hash).finalize();
+    /// Writes the trailer: `known` when the stream is a copied pack file, else the checksum.
+    fn finish(mut self, known: Option<&[u8]>) -> Result<u64, PackError> {
+        let digest = match (self.hash.take(), known) {
+            (Some(hash), _) => hash.finalize().to_vec(),
+            (None, Some(known)) => known.to_vec(),
+            (None, None) => {
+                return Err(PackError::Io(std::io::Error::other(
+                    "a pack stream without a checksum",
+                )))
+            }
+        };
         self.written += digest.len() as u64;
         self.buf.extend_from_slice(&digest);
         self.flush()?;
@@ -169,6 +182,50 @@ enum Send {
     Whole,
 }
 
+/// Finds entries of one pack in its offset order, for items that come in that order.
+struct Cursor<'a> {
+    rank: u32,
+    offsets: &'a [u64],
+    positions: &'a [u32],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(rank: u32, pack: &'a Pack) -> Result<Cursor<'a>, PackError> {
+        Ok(Cursor {
+            rank,
+            offsets: pack.sorted_offsets()?,
+            positions: pack.positions_in_pack_order()?,
+            at: 0,
+        })
+    }
+
+    /// The pack position of the entry at `offset`, at or after the last one found.
+    fn seek(&mut self, pack: &Pack, offset: u64) -> Result<usize, PackError> {
+        let n = self.positions.len();
+        // Dense runs (a clone) ask for the entry after the last one.
+        for i in [self.at, self.at + 1] {
+            if i < n && self.offsets[i] == offset {
+                self.at = i;
+                return Ok(i);
+            }
+        }
+        let from = self.at.min(n);
+        let i = from + self.offsets[from..n].partition_point(|&o| o < offset);
+        if i < n && self.offsets[i] == offset {
+            self.at = i;
+            Ok(i)
+        } else {
+            Err(packd_odb::Error::corrupt(
+                pack.data_name(),
+                offset,
+                "no object of the index starts at this offset",
+            )
+            .into())
+        }
+    }
+}
+
 impl PackServer {
     /// Writes `plan` to `out` (see the module documentation).
     pub(crate) fn write_planned(
@@ -182,10 +239,16 @@ impl PackServer {
     ) -> Result<PackStats, PackError> {
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+        // Every entry of one pack, in its order: the stream is that pack file, byte for byte,
+        // and its trailer is the pack's own checksum (nothing to hash).
+        let whole_pack = ofs_delta
+            && plan.packs.len() == 1
+            && plan.items.last().is_some_and(|i| i.rank == 0)
+            && plan.packs[0].len() == count;
         let mut output = Output {
             out,
             buf: Vec::with_capacity(OUT_BUFFER),
-            hash: Sha1::new(),
+            hash: (!whole_pack).then(Sha1::new),
             written: 0,
         };
         let mut head = Vec::with_capacity(12);
@@ -204,6 +267,7 @@ impl PackServer {
             start: 0,
             bytes: Bytes::new(),
         };
+        let mut cursor: Option<Cursor> = None;
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
         for (i, item) in plan.items.iter().enumerate() {
@@ -216,11 +280,18 @@ impl PackServer {
             let here = output.written;
             new_offsets.push(here);
             if item.rank == LOOSE {
-                self.write_whole(&item.id, None, &mut compressor, &mut output)?;
+                let id = plan.id(item)?;
+                self.write_whole(&id, None, &mut compressor, &mut output)?;
                 continue;
             }
             let pack = &plan.packs[item.rank as usize];
-            let end = pack.entry_end(item.offset)?;
+            if cursor.as_ref().is_none_or(|c| c.rank != item.rank) {
+                cursor = Some(Cursor::new(item.rank, pack)?);
+            }
+            let cursor = cursor.as_mut().expect("set above");
+            let at = cursor.seek(pack, item.offset)?;
+            let end = cursor.offsets[at + 1];
+            let index_pos = cursor.positions[at];
             let next_close = plan
                 .items
                 .get(i + 1)
@@ -240,31 +311,45 @@ impl PackServer {
             };
             let entry = decode_entry_header(&head_bytes, item.offset, HashKind::Sha1)
                 .map_err(|what| packd_odb::Error::corrupt(pack.data_name(), item.offset, what))?;
-            let send = self.choose(
-                plan,
-                i,
-                item.rank,
-                pack,
-                &entry,
-                ofs_delta,
-                thin,
-                &new_offsets,
-                here,
-                &mut header,
-            )?;
+            let send = if whole_pack {
+                if item.offset != here {
+                    return Err(packd_odb::Error::corrupt(
+                        pack.data_name(),
+                        item.offset,
+                        "the pack's entries do not follow one another",
+                    )
+                    .into());
+                }
+                Send::Reuse {
+                    header: head_bytes[..entry.header_len].to_vec(),
+                    delta: !matches!(entry.kind, EntryKind::Base(_)),
+                }
+            } else {
+                self.choose(
+                    plan,
+                    i,
+                    item.rank,
+                    pack,
+                    &entry,
+                    ofs_delta,
+                    thin,
+                    &new_offsets,
+                    here,
+                    &mut header,
+                )?
+            };
+            let id = || pack.index().id(index_pos);
             let Send::Reuse { header, delta } = send else {
+                tracing::debug!("sending {} whole: no usable delta base", id());
                 self.write_whole(
-                    &item.id,
+                    &id(),
                     Some((pack, item.offset)),
                     &mut compressor,
                     &mut output,
                 )?;
                 continue;
             };
-            let expected_crc = pack
-                .index()
-                .find(&item.id)
-                .and_then(|p| pack.index().crc32(p));
+            let expected_crc = pack.index().crc32(index_pos);
             let data_start = item.offset + entry.header_len as u64;
             let crc = if small {
                 crc32fast::hash(&head_bytes)
@@ -284,7 +369,7 @@ impl PackServer {
                     item.offset,
                     format!(
                         "object {}: the entry does not match the CRC-32 in its index",
-                        item.id
+                        id()
                     ),
                 )
                 .into());
@@ -306,7 +391,26 @@ impl PackServer {
             }
         }
         progress.finish("Writing objects", count as u64);
-        stats.bytes = output.finish()?;
+        let trailer = if whole_pack {
+            let pack = &plan.packs[0];
+            let len = pack.data_len();
+            let stored = pack
+                .data()
+                .read(len.saturating_sub(20)..len)
+                .map_err(packd_odb::Error::from)?;
+            if &stored[..] != pack.index().pack_checksum() {
+                return Err(packd_odb::Error::corrupt(
+                    pack.data_name(),
+                    len.saturating_sub(20),
+                    "the pack's checksum differs from the one its index records",
+                )
+                .into());
+            }
+            Some(stored)
+        } else {
+            None
+        };
+        stats.bytes = output.finish(trailer.as_deref())?;
         Ok(stats)
     }
 
@@ -349,7 +453,8 @@ impl PackServer {
         if let Some(j) = base_written {
             let base_id = match base_id {
                 Some(id) => id,
-                None => plan.items[j].id,
+                None if ofs_delta => ObjectId::NULL,
+                None => plan.id(&plan.items[j])?,
             };
             if ofs_delta {
                 push_type_and_size(header, 6, entry.size);

@@ -355,6 +355,12 @@ impl BitmapIndex {
         Ok(Some((self.objects.id(pos), self.objects.location(pos)?)))
     }
 
+    /// The pack whose objects the bits number, when they are one pack's (not a
+    /// multi-pack-index's): bit `i` is then the pack's `i`th entry by offset.
+    pub fn single_pack(&self) -> Option<&std::sync::Arc<packd_odb::pack::Pack>> {
+        self.objects.single_pack()
+    }
+
     /// The bit that stands for `id`; `None` when the bitmapped objects do not include it.
     pub fn bit_of_id(&self, id: &ObjectId) -> Result<Option<u64>> {
         match self.objects.find(id) {

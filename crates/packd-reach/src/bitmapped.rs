@@ -122,6 +122,14 @@ impl Bitmapped {
         Ok(Some(set))
     }
 
+    /// The pack, when the objects are one pack's.
+    pub(crate) fn single_pack(&self) -> Option<&Arc<Pack>> {
+        match self {
+            Bitmapped::Pack { pack, .. } => Some(pack),
+            Bitmapped::Midx { .. } => None,
+        }
+    }
+
     /// The number of objects, which is the number of bits a bitmap of them may have.
     pub(crate) fn len(&self) -> u32 {
         match self {

@@ -155,8 +155,9 @@ impl Pack {
         }))
     }
 
-    /// Every entry offset ascending, then the trailer's offset.
-    pub(crate) fn sorted_offsets(&self) -> Result<&[u64]> {
+    /// Every entry offset ascending, then the trailer's offset (entry `i` in pack order ends
+    /// where entry `i + 1` starts). The first call builds the reverse index.
+    pub fn sorted_offsets(&self) -> Result<&[u64]> {
         Ok(&self.reverse_index()?.offsets)
     }
 
