@@ -13,6 +13,7 @@
 //! ```
 
 mod count;
+mod delta_encode;
 mod walk;
 mod write;
 
@@ -135,6 +136,8 @@ pub struct PackStats {
     pub reused: u32,
     /// Of those, deltas.
     pub reused_deltas: u32,
+    /// Deltas made for this pack (objects whose delta on disk could not be sent).
+    pub new_deltas: u32,
 }
 
 /// Pack generation for one repository, kept loaded between requests.
@@ -142,6 +145,9 @@ pub struct PackServer {
     repo: Arc<Repository>,
     /// The repository's bitmap index, if it has a usable one.
     bitmap: Option<BitmapIndex>,
+    /// Bits of the bitmap index by name-hash, ascending, built on first use: versions of one
+    /// path, the candidates for a delta when an object's own delta base cannot be sent.
+    by_name_hash: std::sync::OnceLock<std::collections::HashMap<u32, Vec<u32>>>,
 }
 
 impl PackServer {
@@ -149,7 +155,11 @@ impl PackServer {
     /// that cannot be used is skipped with a warning: counting then walks).
     pub fn open(repo: Arc<Repository>) -> Result<PackServer, PackError> {
         let bitmap = BitmapIndex::open(&repo)?;
-        Ok(PackServer { repo, bitmap })
+        Ok(PackServer {
+            repo,
+            bitmap,
+            by_name_hash: std::sync::OnceLock::new(),
+        })
     }
 
     /// The repository served.

@@ -38,6 +38,16 @@ pub(crate) const WINDOW: u64 = 1 << 20;
 /// Output buffered before it is handed to the transport.
 const OUT_BUFFER: usize = 256 * 1024;
 
+/// Objects of one pack for which a new delta is searched (see
+/// [`PackServer::delta_against_known`]).
+const MAX_SEARCHES: u32 = 256;
+
+/// Bases tried for each such object.
+const CANDIDATES: usize = 4;
+
+/// Objects larger than this are not searched for a delta.
+const MAX_SEARCH_SIZE: usize = 16 << 20;
+
 /// Enough bytes for any entry header.
 const MAX_HEADER: u64 = 64;
 
@@ -270,6 +280,9 @@ impl PackServer {
         let mut cursor: Option<Cursor> = None;
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
+        // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a
+        // fetch that needs many costs no more than sending them whole.
+        let mut searches = MAX_SEARCHES;
         for (i, item) in plan.items.iter().enumerate() {
             if i % 1024 == 0 {
                 if cancel.load(Ordering::Relaxed) {
@@ -340,6 +353,17 @@ impl PackServer {
             };
             let id = || pack.index().id(index_pos);
             let Send::Reuse { header, delta } = send else {
+                if searches > 0 {
+                    searches -= 1;
+                    if let Some((header, data)) =
+                        self.delta_against_known(plan, i, &id(), ofs_delta, thin, &new_offsets)?
+                    {
+                        output.write(&header)?;
+                        output.write(&data)?;
+                        stats.new_deltas += 1;
+                        continue;
+                    }
+                }
                 tracing::debug!("sending {} whole: no usable delta base", id());
                 self.write_whole(
                     &id(),
@@ -506,6 +530,139 @@ impl PackServer {
                 None => false,
             },
         })
+    }
+
+    /// A new delta for the object `id` (the `i`th of the plan), whose delta on disk cannot be
+    /// sent: against another version of the same path (same name-hash in the bitmap's cache)
+    /// that is already written or, in a thin pack, that the client has. Returns the entry's
+    /// header and compressed data, or `None` when there is no candidate or the delta would not
+    /// beat the whole object.
+    fn delta_against_known(
+        &self,
+        plan: &Planned,
+        i: usize,
+        id: &ObjectId,
+        ofs_delta: bool,
+        thin: bool,
+        new_offsets: &[u64],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, PackError> {
+        let (Some(index), Had::Bits(had)) = (&self.bitmap, &plan.had) else {
+            return Ok(None);
+        };
+        let Some(bit) = index.bit_of_id(id)? else {
+            return Ok(None);
+        };
+        let Some(hash) = index.name_hash(bit)? else {
+            return Ok(None);
+        };
+        let map = self.by_name_hash.get_or_init(|| {
+            let mut map: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+            for b in 0..index.object_count() as u64 {
+                if let Ok(Some(h)) = index.name_hash(b) {
+                    map.entry(h).or_default().push(b as u32);
+                }
+            }
+            map
+        });
+        let Some(same_name) = map.get(&hash) else {
+            return Ok(None);
+        };
+        let objects = self.repo.objects();
+        let target = objects.read(id)?.ok_or_else(|| {
+            PackError::BadRequest(format!("object {id} is missing from the repository"))
+        })?;
+        if target.data.len() > MAX_SEARCH_SIZE {
+            return Ok(None);
+        }
+        let kind_bits = index.type_bitmap(target.kind);
+        // The nearest versions in pack order first (git writes recent objects together), of the
+        // same kind (commits and root trees share the empty path's hash).
+        let at = same_name.partition_point(|&b| (b as u64) < bit);
+        // Candidates: (bit, position in the plan when already written).
+        let usable = |c: u32| -> Result<Option<(u64, Option<usize>)>, PackError> {
+            let c = c as u64;
+            if c == bit || !kind_bits.get(c) {
+                return Ok(None);
+            }
+            if thin && had.get(c) {
+                return Ok(Some((c, None)));
+            }
+            let written = match index.object_at(c)? {
+                Some((_, packd_odb::Location::Packed { pack, offset })) => plan
+                    .packs
+                    .iter()
+                    .position(|p| Arc::ptr_eq(p, &pack))
+                    .and_then(|rank| plan.find(rank as u32, offset))
+                    .filter(|&j| j < i),
+                _ => None,
+            };
+            Ok(written.map(|j| (c, Some(j))))
+        };
+        let mut order = Vec::new();
+        let (mut lo, mut hi) = (at, at);
+        let mut examined = 0;
+        while order.len() < 4 * CANDIDATES && examined < 8192 && (lo > 0 || hi < same_name.len()) {
+            if hi < same_name.len() {
+                examined += 1;
+                order.extend(usable(same_name[hi])?);
+                hi += 1;
+            }
+            if lo > 0 {
+                lo -= 1;
+                examined += 1;
+                order.extend(usable(same_name[lo])?);
+            }
+        }
+        tracing::trace!(
+            "{id}: bit {bit}, name-hash {hash:08x}, {} same-name objects, {} of its kind",
+            same_name.len(),
+            order.len()
+        );
+        let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut best_len = target.data.len() / 2;
+        // Of those, the closest in size (unrelated objects can share a name-hash: every root
+        // tree of every branch, notes included, has the empty path's).
+        let mut sized = Vec::with_capacity(order.len());
+        for (c, written) in order {
+            if let Some((base_id, location)) = index.object_at(c)? {
+                let size = objects.header_at(&base_id, &location)?.size;
+                sized.push((
+                    size.abs_diff(target.data.len() as u64),
+                    base_id,
+                    location,
+                    written,
+                ));
+            }
+        }
+        sized.sort_by_key(|s| s.0);
+        sized.truncate(CANDIDATES);
+        for (_, base_id, location, written) in sized {
+            let base = objects.read_at(&base_id, &location)?;
+            tracing::trace!("{id}: trying {base_id} ({} bytes)", base.data.len());
+            if let Some(delta) = crate::delta_encode::encode(&base.data, &target.data, best_len) {
+                let mut compressor =
+                    libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+                let mut compressed = vec![0u8; compressor.zlib_compress_bound(delta.len())];
+                let n = compressor
+                    .zlib_compress(&delta, &mut compressed)
+                    .map_err(|e| PackError::Io(std::io::Error::other(format!("{id}: {e}"))))?;
+                compressed.truncate(n);
+                let mut header = Vec::with_capacity(32);
+                match written {
+                    Some(j) if ofs_delta => {
+                        push_type_and_size(&mut header, 6, delta.len() as u64);
+                        push_ofs_distance(&mut header, new_offsets[i] - new_offsets[j]);
+                    }
+                    _ => {
+                        push_type_and_size(&mut header, 7, delta.len() as u64);
+                        header.extend_from_slice(base_id.as_bytes());
+                    }
+                }
+                best_len = delta.len();
+                best = Some((header, compressed));
+            }
+        }
+        Ok(best)
     }
 
     /// Writes `id` as a whole object, compressed anew.

@@ -355,6 +355,20 @@ impl BitmapIndex {
         Ok(Some((self.objects.id(pos), self.objects.location(pos)?)))
     }
 
+    /// The name-hash of the object at bit `bit` (git's hash of the path it was packed under,
+    /// which groups versions of one file), when the bitmap has a name-hash cache.
+    pub fn name_hash(&self, bit: u64) -> Result<Option<u32>> {
+        let Some(pos) = u32::try_from(bit)
+            .ok()
+            .and_then(|b| self.objects.position_at(b))
+        else {
+            return Ok(None);
+        };
+        self.bitmap
+            .name_hash(pos)
+            .map_err(|e| packd_odb::Error::BadName(format!("{}: {e}", self.bitmap.name())))
+    }
+
     /// The pack whose objects the bits number, when they are one pack's (not a
     /// multi-pack-index's): bit `i` is then the pack's `i`th entry by offset.
     pub fn single_pack(&self) -> Option<&std::sync::Arc<packd_odb::pack::Pack>> {

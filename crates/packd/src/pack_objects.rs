@@ -115,8 +115,13 @@ pub fn run(repo: Repository, args: &Args) -> Result<ExitCode> {
     let stats = server.write(plan, &mut out, &mut progress, &cancel)?;
     out.flush()?;
     eprintln!(
-        "Total {} (delta {}), reused {} (delta {}), {} bytes",
-        stats.objects, stats.reused_deltas, stats.reused, stats.reused_deltas, stats.bytes
+        "Total {} (delta {}), reused {} (delta {}), new deltas {}, {} bytes",
+        stats.objects,
+        stats.reused_deltas + stats.new_deltas,
+        stats.reused,
+        stats.reused_deltas,
+        stats.new_deltas,
+        stats.bytes
     );
     Ok(ExitCode::SUCCESS)
 }
