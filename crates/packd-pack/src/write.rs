@@ -184,6 +184,9 @@ fn pack_type(kind: ObjectKind) -> u8 {
     }
 }
 
+/// An entry made for this pack: its header and compressed data.
+type NewEntry = (Vec<u8>, Vec<u8>);
+
 /// How one entry is sent.
 enum Send {
     /// Reused: the entry's compressed bytes after a new header.
@@ -545,7 +548,7 @@ impl PackServer {
         ofs_delta: bool,
         thin: bool,
         new_offsets: &[u64],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, PackError> {
+    ) -> Result<Option<NewEntry>, PackError> {
         let (Some(index), Had::Bits(had)) = (&self.bitmap, &plan.had) else {
             return Ok(None);
         };
@@ -618,7 +621,7 @@ impl PackServer {
             same_name.len(),
             order.len()
         );
-        let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut best: Option<NewEntry> = None;
         let mut best_len = target.data.len() / 2;
         // Of those, the closest in size (unrelated objects can share a name-hash: every root
         // tree of every branch, notes included, has the empty path's).
