@@ -105,6 +105,41 @@ impl<'a> RefReader<'a> {
         )))
     }
 
+    /// The name a symbolic ref points at (`HEAD` -> `refs/heads/main`), one level, whether or
+    /// not that ref exists; `None` when `name` is not a symbolic ref (or does not exist).
+    /// Symbolic refs are always loose files, so `packed-refs` is not read.
+    pub fn symref_target(&self, name: &str) -> Result<Option<String>> {
+        if !is_valid_ref_path(name) {
+            return Ok(None);
+        }
+        let per_worktree = !name.starts_with("refs/") || name.starts_with("refs/bisect/");
+        let dir = if per_worktree {
+            self.git_dir
+        } else {
+            self.common_dir
+        };
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text
+                .trim_end()
+                .strip_prefix("ref:")
+                .map(|t| t.trim().to_string())
+                .filter(|t| is_valid_ref_path(t))),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.kind() == std::io::ErrorKind::IsADirectory
+                    || e.kind() == std::io::ErrorKind::InvalidData
+                    || path.is_dir() =>
+            {
+                Ok(None)
+            }
+            Err(source) => Err(Error::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
     fn packed(&self, name: &str) -> Result<Option<ObjectId>> {
         let path = self.common_dir.join("packed-refs");
         let text = match std::fs::read_to_string(&path) {

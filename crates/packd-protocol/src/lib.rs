@@ -12,13 +12,30 @@
 //!                   └─ packd_pack::PackServer::{plan, write}
 //! ```
 //!
-//! This file is the contract between the transports and the protocol; the implementation is
-//! being written.
+//! Modules, each opening with its wire layout:
+//! - [`pkt_line`]: packet framing; [`sideband`]: multiplexing and progress lines;
+//! - `advertise`: the v0/v1 ref advertisement and the v2 capabilities;
+//! - `negotiate_v0`: v0/v1 want list, shallow list, have rounds;
+//! - `ls_refs`, `fetch_v2`: the v2 commands; `request`: want/shallow/have handling both share;
+//! - `filter`: partial-clone filter specs; `pack`: counting and sending the pack.
+
+mod advertise;
+mod fetch_v2;
+pub mod filter;
+mod ls_refs;
+mod negotiate_v0;
+mod pack;
+pub mod pkt_line;
+mod request;
+pub mod sideband;
+
+pub use advertise::agent;
 
 use packd_pack::PackServer;
+use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Why a conversation with a client failed.
 #[derive(Debug, thiserror::Error)]
@@ -129,12 +146,54 @@ pub struct ServeStats {
 pub struct UploadPack {
     packs: Arc<PackServer>,
     options: UploadPackOptions,
+    /// A bitmap index for checking that wanted trees and blobs are reachable, opened on first
+    /// need (`None` inside: the repository has none).
+    bitmap: OnceLock<Option<BitmapIndex>>,
+}
+
+/// Counts the bytes written through it.
+struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    bytes: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(data)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(data)?;
+        self.bytes += data.len() as u64;
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 impl UploadPack {
     /// upload-pack serving `packs`' repository.
     pub fn new(packs: Arc<PackServer>, options: UploadPackOptions) -> UploadPack {
-        UploadPack { packs, options }
+        UploadPack {
+            packs,
+            options,
+            bitmap: OnceLock::new(),
+        }
+    }
+
+    /// The repository's bitmap index, opened on first use.
+    fn bitmap(&self) -> Option<&BitmapIndex> {
+        self.bitmap
+            .get_or_init(|| match BitmapIndex::open(self.packs.repository()) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("reachability checks walk: the bitmap cannot be read: {e}");
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// The pack generator (and through it the repository) served.
@@ -152,11 +211,11 @@ impl UploadPack {
     /// writes the `# service=git-upload-pack` line and flush before this, for v0/v1 only.
     pub fn advertise(
         &self,
-        _version: ProtocolVersion,
-        _mode: Mode,
-        _out: &mut dyn Write,
+        version: ProtocolVersion,
+        mode: Mode,
+        out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
-        Err(ProtocolError::Unimplemented)
+        self.advertise_impl(version, mode, out)
     }
 
     /// Serves the client's requests after the advertisement: in [`Mode::Stateful`] until the
@@ -166,13 +225,69 @@ impl UploadPack {
     /// `cancel` is set or the client hangs up.
     pub fn serve(
         &self,
-        _version: ProtocolVersion,
-        _mode: Mode,
-        _input: &mut dyn Read,
-        _out: &mut dyn Write,
-        _cancel: &AtomicBool,
+        version: ProtocolVersion,
+        mode: Mode,
+        input: &mut dyn Read,
+        out: &mut dyn Write,
+        cancel: &AtomicBool,
     ) -> Result<ServeStats, ProtocolError> {
-        Err(ProtocolError::Unimplemented)
+        let mut out = CountingWriter {
+            inner: out,
+            bytes: 0,
+        };
+        let mut reader = pkt_line::PktReader::new(input);
+        let mut stats = ServeStats {
+            command: match version {
+                ProtocolVersion::V2 => "ls-refs",
+                _ => "upload-pack",
+            },
+            ..ServeStats::default()
+        };
+        // Where an error goes once the pack has started: its side-band (None: ERR packet).
+        let mut err_band = None;
+        let result = match version {
+            ProtocolVersion::V2 => self.serve_v2(
+                mode,
+                &mut reader,
+                &mut out,
+                cancel,
+                &mut stats,
+                &mut err_band,
+            ),
+            _ => self.serve_v0(
+                mode,
+                &mut reader,
+                &mut out,
+                cancel,
+                &mut stats,
+                &mut err_band,
+            ),
+        };
+        let result = result.and_then(|()| out.flush().map_err(ProtocolError::Io));
+        if let Err(e) = &result {
+            let tell = match e {
+                ProtocolError::Io(_) => None,
+                ProtocolError::Pack(packd_pack::PackError::Io(_))
+                | ProtocolError::Pack(packd_pack::PackError::Cancelled) => None,
+                ProtocolError::Invalid(_) => Some(format!("upload-pack: {e}")),
+                e => Some(e.to_string()),
+            };
+            if let Some(message) = tell {
+                // The client may be gone already: nothing more to do if this fails.
+                let _ = match err_band {
+                    Some(band) if band != sideband::Sideband::None => sideband::write_band(
+                        &mut out,
+                        sideband::BAND_ERROR,
+                        format!("{message}\n").as_bytes(),
+                        band.max_payload(),
+                    ),
+                    _ => pkt_line::write_err(&mut out, &message),
+                }
+                .and_then(|()| out.flush());
+            }
+        }
+        stats.bytes = out.bytes;
+        result.map(|()| stats)
     }
 }
 

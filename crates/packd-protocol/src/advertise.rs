@@ -1,0 +1,182 @@
+//! What the server says first: the v0/v1 ref advertisement and the v2 capability advertisement.
+//!
+//! ```text
+//! v1 only:   "version 1\n"
+//! v0/v1:     "<id> HEAD\0<capabilities>\n"          (capabilities on the first line only)
+//!            "<id> refs/heads/main\n"               (then every ref, sorted by name)
+//!            "<id> refs/tags/v1\n"
+//!            "<peeled id> refs/tags/v1^{}\n"         (after an annotated tag)
+//!            "0000"
+//! empty:     "0000000000000000000000000000000000000000 capabilities^{}\0<capabilities>\n" "0000"
+//!
+//! v2:        "version 2\n" "agent=packd/0.1.0\n" "ls-refs=unborn\n"
+//!            "fetch=shallow wait-for-done filter ref-in-want\n" "server-option\n"
+//!            "object-format=sha1\n" "0000"
+//! ```
+
+use crate::{pkt_line, Mode, ProtocolError, ProtocolVersion, UploadPack};
+use packd_odb::{ObjectId, ObjectKind, Repository};
+use std::io::Write;
+
+/// The agent string sent to clients.
+pub fn agent() -> String {
+    format!("packd/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// One ref as advertised.
+#[derive(Debug, Clone)]
+pub(crate) struct Ref {
+    /// Full name (`refs/heads/main`, or `HEAD`).
+    pub name: String,
+    /// The id it points at.
+    pub id: ObjectId,
+}
+
+/// The repository's refs, read once per advertisement or request.
+#[derive(Debug, Clone)]
+pub(crate) struct RefSnapshot {
+    /// HEAD's id, when it resolves.
+    pub head: Option<ObjectId>,
+    /// What HEAD points at, when it is a symbolic ref (even an unborn branch).
+    pub head_target: Option<String>,
+    /// Every ref under `refs/`, sorted by name.
+    pub refs: Vec<Ref>,
+}
+
+impl RefSnapshot {
+    /// Reads the refs of `repo`.
+    pub fn read(repo: &Repository) -> Result<RefSnapshot, ProtocolError> {
+        let reader = repo.refs();
+        let head = reader.resolve_full("HEAD")?;
+        let head_target = reader.symref_target("HEAD")?;
+        let refs = reader
+            .list("refs/")?
+            .into_iter()
+            .map(|(name, id)| Ref { name, id })
+            .collect();
+        Ok(RefSnapshot {
+            head,
+            head_target,
+            refs,
+        })
+    }
+
+    /// Every id a ref points at (HEAD included): the tips a client may want.
+    pub fn tips(&self) -> Vec<ObjectId> {
+        let mut tips: Vec<ObjectId> = self.refs.iter().map(|r| r.id).collect();
+        tips.extend(self.head);
+        tips.sort_unstable();
+        tips.dedup();
+        tips
+    }
+}
+
+/// The object an annotated tag finally points at; `None` for anything that is not a tag (or is
+/// missing, or is a broken tag: the advertisement then just has no peeled line).
+pub(crate) fn peeled(repo: &Repository, id: &ObjectId) -> Option<ObjectId> {
+    match repo.objects().header(id) {
+        Ok(Some(h)) if h.kind == ObjectKind::Tag => {}
+        _ => return None,
+    }
+    let mut tags = Vec::new();
+    packd_reach::walk::Walker::new(repo)
+        .peel(*id, &mut tags)
+        .ok()
+        .map(|(target, _)| target)
+}
+
+impl UploadPack {
+    /// The v0/v1 capability list (after the NUL of the first ref line).
+    fn v0_capabilities(&self, head_target: Option<&str>) -> String {
+        let mut caps = String::from(
+            "multi_ack thin-pack side-band side-band-64k ofs-delta shallow deepen-since \
+             deepen-not deepen-relative no-progress include-tag multi_ack_detailed",
+        );
+        if self.options.allow_tip_sha1_in_want {
+            caps.push_str(" allow-tip-sha1-in-want");
+        }
+        if self.options.allow_reachable_sha1_in_want {
+            caps.push_str(" allow-reachable-sha1-in-want");
+        }
+        caps.push_str(" no-done");
+        if let Some(target) = head_target {
+            caps.push_str(&format!(" symref=HEAD:{target}"));
+        }
+        if self.options.allow_filter {
+            caps.push_str(" filter");
+        }
+        caps.push_str(&format!(" object-format=sha1 agent={}", agent()));
+        caps
+    }
+
+    /// Writes the v0/v1 ref advertisement.
+    pub(crate) fn advertise_refs(
+        &self,
+        version: ProtocolVersion,
+        out: &mut dyn Write,
+    ) -> Result<(), ProtocolError> {
+        let repo = self.packs.repository();
+        let snapshot = RefSnapshot::read(repo)?;
+        if version == ProtocolVersion::V1 {
+            pkt_line::write_text(out, "version 1\n")?;
+        }
+        let symref = snapshot.head.and(snapshot.head_target.as_deref());
+        let mut caps = Some(self.v0_capabilities(symref));
+        let mut lines: Vec<(String, ObjectId)> = Vec::new();
+        if let Some(head) = snapshot.head {
+            lines.push(("HEAD".to_string(), head));
+        }
+        lines.extend(snapshot.refs.iter().map(|r| (r.name.clone(), r.id)));
+        for (name, id) in &lines {
+            let line = match caps.take() {
+                Some(c) => format!("{id} {name}\0{c}\n"),
+                None => format!("{id} {name}\n"),
+            };
+            pkt_line::write_text(out, &line)?;
+            if let Some(p) = peeled(repo, id) {
+                pkt_line::write_text(out, &format!("{p} {name}^{{}}\n"))?;
+            }
+        }
+        if let Some(c) = caps {
+            pkt_line::write_text(out, &format!("{} capabilities^{{}}\0{c}\n", ObjectId::NULL))?;
+        }
+        pkt_line::write_flush(out)?;
+        Ok(())
+    }
+
+    /// Writes the v2 capability advertisement.
+    pub(crate) fn advertise_v2(&self, out: &mut dyn Write) -> Result<(), ProtocolError> {
+        let mut fetch = String::from("fetch=shallow wait-for-done");
+        if self.options.allow_filter {
+            fetch.push_str(" filter");
+        }
+        fetch.push_str(" ref-in-want");
+        for line in [
+            "version 2".to_string(),
+            format!("agent={}", agent()),
+            "ls-refs=unborn".to_string(),
+            fetch,
+            "server-option".to_string(),
+            "object-format=sha1".to_string(),
+        ] {
+            pkt_line::write_text(out, &format!("{line}\n"))?;
+        }
+        pkt_line::write_flush(out)?;
+        Ok(())
+    }
+
+    /// [`UploadPack::advertise`]'s body.
+    pub(crate) fn advertise_impl(
+        &self,
+        version: ProtocolVersion,
+        _mode: Mode,
+        out: &mut dyn Write,
+    ) -> Result<(), ProtocolError> {
+        match version {
+            ProtocolVersion::V2 => self.advertise_v2(out)?,
+            v => self.advertise_refs(v, out)?,
+        }
+        out.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! Protocol v2 `ls-refs`: the refs, filtered by prefix, with symbolic targets and peeled tags
+//! on request.
+//!
+//! ```text
+//! client: "command=ls-refs\n" <capabilities> "0001" ["symrefs\n"] ["peel\n"] ["unborn\n"]
+//!         ("ref-prefix <prefix>\n")* "0000"
+//! server: "<id> HEAD symref-target:refs/heads/main\n"      (HEAD first, when it matches)
+//!         "unborn HEAD symref-target:refs/heads/main\n"    (unborn HEAD, with unborn + symrefs)
+//!         "<id> refs/tags/v1 peeled:<id>\n"
+//!         "0000"
+//! ```
+
+use crate::advertise::{peeled, RefSnapshot};
+use crate::pkt_line::{self, show};
+use crate::{ProtocolError, UploadPack};
+use std::io::Write;
+
+/// More prefixes than this and git sends every ref (the filter is only an optimization).
+const MAX_PREFIXES: usize = 65536;
+
+/// The arguments of one `ls-refs`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct LsRefsArgs {
+    pub symrefs: bool,
+    pub peel: bool,
+    pub unborn: bool,
+    /// Empty: every ref.
+    pub prefixes: Vec<String>,
+}
+
+impl LsRefsArgs {
+    /// Parses the argument lines.
+    pub fn parse(args: &[String]) -> Result<LsRefsArgs, ProtocolError> {
+        let mut parsed = LsRefsArgs::default();
+        let mut too_many = false;
+        for arg in args {
+            match arg.as_str() {
+                "symrefs" => parsed.symrefs = true,
+                "peel" => parsed.peel = true,
+                "unborn" => parsed.unborn = true,
+                a => match a.strip_prefix("ref-prefix ") {
+                    Some(p) if !too_many => {
+                        if parsed.prefixes.len() >= MAX_PREFIXES {
+                            too_many = true;
+                            parsed.prefixes.clear();
+                        } else {
+                            parsed.prefixes.push(p.to_string());
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(ProtocolError::Invalid(format!(
+                            "ls-refs: unexpected line: '{}'",
+                            show(a.as_bytes())
+                        )))
+                    }
+                },
+            }
+        }
+        Ok(parsed)
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        self.prefixes.is_empty() || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }
+}
+
+impl UploadPack {
+    /// Serves `ls-refs`.
+    pub(crate) fn ls_refs(
+        &self,
+        args: &[String],
+        out: &mut dyn Write,
+    ) -> Result<(), ProtocolError> {
+        let args = LsRefsArgs::parse(args)?;
+        let repo = self.packs.repository();
+        let snapshot = RefSnapshot::read(repo)?;
+        let reader = repo.refs();
+        if args.matches("HEAD") {
+            match (snapshot.head, &snapshot.head_target) {
+                (Some(id), target) => {
+                    let mut line = format!("{id} HEAD");
+                    if let (true, Some(t)) = (args.symrefs, target) {
+                        line.push_str(&format!(" symref-target:{t}"));
+                    }
+                    if args.peel {
+                        if let Some(p) = peeled(repo, &id) {
+                            line.push_str(&format!(" peeled:{p}"));
+                        }
+                    }
+                    line.push('\n');
+                    pkt_line::write_text(out, &line)?;
+                }
+                (None, Some(t)) if args.unborn && args.symrefs => {
+                    pkt_line::write_text(out, &format!("unborn HEAD symref-target:{t}\n"))?;
+                }
+                _ => {}
+            }
+        }
+        for r in &snapshot.refs {
+            if !args.matches(&r.name) {
+                continue;
+            }
+            let mut line = format!("{} {}", r.id, r.name);
+            if args.symrefs {
+                if let Some(t) = reader.symref_target(&r.name)? {
+                    line.push_str(&format!(" symref-target:{t}"));
+                }
+            }
+            if args.peel {
+                if let Some(p) = peeled(repo, &r.id) {
+                    line.push_str(&format!(" peeled:{p}"));
+                }
+            }
+            line.push('\n');
+            pkt_line::write_text(out, &line)?;
+        }
+        pkt_line::write_flush(out)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_arguments() {
+        let args: Vec<String> = [
+            "peel",
+            "symrefs",
+            "ref-prefix HEAD",
+            "ref-prefix refs/tags/",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let parsed = LsRefsArgs::parse(&args).unwrap();
+        assert!(parsed.peel && parsed.symrefs && !parsed.unborn);
+        assert!(parsed.matches("HEAD"));
+        assert!(parsed.matches("refs/tags/v1"));
+        assert!(!parsed.matches("refs/heads/main"));
+        let err = LsRefsArgs::parse(&["bogus".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'bogus'"), "{err}");
+        assert!(LsRefsArgs::parse(&[]).unwrap().matches("refs/anything"));
+    }
+}

@@ -1,0 +1,298 @@
+//! Protocol v0/v1 after the ref advertisement: the want list, the shallow boundary, have rounds,
+//! then the pack.
+//!
+//! ```text
+//! client: "want <id> <capabilities>\n" "want <id>\n"... ["shallow <id>\n"] ["deepen <n>\n"]
+//!         ["filter <spec>\n"] "0000"
+//! server: (deepen only) "shallow <id>\n" "unshallow <id>\n"... "0000"
+//! client: "have <id>\n"... "0000"          one round (stateless: one POST, ending the request)
+//! server: multi_ack_detailed: "ACK <id> common\n" per common have, ["ACK <id> ready\n"], "NAK\n"
+//!         multi_ack:          "ACK <id> continue\n" ... "NAK\n";  neither: "ACK <id>\n" (first) / "NAK\n"
+//! client: ... "done\n"
+//! server: "ACK <last common>\n" or "NAK\n", then the pack (side-band: band 1/2/3, then "0000")
+//! no-done: after "ACK <id> ready\n" "NAK\n" the server sends "ACK <id>\n" and the pack at once.
+//! ```
+
+use crate::advertise::RefSnapshot;
+use crate::pack::SendOptions;
+use crate::pkt_line::{self, show, Line, PktReader};
+use crate::request::{parse_id, Negotiation, RequestBuilder};
+use crate::sideband::Sideband;
+use crate::{Mode, ProtocolError, ServeStats, UploadPack};
+use packd_odb::ObjectId;
+use packd_pack::ShallowUpdate;
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The acknowledgement style a v0 client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MultiAck {
+    /// One ACK for the first common have, NAK otherwise.
+    None,
+    /// `multi_ack`: `ACK <id> continue`.
+    Plain,
+    /// `multi_ack_detailed`: `ACK <id> common` / `ACK <id> ready`.
+    Detailed,
+}
+
+/// The want list of a v0 request, read up to its flush.
+#[derive(Debug, Default)]
+pub(crate) struct WantList {
+    /// Wants, shallow and deepen lines, filter.
+    pub request: RequestBuilder,
+    /// Capabilities named on want lines.
+    pub features: HashSet<String>,
+}
+
+impl WantList {
+    pub fn multi_ack(&self) -> MultiAck {
+        if self.features.contains("multi_ack_detailed") {
+            MultiAck::Detailed
+        } else if self.features.contains("multi_ack") {
+            MultiAck::Plain
+        } else {
+            MultiAck::None
+        }
+    }
+
+    pub fn sideband(&self) -> Sideband {
+        if self.features.contains("side-band-64k") {
+            Sideband::Large
+        } else if self.features.contains("side-band") {
+            Sideband::Small
+        } else {
+            Sideband::None
+        }
+    }
+}
+
+impl UploadPack {
+    /// Reads the want list (up to its flush). `Ok(None)` when the client ends the conversation
+    /// instead (a flush or end of input before any want: `git ls-remote`).
+    pub(crate) fn read_want_list(
+        &self,
+        reader: &mut PktReader<'_>,
+    ) -> Result<Option<WantList>, ProtocolError> {
+        let repo = self.packs.repository();
+        let mut list = WantList::default();
+        loop {
+            let line = match reader.read_line()? {
+                Line::Text(t) => t,
+                Line::Flush => break,
+                Line::Eof if list.request.wants.is_empty() => return Ok(None),
+                Line::Eof => {
+                    return Err(ProtocolError::Invalid(
+                        "the input ended inside the want list".into(),
+                    ))
+                }
+                other => {
+                    return Err(ProtocolError::Invalid(format!(
+                        "unexpected {other:?} packet in the want list"
+                    )))
+                }
+            };
+            if list.request.shallow_line(repo, &line)? {
+                continue;
+            }
+            if let Some(spec) = line.strip_prefix("filter ") {
+                let allowed = self.options.allow_filter && list.features.contains("filter");
+                list.request.filter_line(allowed, spec)?;
+                continue;
+            }
+            let Some(rest) = line.strip_prefix("want ") else {
+                return Err(ProtocolError::Invalid(format!(
+                    "expected to get object ID, not '{}'",
+                    show(line.as_bytes())
+                )));
+            };
+            let (hex, features) = rest.split_once(' ').unwrap_or((rest, ""));
+            let id = parse_id(hex, &line)?;
+            for f in features.split_ascii_whitespace() {
+                if list.features.len() < 256 && f.len() < 256 {
+                    list.features.insert(f.to_string());
+                }
+            }
+            list.request.want(id, self.options.max_wants)?;
+        }
+        if list.request.wants.is_empty() {
+            return Ok(None);
+        }
+        let r = &mut list.request;
+        r.relative = list.features.contains("deepen-relative");
+        r.thin = list.features.contains("thin-pack");
+        r.ofs_delta = list.features.contains("ofs-delta");
+        r.include_tag = list.features.contains("include-tag");
+        Ok(Some(list))
+    }
+
+    /// Serves one v0/v1 fetch after the advertisement.
+    pub(crate) fn serve_v0(
+        &self,
+        mode: Mode,
+        reader: &mut PktReader<'_>,
+        out: &mut dyn Write,
+        cancel: &AtomicBool,
+        stats: &mut ServeStats,
+        err_band: &mut Option<Sideband>,
+    ) -> Result<(), ProtocolError> {
+        stats.command = "upload-pack";
+        let repo = self.packs.repository();
+        let Some(list) = self.read_want_list(reader)? else {
+            return Ok(());
+        };
+        let wants = list.request.wants.clone();
+        let tips = RefSnapshot::read(repo)?.tips();
+        self.check_wants(&wants, &tips, mode)?;
+
+        if list.request.deepens() {
+            let request = list.request.build(Vec::new())?;
+            for update in self.packs.shallow(&request)? {
+                let line = match update {
+                    ShallowUpdate::Shallow(id) => format!("shallow {id}\n"),
+                    ShallowUpdate::Unshallow(id) => format!("unshallow {id}\n"),
+                };
+                pkt_line::write_text(out, &line)?;
+            }
+            pkt_line::write_flush(out)?;
+        }
+        out.flush()?;
+        if mode == Mode::Stateless && reader.peek()? == pkt_line::Packet::Eof {
+            // A stateless client reads the shallow list before its first have round.
+            return Ok(());
+        }
+
+        let Some(neg) = self.negotiate_v0(&list, mode, reader, out, cancel)? else {
+            return Ok(());
+        };
+        let request = list.request.build(neg.common.clone())?;
+        let send = SendOptions {
+            sideband: list.sideband(),
+            progress: self.options.progress && !list.features.contains("no-progress"),
+        };
+        *err_band = Some(send.sideband);
+        stats.objects = self.send_pack(&request, send, out, cancel)?;
+        Ok(())
+    }
+
+    /// The have rounds, up to `done` (or to `ready` with no-done). `Ok(None)` when a stateless
+    /// request ends with its round.
+    fn negotiate_v0(
+        &self,
+        list: &WantList,
+        mode: Mode,
+        reader: &mut PktReader<'_>,
+        out: &mut dyn Write,
+        cancel: &AtomicBool,
+    ) -> Result<Option<Negotiation>, ProtocolError> {
+        let repo = self.packs.repository();
+        let wants = &list.request.wants;
+        let multi_ack = list.multi_ack();
+        let no_done = list.features.contains("no-done");
+        let mut neg = Negotiation::default();
+        let mut got_common = false;
+        let mut got_other = false;
+        let mut sent_ready = false;
+        let mut last: Option<ObjectId> = None;
+        // The readiness answer for a given number of common haves (it only changes with them).
+        let mut ready_memo: Option<(usize, bool)> = None;
+        let mut ready = |neg: &Negotiation| -> bool {
+            match ready_memo {
+                Some((n, r)) if n == neg.common.len() => r,
+                _ => {
+                    let r = neg.ready(repo, wants);
+                    ready_memo = Some((neg.common.len(), r));
+                    r
+                }
+            }
+        };
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(ProtocolError::Io(std::io::Error::other("cancelled")));
+            }
+            let line = match reader.read_line()? {
+                Line::Text(t) => t,
+                Line::Flush => {
+                    if multi_ack == MultiAck::Detailed && got_common && !got_other && ready(&neg) {
+                        if let Some(id) = last {
+                            sent_ready = true;
+                            pkt_line::write_text(out, &format!("ACK {id} ready\n"))?;
+                        }
+                    }
+                    if neg.common.is_empty() || multi_ack != MultiAck::None {
+                        pkt_line::write_text(out, "NAK\n")?;
+                    }
+                    if no_done && sent_ready {
+                        if let Some(id) = last {
+                            pkt_line::write_text(out, &format!("ACK {id}\n"))?;
+                        }
+                        return Ok(Some(neg));
+                    }
+                    out.flush()?;
+                    if mode == Mode::Stateless {
+                        return Ok(None);
+                    }
+                    got_common = false;
+                    got_other = false;
+                    continue;
+                }
+                Line::Eof => {
+                    return Err(ProtocolError::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the client hung up during negotiation",
+                    )))
+                }
+                other => {
+                    return Err(ProtocolError::Invalid(format!(
+                        "expected have or done, got a {other:?} packet"
+                    )))
+                }
+            };
+            if let Some(hex) = line.strip_prefix("have ") {
+                let id = parse_id(hex, &line)?;
+                if neg.have(repo, id, self.options.max_haves)? {
+                    got_common = true;
+                    last = Some(id);
+                    match multi_ack {
+                        MultiAck::Detailed => {
+                            pkt_line::write_text(out, &format!("ACK {id} common\n"))?
+                        }
+                        MultiAck::Plain => {
+                            pkt_line::write_text(out, &format!("ACK {id} continue\n"))?
+                        }
+                        MultiAck::None if neg.common.len() == 1 => {
+                            pkt_line::write_text(out, &format!("ACK {id}\n"))?
+                        }
+                        MultiAck::None => {}
+                    }
+                } else {
+                    got_other = true;
+                    if multi_ack != MultiAck::None && ready(&neg) {
+                        if multi_ack == MultiAck::Detailed {
+                            sent_ready = true;
+                            pkt_line::write_text(out, &format!("ACK {id} ready\n"))?;
+                        } else {
+                            pkt_line::write_text(out, &format!("ACK {id} continue\n"))?;
+                        }
+                    }
+                }
+                continue;
+            }
+            if line == "done" {
+                match last {
+                    Some(id) if !neg.common.is_empty() => {
+                        if multi_ack != MultiAck::None {
+                            pkt_line::write_text(out, &format!("ACK {id}\n"))?;
+                        }
+                    }
+                    _ => pkt_line::write_text(out, "NAK\n")?,
+                }
+                return Ok(Some(neg));
+            }
+            return Err(ProtocolError::Invalid(format!(
+                "expected have or done, got '{}'",
+                show(line.as_bytes())
+            )));
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Side-band multiplexing of the pack stream, progress and errors, and git-style progress lines.
+//!
+//! ```text
+//! <4-hex length> <band byte> <payload>
+//!   band 1: pack data     (side-band-64k: payload <= 65515 bytes; side-band: <= 995)
+//!   band 2: progress      "Counting objects:  45% (45/100)\r" ... "Counting objects: 100% (100/100), done.\n"
+//!   band 3: fatal error   the client prints it and gives up
+//! "0005\x01"              keepalive: an empty band-1 packet while the server is counting
+//! ```
+
+use crate::pkt_line;
+use packd_pack::ProgressSink;
+use std::io::Write;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// Band 1: pack data.
+pub const BAND_DATA: u8 = 1;
+/// Band 2: progress messages.
+pub const BAND_PROGRESS: u8 = 2;
+/// Band 3: a fatal error.
+pub const BAND_ERROR: u8 = 3;
+
+/// The keepalive git sends while it has nothing to say: an empty band-1 packet.
+pub const KEEPALIVE: &[u8] = b"0005\x01";
+
+/// How the pack reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sideband {
+    /// Raw pack bytes on the connection (v0/v1 clients without side-band).
+    None,
+    /// `side-band`: packets of at most 1000 bytes.
+    Small,
+    /// `side-band-64k` (and always in protocol v2): packets of at most 65520 bytes.
+    Large,
+}
+
+impl Sideband {
+    /// The most payload bytes (band byte excluded) one packet carries.
+    pub fn max_payload(self) -> usize {
+        match self {
+            Sideband::None => usize::MAX,
+            Sideband::Small => 1000 - 5,
+            Sideband::Large => pkt_line::MAX_PACKET - 5,
+        }
+    }
+}
+
+/// Writes `data` on `band`, split into packets of at most `max` payload bytes.
+pub fn write_band(out: &mut dyn Write, band: u8, data: &[u8], max: usize) -> std::io::Result<()> {
+    let max = max.clamp(1, pkt_line::MAX_PAYLOAD - 1);
+    let mut packet = Vec::with_capacity(data.len().min(max) + 5);
+    for chunk in data.chunks(max) {
+        packet.clear();
+        packet.extend_from_slice(format!("{:04x}", chunk.len() + 5).as_bytes());
+        packet.push(band);
+        packet.extend_from_slice(chunk);
+        out.write_all(&packet)?;
+    }
+    Ok(())
+}
+
+/// A writer that sends what is written to it as band-1 packets (or raw), sending queued
+/// progress messages on band 2 in between.
+pub struct SidebandWriter<'a> {
+    out: &'a mut dyn Write,
+    mode: Sideband,
+    buf: Vec<u8>,
+    progress: Option<&'a Receiver<Vec<u8>>>,
+}
+
+impl<'a> SidebandWriter<'a> {
+    /// A writer over `out` in `mode`; progress messages queued on `progress` are forwarded.
+    pub fn new(
+        out: &'a mut dyn Write,
+        mode: Sideband,
+        progress: Option<&'a Receiver<Vec<u8>>>,
+    ) -> SidebandWriter<'a> {
+        SidebandWriter {
+            out,
+            mode,
+            buf: Vec::new(),
+            progress,
+        }
+    }
+
+    /// Sends the progress messages queued so far.
+    pub fn forward_progress(&mut self) -> std::io::Result<()> {
+        if let (Some(rx), true) = (self.progress, self.mode != Sideband::None) {
+            while let Ok(msg) = rx.try_recv() {
+                write_band(self.out, BAND_PROGRESS, &msg, self.mode.max_payload())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_buffered(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.forward_progress()?;
+        match self.mode {
+            Sideband::None => self.out.write_all(&self.buf)?,
+            mode => write_band(self.out, BAND_DATA, &self.buf, mode.max_payload())?,
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl Write for SidebandWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let max = match self.mode {
+            Sideband::None => 64 * 1024,
+            mode => mode.max_payload(),
+        };
+        let room = max - self.buf.len();
+        let take = data.len().min(room);
+        self.buf.extend_from_slice(&data[..take]);
+        if self.buf.len() >= max {
+            self.send_buffered()?;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_buffered()?;
+        self.forward_progress()?;
+        self.out.flush()
+    }
+}
+
+/// A [`ProgressSink`] that formats git-like progress lines and queues them for band 2,
+/// at most one update every 100 ms per stage.
+pub struct ChannelProgress {
+    tx: Option<Sender<Vec<u8>>>,
+    last: Option<Instant>,
+    stage: String,
+    total: Option<u64>,
+}
+
+/// Least time between two progress lines of one stage.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+impl ChannelProgress {
+    /// A sink sending to `tx`; `None` discards everything (`no-progress`).
+    pub fn new(tx: Option<Sender<Vec<u8>>>) -> ChannelProgress {
+        ChannelProgress {
+            tx,
+            last: None,
+            stage: String::new(),
+            total: None,
+        }
+    }
+
+    fn send(&self, line: String) {
+        if let Some(tx) = &self.tx {
+            // The receiver gone means the request is over: nothing to report to.
+            let _ = tx.send(line.into_bytes());
+        }
+    }
+}
+
+/// The text of one progress line (git's layout).
+pub fn progress_line(stage: &str, done: u64, total: Option<u64>, finished: bool) -> String {
+    let end = if finished { ", done.\n" } else { "\r" };
+    match total {
+        Some(total) if total > 0 => {
+            let percent = (done.min(total) * 100) / total;
+            format!("{stage}: {percent:3}% ({done}/{total}){end}")
+        }
+        _ => format!("{stage}: {done}{end}"),
+    }
+}
+
+impl ProgressSink for ChannelProgress {
+    fn update(&mut self, stage: &str, done: u64, total: Option<u64>) {
+        if self.tx.is_none() {
+            return;
+        }
+        let new_stage = self.stage != stage;
+        if new_stage {
+            self.stage = stage.to_string();
+            self.last = None;
+        }
+        self.total = total;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < PROGRESS_EVERY)
+        {
+            return;
+        }
+        self.last = Some(now);
+        self.send(progress_line(stage, done, total, false));
+    }
+
+    fn finish(&mut self, stage: &str, done: u64) {
+        if self.tx.is_none() {
+            return;
+        }
+        let total = if self.stage == stage {
+            self.total.map(|_| done)
+        } else {
+            None
+        };
+        self.send(progress_line(stage, done, total, true));
+        self.stage.clear();
+        self.last = None;
+        self.total = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_are_split_at_the_limit() {
+        let mut out = Vec::new();
+        let data = vec![7u8; 2000];
+        write_band(&mut out, 1, &data, Sideband::Small.max_payload()).unwrap();
+        // 995 + 995 + 10
+        assert_eq!(&out[..5], b"03e8\x01");
+        assert_eq!(&out[1000..1005], b"03e8\x01");
+        assert_eq!(&out[2000..2005], b"000f\x01");
+        assert_eq!(out.len(), 2000 + 15);
+        assert_eq!(Sideband::Large.max_payload(), 65515);
+    }
+
+    #[test]
+    fn writer_multiplexes_progress_before_data() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut out = Vec::new();
+        {
+            let mut w = SidebandWriter::new(&mut out, Sideband::Large, Some(&rx));
+            w.write_all(b"PACK").unwrap();
+            tx.send(b"Counting\r".to_vec()).unwrap();
+            w.write_all(b"more").unwrap();
+            w.flush().unwrap();
+        }
+        assert_eq!(out, b"000e\x02Counting\r000d\x01PACKmore".to_vec());
+    }
+
+    #[test]
+    fn raw_mode_passes_bytes_through() {
+        let mut out = Vec::new();
+        {
+            let mut w = SidebandWriter::new(&mut out, Sideband::None, None);
+            w.write_all(b"PACKdata").unwrap();
+            w.flush().unwrap();
+        }
+        assert_eq!(out, b"PACKdata");
+    }
+
+    #[test]
+    fn progress_lines_look_like_git() {
+        assert_eq!(
+            progress_line("Counting objects", 45, Some(100), false),
+            "Counting objects:  45% (45/100)\r"
+        );
+        assert_eq!(
+            progress_line("Counting objects", 100, Some(100), true),
+            "Counting objects: 100% (100/100), done.\n"
+        );
+        assert_eq!(
+            progress_line("Enumerating objects", 7, None, true),
+            "Enumerating objects: 7, done.\n"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut p = ChannelProgress::new(Some(tx));
+        p.update("Counting objects", 1, Some(10));
+        p.update("Counting objects", 2, Some(10)); // rate-limited away
+        p.finish("Counting objects", 10);
+        let got: Vec<_> = rx.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                b"Counting objects:  10% (1/10)\r".to_vec(),
+                b"Counting objects: 100% (10/10), done.\n".to_vec()
+            ]
+        );
+    }
+}
