@@ -2,6 +2,7 @@
 //! the library crates (`packd-storage`, `packd-odb`).
 
 mod cat_file;
+mod index_pack;
 mod pack_objects;
 mod rev_list;
 mod serve;
@@ -46,6 +47,8 @@ enum Command {
     RevList(rev_list::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
+    /// Take in a pack (stdin or a file), resolve its deltas on all cores and write its index.
+    IndexPack(index_pack::Args),
     /// Write the pack a fetch would send for revisions read from stdin (`^rev` for haves).
     PackObjects(pack_objects::Args),
     /// Serve every repository under a directory to git clients over smart HTTP (and git://).
@@ -81,7 +84,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,packd_serve::access=info")),
         )
         .with_writer(std::io::stderr)
         .without_time()
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Command::WriteBitmap(args) => cli
             .repository()
             .and_then(|repo| write_bitmap::run(&repo, args)),
+        Command::IndexPack(args) => cli.workdir().and_then(|dir| index_pack::run(&dir, args)),
         Command::PackObjects(args) => cli
             .repository()
             .and_then(|repo| pack_objects::run(repo, args)),

@@ -6,6 +6,7 @@
 pub mod data;
 pub mod decode;
 pub mod index;
+pub mod ingest;
 pub mod init;
 pub mod multi_index;
 mod rank;

@@ -14,5 +14,6 @@
 //! read in one ranged read and inflated in one call.
 
 mod entry;
+pub mod input;
 
 pub use entry::{decode_entry_header, EntryHeader, EntryKind};

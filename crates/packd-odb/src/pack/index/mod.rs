@@ -15,6 +15,8 @@
 
 mod init;
 mod lookup;
+pub mod resolve;
+pub mod write;
 
 pub use init::IndexVersion;
 

@@ -1,0 +1,301 @@
+//! Taking in a pack: read it from a stream into a temporary file ([`crate::pack::data::input`]),
+//! resolve its deltas on all cores ([`crate::pack::index::resolve`]), complete it when it is thin
+//! and asked to (the missing bases appended as whole objects, the count and trailer rewritten),
+//! and write its index ([`crate::pack::index::write`]).
+//!
+//! Files appear atomically and in git's order: the `.pack` is renamed into place first, the
+//! `.idx` last, so a reader that sees the index sees a complete pack. Anything that fails leaves
+//! no file behind.
+
+use crate::pack::data::input::{read_pack, InputLimits};
+use crate::pack::data::EntryKind;
+use crate::pack::index::resolve::{resolve, ExternalBase};
+use crate::pack::index::write::{encode_v2, IndexEntry};
+use crate::{Error, ObjectDb, ObjectId, ObjectKind, Result};
+use packd_storage::{LocalStorage, Storage};
+use sha1::Digest;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// How to take a pack in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IngestOptions {
+    /// Complete a thin pack with the bases it lacks, read from the repository (`--fix-thin`).
+    pub fix_thin: bool,
+    /// Bounds on what the stream may declare.
+    pub limits: InputLimits,
+}
+
+/// A pack taken in.
+#[derive(Debug)]
+pub struct Ingested {
+    /// The pack's checksum in hex: its files are `pack-<hex>.pack` and `pack-<hex>.idx`.
+    pub hex: String,
+    /// The `.pack` file.
+    pub pack_path: PathBuf,
+    /// The `.idx` file.
+    pub idx_path: PathBuf,
+    /// Objects in the pack, appended bases included.
+    pub objects: u32,
+    /// Of those, bases appended to complete a thin pack.
+    pub appended: u32,
+    /// Of those, deltas as received.
+    pub deltas: u32,
+    /// Whether the pack was there already (the same pack received twice).
+    pub existed: bool,
+    /// Index positions in pack (offset) order: what a `.rev` file holds.
+    pub pack_order: Vec<u32>,
+}
+
+/// Removes a file on drop unless disarmed.
+struct TempFile(Option<PathBuf>);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn temp_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "tmp_{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn push_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {
+    let mut c = (type_num << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size != 0 {
+        out.push(c | 0x80);
+        c = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(c);
+}
+
+fn pack_type(kind: ObjectKind) -> u8 {
+    match kind {
+        ObjectKind::Commit => 1,
+        ObjectKind::Tree => 2,
+        ObjectKind::Blob => 3,
+        ObjectKind::Tag => 4,
+    }
+}
+
+/// Reads a pack from `input` into `pack_dir` (an `objects/pack` directory) and indexes it.
+/// `odb` provides the bases of a thin pack. `progress` is told (stage, done, total).
+pub fn index_pack(
+    input: &mut dyn Read,
+    pack_dir: &Path,
+    odb: Option<&ObjectDb>,
+    options: &IngestOptions,
+    progress: &mut dyn FnMut(&str, u64, u64),
+) -> Result<Ingested> {
+    std::fs::create_dir_all(pack_dir).map_err(io(pack_dir))?;
+    let tmp_name = temp_name("pack");
+    let tmp_path = pack_dir.join(&tmp_name);
+    let mut guard = TempFile(Some(tmp_path.clone()));
+    let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let display = tmp_path.display().to_string();
+    let parsed = read_pack(
+        input,
+        &mut out,
+        &display,
+        &options.limits,
+        &mut |n, total| progress("Receiving objects", n as u64, total as u64),
+    )?;
+    let file = out
+        .into_inner()
+        .map_err(|e| io(&tmp_path)(e.into_error()))?;
+    file.sync_all().map_err(io(&tmp_path))?;
+    drop(file);
+
+    let storage = LocalStorage::new(pack_dir);
+    let blob = storage.open(&tmp_name)?;
+    let lookup = |id: &ObjectId| -> Result<Option<(ObjectKind, Vec<u8>)>> {
+        match odb {
+            Some(odb) => Ok(odb.read(id)?.map(|o| (o.kind, o.data.to_vec()))),
+            None => Ok(None),
+        }
+    };
+    let external: Option<&ExternalBase> = if odb.is_some() { Some(&lookup) } else { None };
+    progress("Resolving deltas", 0, parsed.entries.len() as u64);
+    let resolved = resolve(blob.as_ref(), &parsed.entries, external)?;
+    drop(blob);
+    progress(
+        "Resolving deltas",
+        parsed.entries.len() as u64,
+        parsed.entries.len() as u64,
+    );
+
+    let mut index: Vec<IndexEntry> = parsed
+        .entries
+        .iter()
+        .zip(&resolved.objects)
+        .map(|(e, (id, _))| IndexEntry {
+            id: *id,
+            offset: e.offset,
+            crc32: e.crc32,
+        })
+        .collect();
+    let mut checksum = parsed.checksum;
+    let mut appended = 0u32;
+    if !resolved.external_bases.is_empty() {
+        if !options.fix_thin {
+            return Err(Error::corrupt(
+                display,
+                0,
+                format!(
+                    "the pack is thin: {} delta base(s) are outside it (complete it with --fix-thin)",
+                    resolved.external_bases.len()
+                ),
+            ));
+        }
+        let odb = odb.ok_or_else(|| Error::BadName("a thin pack needs a repository".into()))?;
+        let (sum, added) = append_bases(
+            &tmp_path,
+            parsed.len,
+            parsed.entries.len(),
+            &resolved.external_bases,
+            odb,
+        )?;
+        checksum = sum;
+        appended = added.len() as u32;
+        index.extend(added);
+    }
+    let objects = u32::try_from(index.len())
+        .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
+
+    let hex = hex(&checksum);
+    let pack_path = pack_dir.join(format!("pack-{hex}.pack"));
+    let idx_path = pack_dir.join(format!("pack-{hex}.idx"));
+    let idx_bytes = encode_v2(&mut index, &checksum);
+    // Index positions in pack order, for a .rev.
+    let mut by_offset: Vec<(u64, u32)> = index
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.offset, i as u32))
+        .collect();
+    by_offset.sort_unstable();
+    let pack_order = by_offset.into_iter().map(|(_, i)| i).collect();
+
+    let existed = pack_path.exists() && idx_path.exists();
+    if !existed {
+        std::fs::rename(&tmp_path, &pack_path).map_err(io(&pack_path))?;
+        guard.0 = None;
+        let idx_tmp = pack_dir.join(temp_name("idx"));
+        let idx_guard = TempFile(Some(idx_tmp.clone()));
+        let mut f = File::create(&idx_tmp).map_err(io(&idx_tmp))?;
+        f.write_all(&idx_bytes).map_err(io(&idx_tmp))?;
+        f.sync_all().map_err(io(&idx_tmp))?;
+        drop(f);
+        std::fs::rename(&idx_tmp, &idx_path).map_err(io(&idx_path))?;
+        std::mem::forget(idx_guard);
+        if let Ok(dir) = File::open(pack_dir) {
+            let _ = dir.sync_all();
+        }
+    }
+    Ok(Ingested {
+        hex,
+        pack_path,
+        idx_path,
+        objects,
+        appended,
+        deltas: parsed
+            .entries
+            .iter()
+            .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
+            .count() as u32,
+        existed,
+        pack_order,
+    })
+}
+
+/// Appends `bases` (read from `odb`) as whole objects to the pack at `path` (`len` bytes,
+/// `count` entries), rewriting its object count and trailer. Returns the new checksum and the
+/// appended entries.
+fn append_bases(
+    path: &Path,
+    len: u64,
+    count: usize,
+    bases: &[ObjectId],
+    odb: &ObjectDb,
+) -> Result<([u8; 20], Vec<IndexEntry>)> {
+    let e = io(path);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(&e)?;
+    file.set_len(len - 20).map_err(&e)?;
+    file.seek(SeekFrom::End(0)).map_err(&e)?;
+    let mut offset = len - 20;
+    let mut added = Vec::with_capacity(bases.len());
+    let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+    {
+        let mut out = BufWriter::new(&mut file);
+        for id in bases {
+            let object = odb
+                .read(id)?
+                .ok_or_else(|| Error::BadName(format!("the thin pack's base {id} vanished")))?;
+            let mut entry = Vec::with_capacity(16);
+            push_type_and_size(&mut entry, pack_type(object.kind), object.data.len() as u64);
+            let mut compressed = vec![0u8; compressor.zlib_compress_bound(object.data.len())];
+            let n = compressor
+                .zlib_compress(&object.data, &mut compressed)
+                .map_err(|err| Error::BadName(format!("compressing {id}: {err}")))?;
+            entry.extend_from_slice(&compressed[..n]);
+            out.write_all(&entry).map_err(&e)?;
+            added.push(IndexEntry {
+                id: *id,
+                offset,
+                crc32: crc32fast::hash(&entry),
+            });
+            offset += entry.len() as u64;
+        }
+        out.flush().map_err(&e)?;
+    }
+    let total = u32::try_from(count + bases.len())
+        .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
+    file.seek(SeekFrom::Start(8)).map_err(&e)?;
+    file.write_all(&total.to_be_bytes()).map_err(&e)?;
+    // The trailer covers every byte: hash the file again from the start.
+    file.seek(SeekFrom::Start(0)).map_err(&e)?;
+    let mut hash = sha1::Sha1::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(&e)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+    }
+    let sum: [u8; 20] = hash.finalize().into();
+    file.seek(SeekFrom::End(0)).map_err(&e)?;
+    file.write_all(&sum).map_err(&e)?;
+    file.sync_all().map_err(&e)?;
+    Ok((sum, added))
+}

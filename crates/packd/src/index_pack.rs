@@ -1,0 +1,132 @@
+//! `packd index-pack`: take in a pack (from stdin into a repository, or a pack file in place),
+//! resolve its deltas on all cores and write its index, as `git index-pack` does.
+
+use anyhow::{bail, Context, Result};
+use packd_odb::pack::data::input::InputLimits;
+use packd_odb::pack::ingest::{index_pack, IngestOptions};
+use packd_odb::{Repository, RepositoryOptions};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `packd index-pack`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Read the pack from stdin and store it in the repository's objects/pack.
+    #[arg(long)]
+    stdin: bool,
+    /// Complete a thin pack with the bases it lacks, from the repository.
+    #[arg(long)]
+    fix_thin: bool,
+    /// Also write a reverse index (.rev) next to the index.
+    #[arg(long)]
+    rev_index: bool,
+    /// Show progress on stderr.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Refuse packs declaring more objects than this.
+    #[arg(long, value_name = "N")]
+    max_objects: Option<u32>,
+    /// A pack file to index in place (its .idx is written next to it).
+    pack: Option<PathBuf>,
+}
+
+/// Runs `packd index-pack` from `dir`.
+pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
+    let limits = InputLimits {
+        max_objects: args.max_objects.unwrap_or(u32::MAX),
+        ..InputLimits::default()
+    };
+    let options = IngestOptions {
+        fix_thin: args.fix_thin,
+        limits,
+    };
+    let verbose = args.verbose;
+    let mut last = std::time::Instant::now();
+    let mut progress = |stage: &str, done: u64, total: u64| {
+        if verbose && (done == total || last.elapsed().as_millis() >= 200) {
+            last = std::time::Instant::now();
+            eprint!(
+                "\r{stage}: {done}/{total}{}",
+                if done == total { "\n" } else { "" }
+            );
+        }
+    };
+    let (ingested, repo_for_rev) = match (&args.pack, args.stdin) {
+        (Some(_), true) => bail!("give either --stdin or a pack file, not both"),
+        (None, false) => bail!("nothing to index: give --stdin or a pack file"),
+        (None, true) => {
+            let repo = Repository::discover(dir, &RepositoryOptions::default())?;
+            let pack_dir = repo.git_dir().join("objects").join("pack");
+            let stdin = std::io::stdin();
+            let mut input = stdin.lock();
+            let ingested = index_pack(
+                &mut input,
+                &pack_dir,
+                Some(repo.objects()),
+                &options,
+                &mut progress,
+            )?;
+            (ingested, Some(repo))
+        }
+        (Some(pack), false) => {
+            if args.fix_thin {
+                bail!("--fix-thin needs --stdin");
+            }
+            let pack = dir.join(pack);
+            let mut file = std::fs::File::open(&pack)
+                .with_context(|| format!("cannot open {}", pack.display()))?;
+            let scratch = tempdir_next_to(&pack)?;
+            let result = index_pack(&mut file, &scratch, None, &options, &mut progress);
+            let ingested = match result {
+                Ok(i) => i,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    return Err(e.into());
+                }
+            };
+            // The copy served for resolving; the index goes next to the original.
+            let idx = pack.with_extension("idx");
+            std::fs::rename(&ingested.idx_path, &idx)
+                .with_context(|| format!("cannot write {}", idx.display()))?;
+            let _ = std::fs::remove_dir_all(&scratch);
+            println!("{}", ingested.hex);
+            if args.rev_index {
+                write_rev(
+                    &pack.with_extension("rev"),
+                    &ingested.pack_order,
+                    &ingested.hex,
+                )?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if args.rev_index && !ingested.existed {
+        write_rev(
+            &ingested.pack_path.with_extension("rev"),
+            &ingested.pack_order,
+            &ingested.hex,
+        )?;
+    }
+    drop(repo_for_rev);
+    println!("pack\t{}", ingested.hex);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A scratch directory beside `pack` for the copy made while indexing.
+fn tempdir_next_to(pack: &Path) -> Result<PathBuf> {
+    let parent = pack.parent().unwrap_or(Path::new("."));
+    let dir = parent.join(format!(".packd-index-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn write_rev(path: &Path, order: &[u32], hex: &str) -> Result<()> {
+    let checksum: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
+        .collect();
+    let bytes = packd_reach::rev_index::encode(order, &checksum)?;
+    let tmp = path.with_extension("rev.tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
