@@ -26,6 +26,9 @@ pub struct Resolved {
 /// Looks up an object outside the pack: its kind and content.
 pub type ExternalBase<'a> = dyn Fn(&ObjectId) -> Result<Option<(ObjectKind, Vec<u8>)>> + Sync + 'a;
 
+/// An entry resolved: its position, id and kind.
+type Done = (u32, ObjectId, ObjectKind);
+
 struct Children {
     /// (base offset, child entry), sorted.
     by_offset: Vec<(u64, u32)>,
@@ -67,7 +70,7 @@ fn resolve_tree(
     entries: &[InputEntry],
     children: &Children,
     root: (Option<u64>, ObjectId, ObjectKind, Vec<u8>),
-) -> Result<Vec<(u32, ObjectId, ObjectKind)>> {
+) -> Result<Vec<Done>> {
     let mut out = Vec::new();
     // Frames of the depth-first walk: a resolved object and the children still to do.
     let (offset, id, kind, data) = root;
@@ -128,7 +131,7 @@ pub fn resolve(
         .filter(|&i| matches!(entries[i as usize].kind, EntryKind::Base(_)))
         .collect();
     let mut objects: Vec<Option<(ObjectId, ObjectKind)>> = vec![None; entries.len()];
-    let resolved: Vec<Vec<(u32, ObjectId, ObjectKind)>> = roots
+    let resolved: Vec<Vec<Done>> = roots
         .par_iter()
         .map(|&r| {
             let entry = &entries[r as usize];
@@ -167,7 +170,7 @@ pub fn resolve(
     outside.dedup();
     let mut external_bases = Vec::new();
     if let (Some(external), false) = (external, outside.is_empty()) {
-        let found: Vec<Option<(ObjectId, Vec<(u32, ObjectId, ObjectKind)>)>> = outside
+        let found: Vec<Option<(ObjectId, Vec<Done>)>> = outside
             .par_iter()
             .map(|base| {
                 // A base that is itself a delta of this pack would have been resolved above.

@@ -22,7 +22,7 @@ const LARGE_OFFSET: u64 = 0x7fff_ffff;
 /// The `.idx` bytes for `entries` (any order; sorted here) of the pack whose trailer is
 /// `pack_checksum`.
 pub fn encode_v2(entries: &mut [IndexEntry], pack_checksum: &[u8; 20]) -> Vec<u8> {
-    entries.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    entries.sort_unstable_by_key(|e| e.id);
     let n = entries.len();
     let mut out = Vec::with_capacity(8 + 1024 + n * 28 + 40);
     out.extend_from_slice(b"\xfftOc");
