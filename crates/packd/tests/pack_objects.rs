@@ -1,0 +1,652 @@
+//! `packd pack-objects` (pack generation: `PackServer::plan`/`write`/`shallow`) checked by stock
+//! git. One history (three imports, branches, a merge, annotated tags including a tag of a tag,
+//! a tag of a tree and a tag of a blob, a lightweight tag) is served from three layouts: one
+//! pack with a bitmap (`repack -adb`), one pack without (`repack -ad`), and two fast-import
+//! packs plus loose objects. For many (wants, haves) pairs the pack is indexed by
+//! `git index-pack` into a repository holding the haves (with `--fix-thin` for thin packs) and
+//! its objects compared with `git rev-list --objects` (exactly with a bitmap, at least the
+//! needed objects when walking); `git fsck --strict` and `git verify-pack` must pass, the
+//! wants must be connected, `--no-ofs-delta` packs must hold no ofs-delta. Also: a full clone
+//! of the bitmapped layout is its pack file byte for byte; `--include-tag` against
+//! `git pack-objects --include-tag`; filters against `git rev-list --filter`; `--depth` against
+//! `git clone --depth`; a shallow client's fetch and deepening; bad revisions and a damaged
+//! pack entry.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex, Weak};
+
+type Ids = BTreeSet<String>;
+
+/// How a layout stores the history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// (a) `git repack -adb`: one pack and its bitmap.
+    Bitmap,
+    /// (b) `git repack -ad`: one pack, no bitmap.
+    OnePack,
+    /// (c) two fast-import packs plus loose objects, no bitmap.
+    Mixed,
+}
+
+struct Fixture {
+    sb: Sandbox,
+    bitmap: Repo,
+    one_pack: Repo,
+    mixed: Repo,
+}
+
+impl Fixture {
+    fn repo(&self, layout: Layout) -> &Repo {
+        match layout {
+            Layout::Bitmap => &self.bitmap,
+            Layout::OnePack => &self.one_pack,
+            Layout::Mixed => &self.mixed,
+        }
+    }
+
+    /// The id of `rev` (any git revision syntax).
+    fn rev(&self, rev: &str) -> String {
+        self.mixed
+            .git_str(&["rev-parse", "--verify", "--end-of-options", rev])
+    }
+}
+
+/// Runs git in `repo` with author and committer dates set to `time`.
+fn git_at(repo: &Repo, time: u64, args: &[&str], stdin: Option<&[u8]>) -> String {
+    let mut cmd = repo.git_cmd();
+    let date = format!("{time} +0000");
+    cmd.env("GIT_AUTHOR_DATE", &date)
+        .env("GIT_COMMITTER_DATE", &date)
+        .args(args);
+    let run = run_cmd(cmd, stdin, GIT_TIMEOUT);
+    run.assert_success();
+    run.out().trim().to_string()
+}
+
+/// Copies the directory `from` to `to` (which must not exist).
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp -a {from:?} {to:?}");
+}
+
+/// Builds the history in `mixed` (two fast-import packs, then loose objects), and the two
+/// repacked copies.
+fn build() -> Fixture {
+    let sb = Sandbox::new();
+    let mixed = sb.init_bare("mixed");
+    let mut gen = HistoryGen::new(0x9ac4, 8, 40);
+
+    // Import 1: main (120 commits, with a large and a tiny file early on), side from main[60],
+    // annotated v1 on main[50].
+    let mut fi = FastImport::with_time(1_700_000_000);
+    let mut main = gen.commits(&mut fi, "refs/heads/main", 10, false);
+    let mut rng = Rng::new(7);
+    let big: String = (0..400).map(|_| random_line(&mut rng) + "\n").collect();
+    main.push(fi.commit(
+        "refs/heads/main",
+        None,
+        "big and tiny files\n",
+        &[inline("assets/big.txt", big), inline("tiny.txt", "tiny\n")],
+    ));
+    main.extend(gen.commits(&mut fi, "refs/heads/main", 110, false));
+    fi.commit(
+        "refs/heads/side",
+        Some(&format!(":{}", main[60])),
+        "fork side\n",
+        &[inline("side/start.txt", "side\n")],
+    );
+    gen.commits(&mut fi, "refs/heads/side", 25, false);
+    fi.tag("v1", &format!(":{}", main[50]), "release 1\n");
+    mixed.fast_import(&fi.finish());
+
+    // Import 2: topic from main's tip, 50 more commits on main, annotated v2.
+    let main_tip = mixed.git_str(&["rev-parse", "main"]);
+    let mut fi = FastImport::with_time(1_700_100_000);
+    fi.commit(
+        "refs/heads/topic",
+        Some(&main_tip),
+        "fork topic\n",
+        &[inline("topic/start.txt", "topic\n")],
+    );
+    gen.commits(&mut fi, "refs/heads/topic", 15, false);
+    let main2 = gen.commits(&mut fi, "refs/heads/main", 50, true);
+    fi.tag("v2", &format!(":{}", main2[20]), "release 2\n");
+    mixed.fast_import(&fi.finish());
+    assert_eq!(mixed.packs().len(), 2);
+
+    // Merge topic into main (a loose commit).
+    let tree = mixed.git_str(&["rev-parse", "main^{tree}"]);
+    let merge = git_at(
+        &mixed,
+        1_700_200_000,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            "main",
+            "-p",
+            "topic",
+            "-m",
+            "merge topic",
+        ],
+        None,
+    );
+    mixed.git(&["update-ref", "refs/heads/main", &merge]);
+    mixed.git(&["update-ref", "refs/heads/merge", &merge]);
+
+    // Import 3 (exploded into loose objects below): 30 more commits on main, 10 on side.
+    let packs_before = mixed.packs();
+    let mut fi = FastImport::with_time(1_700_300_000);
+    gen.commits(&mut fi, "refs/heads/main", 30, true);
+    gen.commits(&mut fi, "refs/heads/side", 10, true);
+    mixed.fast_import(&fi.finish());
+    let third: Vec<_> = mixed
+        .packs()
+        .into_iter()
+        .filter(|p| !packs_before.contains(p))
+        .collect();
+    assert_eq!(third.len(), 1);
+    let pack_bytes = std::fs::read(&third[0]).unwrap();
+    std::fs::remove_file(&third[0]).unwrap();
+    std::fs::remove_file(third[0].with_extension("idx")).unwrap();
+    mixed.git_stdin(&["unpack-objects", "-q"], &pack_bytes);
+
+    // Tags made by git (loose): on a commit, a tag of that tag, a tag of a tree only it
+    // reaches, a tag of a blob of main's tip; a lightweight tag; a branch at main~20.
+    let t = 1_700_400_000;
+    git_at(
+        &mixed,
+        t,
+        &["tag", "-a", "-m", "release 3", "v3", "main~5"],
+        None,
+    );
+    git_at(
+        &mixed,
+        t,
+        &[
+            "-c",
+            "advice.nestedTag=false",
+            "tag",
+            "-a",
+            "-m",
+            "outer",
+            "v3-outer",
+            "v3",
+        ],
+        None,
+    );
+    let lone_blob = mixed.git_stdin(
+        &["hash-object", "-w", "--stdin"],
+        b"a blob only a tagged tree holds\n",
+    );
+    let lone_blob = String::from_utf8(lone_blob).unwrap().trim().to_string();
+    let lone_tree = mixed.git_stdin(
+        &["mktree"],
+        format!("100644 blob {lone_blob}\tlone.txt\n").as_bytes(),
+    );
+    let lone_tree = String::from_utf8(lone_tree).unwrap().trim().to_string();
+    git_at(
+        &mixed,
+        t,
+        &["tag", "-a", "-m", "a tree", "tree-tag", &lone_tree],
+        None,
+    );
+    let tip_blob = mixed.git_str(&["rev-parse", "main:tiny.txt"]);
+    git_at(
+        &mixed,
+        t,
+        &["tag", "-a", "-m", "a blob", "blob-tag", &tip_blob],
+        None,
+    );
+    mixed.git(&["update-ref", "refs/tags/light", "main~7"]);
+    mixed.git(&["update-ref", "refs/heads/old", "main~20"]);
+    assert_eq!(mixed.packs().len(), 2);
+    assert!(mixed.loose_count() > 100, "import 3 is loose");
+
+    let bitmap = Repo {
+        path: sb.path().join("bitmap"),
+        git_dir: sb.path().join("bitmap"),
+        home: sb.home.clone(),
+    };
+    copy_dir(&mixed.path, &bitmap.path);
+    bitmap.git(&["repack", "-adbq"]);
+    let one_pack = Repo {
+        path: sb.path().join("one-pack"),
+        git_dir: sb.path().join("one-pack"),
+        home: sb.home.clone(),
+    };
+    copy_dir(&mixed.path, &one_pack.path);
+    one_pack.git(&["repack", "-adq"]);
+    assert_eq!(bitmap.packs().len(), 1);
+    assert!(bitmap.packs()[0].with_extension("bitmap").exists());
+    assert_eq!(one_pack.packs().len(), 1);
+    Fixture {
+        sb,
+        bitmap,
+        one_pack,
+        mixed,
+    }
+}
+
+/// The fixture, built once for the tests running at the same time (and removed when the last
+/// of them is done).
+fn fixture() -> Arc<Fixture> {
+    static SHARED: Mutex<Weak<Fixture>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = shared.upgrade() {
+        return f;
+    }
+    let f = Arc::new(build());
+    *shared = Arc::downgrade(&f);
+    f
+}
+
+// ---------------------------------------------------------------------------------------------
+// Oracles and pack inspection
+// ---------------------------------------------------------------------------------------------
+
+/// The first word of each line.
+fn id_set(out: &[u8]) -> Ids {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `git rev-list --objects EXTRA... <wants> --not <haves>` in `repo`.
+fn rev_list(repo: &Repo, extra: &[&str], wants: &[String], haves: &[String]) -> Ids {
+    let mut input = String::new();
+    for w in wants {
+        input.push_str(w);
+        input.push('\n');
+    }
+    for h in haves {
+        input.push('^');
+        input.push_str(h);
+        input.push('\n');
+    }
+    let mut args = vec!["rev-list", "--objects"];
+    args.extend_from_slice(extra);
+    args.push("--stdin");
+    id_set(&repo.git_stdin(&args, input.as_bytes()))
+}
+
+/// Objects reachable from `wants` that `haves` do not reach (what a client with the haves'
+/// whole history needs).
+fn exact(repo: &Repo, wants: &[String], haves: &[String]) -> Ids {
+    let want = rev_list(repo, &[], wants, &[]);
+    if haves.is_empty() {
+        return want;
+    }
+    let have = rev_list(repo, &[], haves, &[]);
+    want.difference(&have).cloned().collect()
+}
+
+fn show(ids: &Ids) -> String {
+    let v: Vec<&str> = ids.iter().take(12).map(|s| s.as_str()).collect();
+    format!("{} objects: {}", ids.len(), v.join(" "))
+}
+
+/// What `packd pack-objects` printed and wrote.
+struct Produced {
+    pack: Vec<u8>,
+    count: u32,
+    /// packd's stderr (the summary line, logs).
+    stderr: String,
+}
+
+/// Runs `packd pack-objects FLAGS` with `wants` and `^haves` on stdin; checks the pack's
+/// header, trailer and the summary line.
+fn pack_objects(repo: &Repo, flags: &[&str], wants: &[String], haves: &[String]) -> Produced {
+    pack_objects_env(repo, flags, wants, haves, &[])
+}
+
+fn pack_objects_env(
+    repo: &Repo,
+    flags: &[&str],
+    wants: &[String],
+    haves: &[String],
+    env: &[(&str, &str)],
+) -> Produced {
+    let mut input = String::new();
+    for w in wants {
+        input.push_str(w);
+        input.push('\n');
+    }
+    for h in haves {
+        input.push('^');
+        input.push_str(h);
+        input.push('\n');
+    }
+    let mut cmd = Command::new(PACKD);
+    apply_env(&mut cmd, &repo.home);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.arg("-C")
+        .arg(&repo.path)
+        .arg("pack-objects")
+        .args(flags);
+    let run = run_cmd(cmd, Some(input.as_bytes()), PACKD_TIMEOUT);
+    run.assert_no_crash().assert_success();
+    let pack = run.stdout.clone();
+    assert!(pack.len() >= 32, "pack too short: {} bytes", pack.len());
+    assert_eq!(&pack[..4], b"PACK");
+    assert_eq!(&pack[4..8], &2u32.to_be_bytes(), "pack version 2");
+    let count = u32::from_be_bytes(pack[8..12].try_into().unwrap());
+    let n = pack.len();
+    assert_eq!(
+        sha1(&pack[..n - 20]),
+        pack[n - 20..],
+        "the pack trailer is the SHA-1 of what precedes it"
+    );
+    let stderr = run.err();
+    let summary = format!("Total {count} (delta ");
+    assert!(
+        stderr.contains(&summary) && stderr.contains(&format!(", {n} bytes")),
+        "summary line should say {count} objects and {n} bytes: {stderr}"
+    );
+    Produced {
+        pack,
+        count,
+        stderr,
+    }
+}
+
+/// A pack indexed into a repository.
+struct Indexed {
+    /// Ids in the indexed pack (for a thin pack fixed by index-pack, with the bases added).
+    ids: Ids,
+    /// Entry type numbers (1-4, 6 ofs-delta, 7 ref-delta) of the stream's entries, when the
+    /// pack was stored as it came (not thin).
+    types: Vec<u8>,
+    idx: std::path::PathBuf,
+}
+
+/// `git index-pack --stdin [--fix-thin]` in `dest`.
+fn index_pack(dest: &Repo, pack: &[u8], fix_thin: bool) -> Indexed {
+    let mut args = vec!["index-pack", "--stdin"];
+    if fix_thin {
+        args.push("--fix-thin");
+    }
+    let out = String::from_utf8(dest.git_stdin(&args, pack)).unwrap();
+    let hash = out
+        .split_whitespace()
+        .last()
+        .unwrap_or_else(|| panic!("index-pack printed no pack name: {out}"))
+        .to_string();
+    let idx = dest.pack_dir().join(format!("pack-{hash}.idx"));
+    let stored = std::fs::read(idx.with_extension("pack")).unwrap();
+    let show = dest.git_stdin(&["show-index"], &std::fs::read(&idx).unwrap());
+    let mut ids = Ids::new();
+    let mut offsets = Vec::new();
+    for line in String::from_utf8(show).unwrap().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        offsets.push(f[0].parse::<usize>().unwrap());
+        ids.insert(f[1].to_string());
+    }
+    let mut types = Vec::new();
+    if !fix_thin {
+        assert_eq!(stored, pack, "index-pack stores a complete pack as it came");
+        offsets.sort_unstable();
+        types = offsets.iter().map(|&o| (pack[o] >> 4) & 7).collect();
+    }
+    Indexed { ids, types, idx }
+}
+
+/// A fresh bare repository in `sb` holding what `haves` reach (taken from `source` with
+/// `git pack-objects`).
+fn repo_with(sb: &Sandbox, name: &str, source: &Repo, haves: &[String]) -> Repo {
+    let dest = sb.init_bare(name);
+    if !haves.is_empty() {
+        let input = lines_input(haves);
+        let pack = source.git_stdin(&["pack-objects", "--revs", "--stdout", "-q"], &input);
+        dest.git_stdin(&["index-pack", "--stdin"], &pack);
+    }
+    dest
+}
+
+fn count_type(types: &[u8], t: u8) -> usize {
+    types.iter().filter(|&&x| x == t).count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Object sets for (wants, haves) pairs
+// ---------------------------------------------------------------------------------------------
+
+struct Case {
+    name: &'static str,
+    wants: Vec<String>,
+    /// Haves, including some the server does not have.
+    haves: Vec<String>,
+}
+
+/// An id no repository here has.
+const UNKNOWN: &str = "1234567890abcdef1234567890abcdef12345678";
+
+fn cases(fx: &Fixture) -> Vec<Case> {
+    let r = |s: &str| fx.rev(s);
+    let all_refs: Vec<String> =
+        String::from_utf8(fx.mixed.git(&["for-each-ref", "--format=%(objectname)"]))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+    vec![
+        Case {
+            name: "full clone (every ref)",
+            wants: all_refs,
+            haves: vec![],
+        },
+        Case {
+            name: "main vs main~1",
+            wants: vec![r("main")],
+            haves: vec![r("main~1")],
+        },
+        Case {
+            name: "main vs main~10",
+            wants: vec![r("main")],
+            haves: vec![r("main~10")],
+        },
+        Case {
+            name: "main vs main~100",
+            wants: vec![r("main")],
+            haves: vec![r("main~100")],
+        },
+        Case {
+            name: "main and side vs old and side~5",
+            wants: vec![r("main"), r("side"), r("topic")],
+            haves: vec![r("old"), r("side~5")],
+        },
+        Case {
+            name: "the merge vs its first parent",
+            wants: vec![r("merge")],
+            haves: vec![r("merge^1")],
+        },
+        Case {
+            name: "unknown haves are ignored",
+            wants: vec![r("main")],
+            haves: vec![UNKNOWN.to_string(), r("main~10")],
+        },
+        Case {
+            name: "only unknown haves",
+            wants: vec![r("side")],
+            haves: vec![UNKNOWN.to_string()],
+        },
+        Case {
+            name: "annotated tag and tag of a tag",
+            wants: vec![r("v3-outer"), r("v2")],
+            haves: vec![r("v1^{commit}")],
+        },
+        Case {
+            name: "tags of a tree and of a blob",
+            wants: vec![r("tree-tag"), r("blob-tag")],
+            haves: vec![r("main~1")],
+        },
+        Case {
+            name: "side vs main (other branch)",
+            wants: vec![r("side")],
+            haves: vec![r("main")],
+        },
+        Case {
+            name: "nothing new",
+            wants: vec![r("main~3")],
+            haves: vec![r("main")],
+        },
+    ]
+}
+
+/// The haves `repo` has.
+fn known(repo: &Repo, haves: &[String]) -> Vec<String> {
+    haves
+        .iter()
+        .filter(|h| repo.git_run(&["cat-file", "-e", h], None).success())
+        .cloned()
+        .collect()
+}
+
+/// Checks one case in one layout (thin or not, ofs-delta or not).
+fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, n: usize) {
+    let repo = fx.repo(layout);
+    let ctx = format!("{layout:?} / {} / thin={thin} ofs={ofs}", case.name);
+    let mut flags = Vec::new();
+    if thin {
+        flags.push("--thin");
+    }
+    if !ofs {
+        flags.push("--no-ofs-delta");
+    }
+    let produced = pack_objects(repo, &flags, &case.wants, &case.haves);
+    assert!(
+        !produced.stderr.contains("WARN"),
+        "{ctx}: warnings: {}",
+        produced.stderr
+    );
+    let haves = known(repo, &case.haves);
+    let expected = exact(repo, &case.wants, &haves);
+    let reach = rev_list(repo, &[], &case.wants, &[]);
+    if layout == Layout::Bitmap && !haves.is_empty() {
+        let git = rev_list(repo, &["--use-bitmap-index"], &case.wants, &haves);
+        assert_eq!(
+            git, expected,
+            "{ctx}: git's bitmap answer is the set difference"
+        );
+    }
+    let dest = repo_with(&fx.sb, &format!("dest-{n}"), &fx.mixed, &haves);
+    let indexed = index_pack(&dest, &produced.pack, thin);
+    if thin {
+        // The fixed pack holds what was sent plus bases the client has; the sent count is the
+        // header's.
+        let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
+        assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+        if layout == Layout::Bitmap {
+            assert_eq!(
+                produced.count as usize,
+                expected.len(),
+                "{ctx}: a bitmap count sends exactly the difference"
+            );
+        } else {
+            assert!(produced.count as usize >= expected.len());
+            assert!(produced.count as usize <= reach.len());
+        }
+    } else {
+        let ids = &indexed.ids;
+        assert_eq!(
+            ids.len(),
+            produced.count as usize,
+            "{ctx}: distinct objects"
+        );
+        if layout == Layout::Bitmap {
+            let extra: Ids = ids.difference(&expected).cloned().collect();
+            let missing: Ids = expected.difference(ids).cloned().collect();
+            assert!(
+                extra.is_empty() && missing.is_empty(),
+                "{ctx}: pack has extra {} and lacks {}",
+                show(&extra),
+                show(&missing)
+            );
+        } else {
+            let missing: Ids = expected.difference(ids).cloned().collect();
+            assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+            let foreign: Ids = ids.difference(&reach).cloned().collect();
+            assert!(
+                foreign.is_empty(),
+                "{ctx}: pack has objects the wants do not reach: {}",
+                show(&foreign)
+            );
+        }
+        dest.git(&["verify-pack", indexed.idx.to_str().unwrap()]);
+        if !ofs {
+            assert_eq!(
+                count_type(&indexed.types, OBJ_OFS_DELTA),
+                0,
+                "{ctx}: --no-ofs-delta pack has ofs-deltas"
+            );
+        }
+        assert_eq!(
+            count_type(&indexed.types, OBJ_REF_DELTA)
+                + count_type(&indexed.types, OBJ_OFS_DELTA)
+                + indexed
+                    .types
+                    .iter()
+                    .filter(|&&t| (1..=4).contains(&t))
+                    .count(),
+            indexed.types.len(),
+            "{ctx}: entry types"
+        );
+    }
+    // The wants are connected and the whole repository is sound.
+    dest.git_stdin(
+        &["rev-list", "--objects", "--stdin", "--quiet"],
+        &lines_input(&case.wants),
+    );
+    dest.git(&["fsck", "--strict", "--no-dangling", "--no-progress"]);
+}
+
+fn check_layout(layout: Layout) {
+    let fx = fixture();
+    let cases = cases(&fx);
+    let base = match layout {
+        Layout::Bitmap => 0,
+        Layout::OnePack => 1000,
+        Layout::Mixed => 2000,
+    };
+    for (k, case) in cases.iter().enumerate() {
+        let n = base + 10 * k;
+        check_case(&fx, layout, case, false, true, n);
+        if !known(fx.repo(layout), &case.haves).is_empty() {
+            check_case(&fx, layout, case, true, true, n + 1);
+        }
+        if k % 3 == 0 {
+            check_case(&fx, layout, case, false, false, n + 2);
+        }
+    }
+}
+
+#[test]
+fn object_sets_bitmap_layout() {
+    check_layout(Layout::Bitmap);
+}
+
+#[test]
+fn object_sets_one_pack_layout() {
+    check_layout(Layout::OnePack);
+}
+
+#[test]
+fn object_sets_mixed_layout() {
+    check_layout(Layout::Mixed);
+}
