@@ -608,3 +608,52 @@ fn an_existing_bitmap_is_replaced() {
     );
     assert_git_verifies(&repo, &main);
 }
+
+#[test]
+fn notes_and_separate_histories_get_bitmaps_among_many_spikes() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "separate.git", 150);
+    // A notes history of a few commits, and an orphan history under a spike-like namespace
+    // (as Gerrit's refs/meta/config), neither sharing a commit with HEAD's history.
+    for rev in ["main", "main~5", "main~9", "topic"] {
+        repo.git(&[
+            "notes",
+            "--ref=refs/notes/commits",
+            "add",
+            "-m",
+            &format!("note on {rev}"),
+            rev,
+        ]);
+    }
+    let mut fi = FastImport::with_time(1_850_000_000);
+    for k in 0..4 {
+        fi.commit(
+            "refs/meta/config",
+            None,
+            &format!("config {k}\n"),
+            &[inline("project.config", format!("[k]\n\tv = {k}\n"))],
+        );
+    }
+    repo.fast_import(&fi.finish());
+    repo.git(&["-c", "repack.writeBitmaps=false", "repack", "-adq"]);
+    assert_eq!(repo.packs().len(), 1);
+    write_bitmap(&repo, &[]).assert_success();
+    let selected = bitmapped(&repo);
+    for tip in ["refs/notes/commits", "refs/meta/config"] {
+        let id = repo.git_str(&["rev-parse", tip]);
+        assert!(selected.contains(&id), "{tip} has no bitmap");
+        assert_git_verifies(&repo, &id);
+    }
+    // The notes' older commits are no spikes, and do not take the history spacing's picks.
+    let older = repo.git_str(&["rev-parse", "refs/notes/commits~1"]);
+    assert!(!selected.contains(&older));
+    // `--all` with bitmaps: git's answer equals the walk's, and packd's equals git's.
+    let args = ["rev-list", "--objects", "--count", "--all"];
+    let walked = repo.git_str(&args);
+    let mut with = args.to_vec();
+    with.insert(1, "--use-bitmap-index");
+    assert_eq!(repo.git_str(&with), walked);
+    let packd = repo.packd(&with, None);
+    packd.assert_success();
+    assert_eq!(packd.out().trim(), walked);
+}

@@ -29,6 +29,13 @@
 //!    covered too.
 //! 4. **Heavy fork points**: the [`MAX_FORK_BITMAPS`] fork points with the most spikes (at
 //!    least [`MIN_FORK_WEIGHT`]) that still have no bitmap get one.
+//! 5. **Separate histories**: the tips of `refs/notes/*` and every tip whose history shares no
+//!    commit with `HEAD`'s (an orphan branch, `refs/meta/config`, an unrelated import) get a
+//!    bitmap whatever their number or namespace (up to [`MAX_SEPARATE_TIPS`]). No fill-in walk
+//!    from such a tip could ever land on a bitmap of the main history: without one on the tip
+//!    itself, `rev-list --all --use-bitmap-index` walks all of it (git.git's `refs/notes/amlog`
+//!    alone made git walk some 30k trees). Notes histories are left out of the main history:
+//!    their commits would take the spacing's picks from the real history.
 //!
 //! On git.git with its ~1000 tags this gives roughly 400 bitmaps; with its tens of thousands of
 //! `refs/pull/*` refs, a hundred or so more at their fork points.
@@ -52,6 +59,9 @@ pub const MAX_GAP: usize = 5_000;
 pub const MAX_FORK_BITMAPS: usize = 100;
 /// A fork point needs this many spikes to get an extra bitmap.
 pub const MIN_FORK_WEIGHT: u32 = 2;
+/// At most this many tips of separate histories (notes, histories disjoint from `HEAD`'s) get
+/// a bitmap of their own, newest first.
+pub const MAX_SEPARATE_TIPS: usize = 1_000;
 /// A spike's walk back to the main history stops after this many commits (its fork point is
 /// then unknown): spikes are short, and this bounds the work for an unrelated history.
 const MAX_SPIKE_WALK: usize = 10_000;
@@ -65,7 +75,9 @@ pub enum TipClass {
     Tag,
     /// `refs/remotes/*`.
     Remote,
-    /// Anything else: `refs/pull/*`, `refs/notes/*`, ...
+    /// `refs/notes/*`: a history of its own (see the module documentation).
+    Notes,
+    /// Anything else: `refs/pull/*`, `refs/changes/*`, ...
     Other,
 }
 
@@ -78,6 +90,8 @@ impl TipClass {
             TipClass::Tag
         } else if refname.starts_with("refs/remotes/") {
             TipClass::Remote
+        } else if refname.starts_with("refs/notes/") {
+            TipClass::Notes
         } else {
             TipClass::Other
         }
@@ -89,6 +103,8 @@ impl TipClass {
 pub(crate) struct Tip {
     pub(crate) commit: u32,
     pub(crate) class: TipClass,
+    /// Whether the ref is `HEAD` (whose history tells separate histories apart).
+    pub(crate) head: bool,
 }
 
 /// Why a commit was selected (for logs and the report).
@@ -148,11 +164,14 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
         .filter(|&c| best_class[c as usize].is_some())
         .collect();
     let few = tip_commits.len() <= FEW_TIPS;
-    let any_primary = tip_commits
-        .iter()
-        .any(|&c| best_class[c as usize] != Some(TipClass::Other));
+    let any_primary = tip_commits.iter().any(|&c| {
+        !matches!(
+            best_class[c as usize],
+            Some(TipClass::Other | TipClass::Notes)
+        )
+    });
     let is_primary = |c: u32| match best_class[c as usize] {
-        None => false,
+        None | Some(TipClass::Notes) => false,
         Some(_) if few || !any_primary => true,
         Some(class) => class != TipClass::Other,
     };
@@ -188,12 +207,36 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
         }
     }
 
+    // Separate histories: notes, and tips sharing nothing with HEAD's history (or, without
+    // HEAD, with the main history).
+    let heads: Vec<u32> = tips.iter().filter(|t| t.head).map(|t| t.commit).collect();
+    let joins = if heads.is_empty() {
+        reaches(graph, &main)
+    } else {
+        reaches(graph, &ancestors(graph, &heads))
+    };
+    let mut separate: Vec<u32> = tip_commits
+        .iter()
+        .copied()
+        .filter(|&c| best_class[c as usize] == Some(TipClass::Notes) || !joins[c as usize])
+        .collect();
+    separate.sort_by_key(|&c| {
+        (
+            std::cmp::Reverse(graph.date(c)),
+            std::cmp::Reverse(graph.rank(c)),
+        )
+    });
+    separate.truncate(MAX_SEPARATE_TIPS);
+    for &c in &separate {
+        chosen.add(c, Reason::Tip);
+    }
+
     // Spike weights at their fork points.
     let mut weight = vec![0u32; n];
     let spikes: Vec<u32> = tip_commits
         .iter()
         .copied()
-        .filter(|&c| !is_primary(c))
+        .filter(|&c| !is_primary(c) && !chosen.mask[c as usize])
         .collect();
     fork_weights(graph, &main, &spikes, &mut weight);
 
@@ -256,6 +299,45 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
         chosen.add(c, Reason::ForkPoint);
     }
     chosen.list
+}
+
+/// Every commit `starts` reach (themselves included), as a mask by commit number.
+fn ancestors(graph: &CommitGraph, starts: &[u32]) -> Vec<bool> {
+    let mut seen = vec![false; graph.len()];
+    let mut stack: Vec<u32> = Vec::with_capacity(starts.len());
+    for &c in starts {
+        if !seen[c as usize] {
+            seen[c as usize] = true;
+            stack.push(c);
+        }
+    }
+    while let Some(c) = stack.pop() {
+        for &p in graph.parents(c) {
+            if p != NONE && !seen[p as usize] {
+                seen[p as usize] = true;
+                stack.push(p);
+            }
+        }
+    }
+    seen
+}
+
+/// For each commit, whether its history (itself included) has a commit of `set`: parents
+/// first, by topological rank, so each commit is settled from its parents in one pass.
+fn reaches(graph: &CommitGraph, set: &[bool]) -> Vec<bool> {
+    let n = graph.len();
+    let mut by_rank: Vec<u32> = (0..n as u32).collect();
+    by_rank.sort_unstable_by_key(|&c| graph.rank(c));
+    let mut out = set.to_vec();
+    for c in by_rank {
+        if !out[c as usize] {
+            out[c as usize] = graph
+                .parents(c)
+                .iter()
+                .any(|&p| p != NONE && out[p as usize]);
+        }
+    }
+    out
 }
 
 /// Adds, for each spike tip, one to the weight of the main-history commits its history first
@@ -342,6 +424,8 @@ mod tests {
         assert_eq!(TipClass::of("refs/tags/v1"), TipClass::Tag);
         assert_eq!(TipClass::of("refs/remotes/o/main"), TipClass::Remote);
         assert_eq!(TipClass::of("refs/pull/1/head"), TipClass::Other);
+        assert_eq!(TipClass::of("refs/notes/amlog"), TipClass::Notes);
+        assert_eq!(TipClass::of("refs/meta/config"), TipClass::Other);
         assert!(TipClass::Branch < TipClass::Tag && TipClass::Remote < TipClass::Other);
     }
 }

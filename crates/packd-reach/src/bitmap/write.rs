@@ -263,6 +263,7 @@ pub fn write_pack_bitmap(
         tips.push(Tip {
             commit: c,
             class: TipClass::of(name),
+            head: name == "HEAD",
         });
         tip_names.entry(c).or_insert_with(|| name.clone());
     }
