@@ -14,6 +14,8 @@
 //! packd uses it for lookups (one binary search instead of one per pack); each pack's own `.idx`
 //! is still opened, for entry extents and same-pack delta bases.
 
+pub mod write;
+
 use crate::hash::{ObjectId, Prefix};
 use crate::pack::sorted_ids::SortedIds;
 use crate::{Error, Result};
