@@ -1,1 +1,266 @@
-//! Transports for packd: git smart HTTP, git:// daemon and stdio.
+//! Transports for packd: git's smart HTTP protocol and the git:// daemon protocol, serving
+//! every repository under one root directory.
+//!
+//! ```text
+//! Server::bind ── HTTP listener ──> http::serve_connection (hyper, one task per connection)
+//!             └─ git:// listener ─> daemon::serve_connection (one blocking thread each)
+//!                      both ──> paths::Root::resolve (confinement) ──> repos::RepoCache
+//!                           ──> packd_protocol::UploadPack::{advertise, serve}
+//! ```
+//!
+//! The protocol itself (pkt-lines, negotiation, the pack) is `packd-protocol`'s; this crate owns
+//! sockets, URLs, path checks, limits, timeouts and the access log.
+
+pub mod access_log;
+pub mod conn;
+pub mod daemon;
+pub mod http;
+pub mod paths;
+pub mod repos;
+
+use packd_protocol::UploadPackOptions;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The root directory is missing or unreadable.
+    #[error("root directory {path}: {source}")]
+    Root {
+        /// The root as given.
+        path: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// An address could not be parsed, resolved or bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address as given.
+        addr: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The async runtime could not be started.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// How to run the server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Directory whose repositories are served.
+    pub root: PathBuf,
+    /// Address of the smart HTTP listener (`host:port`; port 0 picks one).
+    pub listen: String,
+    /// Address of the git:// listener, if any.
+    pub git_daemon: Option<String>,
+    /// Limits and timeouts.
+    pub limits: Limits,
+    /// Most repositories kept open.
+    pub cache_capacity: usize,
+    /// upload-pack policy.
+    pub upload_pack: UploadPackOptions,
+}
+
+/// Limits that protect the server from slow, idle or greedy clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A connection with no traffic for this long is closed; each read and write of a request
+    /// in flight must progress within it.
+    pub idle_timeout: Duration,
+    /// Connections served at once (HTTP and git:// together); more get 503 or are closed.
+    pub max_connections: usize,
+    /// Largest request body accepted, before and after gzip.
+    pub max_request_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 256,
+            max_request_bytes: 100 * 1024 * 1024,
+        }
+    }
+}
+
+/// What every connection shares: the root, the repository cache and the limits.
+pub struct Shared {
+    /// The served root.
+    pub root: paths::Root,
+    /// Opened repositories.
+    pub cache: repos::RepoCache,
+    /// Limits in force.
+    pub limits: Limits,
+}
+
+/// A bound server, not yet accepting.
+pub struct Server {
+    http: TcpListener,
+    daemon: Option<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+fn bind(addr: &str) -> Result<TcpListener, ServeError> {
+    let err = |source| ServeError::Listen {
+        addr: addr.to_string(),
+        source,
+    };
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(err)?.collect();
+    let listener = TcpListener::bind(&addrs[..]).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    Ok(listener)
+}
+
+impl Server {
+    /// Checks the root and binds the listeners.
+    pub fn bind(config: &Config) -> Result<Server, ServeError> {
+        let root = paths::Root::new(&config.root).map_err(|source| ServeError::Root {
+            path: config.root.display().to_string(),
+            source,
+        })?;
+        let http = bind(&config.listen)?;
+        let daemon = config.git_daemon.as_deref().map(bind).transpose()?;
+        Ok(Server {
+            http,
+            daemon,
+            shared: Arc::new(Shared {
+                root,
+                cache: repos::RepoCache::new(config.cache_capacity, config.upload_pack.clone()),
+                limits: config.limits,
+            }),
+        })
+    }
+
+    /// The address the HTTP listener is bound to.
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    /// The address the git:// listener is bound to, if there is one.
+    pub fn daemon_addr(&self) -> Option<std::io::Result<SocketAddr>> {
+        self.daemon.as_ref().map(|l| l.local_addr())
+    }
+
+    /// Accepts and serves connections until the process ends.
+    pub fn run(self) -> Result<(), ServeError> {
+        let max = self.shared.limits.max_connections.max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .max_blocking_threads(max.saturating_add(64))
+            .thread_name("packd-serve")
+            .build()
+            .map_err(ServeError::Runtime)?;
+        runtime.block_on(async move {
+            let permits = Arc::new(Semaphore::new(max));
+            let http = tokio::net::TcpListener::from_std(self.http).map_err(|source| {
+                ServeError::Listen {
+                    addr: "http".into(),
+                    source,
+                }
+            })?;
+            let daemon = match self.daemon {
+                Some(l) => Some(tokio::net::TcpListener::from_std(l).map_err(|source| {
+                    ServeError::Listen {
+                        addr: "git".into(),
+                        source,
+                    }
+                })?),
+                None => None,
+            };
+            if let Some(daemon) = daemon {
+                tokio::spawn(accept_daemon(daemon, self.shared.clone(), permits.clone()));
+            }
+            accept_http(http, self.shared, permits).await;
+            Ok(())
+        })
+    }
+}
+
+/// Waits a little after a failed accept (out of file descriptors, usually) so as not to spin.
+async fn accept_failed(e: std::io::Error) {
+    tracing::warn!("accept failed: {e}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+async fn accept_http(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                accept_failed(e).await;
+                continue;
+            }
+        };
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    http::serve_connection(shared, stream, remote).await;
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, answering 503");
+                tokio::spawn(refuse_busy(stream));
+            }
+        }
+    }
+}
+
+/// Answers 503 on a connection beyond `--max-connections` and closes it.
+async fn refuse_busy(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "too many connections; try again later\n";
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\nServer: packd\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+async fn accept_daemon(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                accept_failed(e).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, closing");
+            drop(stream);
+            continue;
+        };
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("{remote}: {e}");
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            daemon::serve_connection(shared, stream, remote);
+            drop(permit);
+        });
+    }
+}

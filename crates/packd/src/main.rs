@@ -83,8 +83,9 @@ impl Cli {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,packd_serve::access=info")),
+            tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,packd_serve::access=info")
+            }),
         )
         .with_writer(std::io::stderr)
         .without_time()

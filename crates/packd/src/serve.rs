@@ -1,13 +1,81 @@
-//! `packd serve` (being written).
+//! `packd serve`: every repository under a directory, to git clients over smart HTTP (and,
+//! with `--git-daemon`, git://). The bound addresses are printed first on stdout (one line
+//! each, flushed), so that scripts can start it on port 0 and read where it listens.
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
+use packd_protocol::UploadPackOptions;
+use packd_serve::{Config, Limits, Server};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Arguments of `packd serve`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(
+    after_help = "Repositories: a request for /NAME serves ROOT/NAME, else ROOT/NAME.git \
+    (bare, or a work tree with .git); paths that leave ROOT (.., absolute, symlinks out) are \
+    refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP and pushes are refused. \
+    One access log line per request goes to stderr (PACKD_LOG sets the filter; default \
+    warn,packd_serve::access=info)."
+)]
+pub struct Args {
+    /// Directory whose repositories are served.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
 
-/// Runs `packd serve`.
-pub fn run(_args: &Args) -> Result<ExitCode> {
-    bail!("packd serve is not implemented yet")
+    /// Address for smart HTTP (port 0 picks a free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: String,
+
+    /// Also serve the git:// protocol on ADDR (git's port is 9418).
+    #[arg(long, value_name = "ADDR")]
+    git_daemon: Option<String>,
+
+    /// Close connections with no traffic for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    idle_timeout: u64,
+
+    /// Most connections served at once (HTTP and git:// together); more get 503 / are closed.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_connections: usize,
+
+    /// Largest request body accepted, compressed and inflated (k/m/g suffixes).
+    #[arg(long, value_name = "BYTES", default_value = "100m", value_parser = crate::parse_size)]
+    max_request_bytes: u64,
+
+    /// Most repositories kept open (indexes and bitmaps loaded) between requests.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_open_repos: usize,
+}
+
+/// Runs `packd serve` until the process is stopped.
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let config = Config {
+        root: args.root.clone(),
+        listen: args.listen.clone(),
+        git_daemon: args.git_daemon.clone(),
+        limits: Limits {
+            idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            max_request_bytes: args.max_request_bytes,
+        },
+        cache_capacity: args.max_open_repos.max(1),
+        upload_pack: UploadPackOptions::default(),
+    };
+    let server = Server::bind(&config)?;
+    let mut out = std::io::stdout().lock();
+    let http = server.http_addr().context("reading the HTTP address")?;
+    writeln!(out, "listening on http://{http}")?;
+    if let Some(addr) = server.daemon_addr() {
+        writeln!(
+            out,
+            "listening on git://{}",
+            addr.context("reading the git:// address")?
+        )?;
+    }
+    out.flush()?;
+    drop(out);
+    server.run()?;
+    Ok(ExitCode::SUCCESS)
 }

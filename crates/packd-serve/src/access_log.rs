@@ -1,0 +1,82 @@
+//! The access log: one `info` line per request on the [`TARGET`] tracing target, with the
+//! remote address, method (or `git` for git://), repository path, service or command, status,
+//! bytes sent, objects in the pack, duration, and the reason of a refusal or failure.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// The tracing target of access log lines (`PACKD_LOG=packd_serve::access=info`).
+pub const TARGET: &str = "packd_serve::access";
+
+/// One request, filled in as it is served.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// Who asked.
+    pub remote: SocketAddr,
+    /// The HTTP method, or `git` for a git:// request.
+    pub method: String,
+    /// The repository path as requested (still percent-encoded for HTTP).
+    pub repo: String,
+    /// The service (`git-upload-pack`) or the protocol command served (`fetch`, `ls-refs`).
+    pub service: String,
+    /// The HTTP status, or `ok`/`refused`/`failed` for git://.
+    pub status: String,
+    /// Bytes of response body sent.
+    pub bytes: u64,
+    /// Objects in the pack sent.
+    pub objects: u64,
+    /// Why it was refused or failed (empty when it was not).
+    pub note: String,
+    /// When the request arrived.
+    pub start: Instant,
+}
+
+/// `s` with control characters (a client may put any in a URL) shown as escapes.
+fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// Writes `line` to the log.
+pub fn write(line: &LogLine) {
+    let ms = line.start.elapsed().as_secs_f64() * 1000.0;
+    let ms = format_args!("{ms:.1}");
+    if line.note.is_empty() {
+        tracing::info!(
+            target: TARGET,
+            remote = %line.remote,
+            method = %line.method,
+            repo = %clean(&line.repo),
+            service = %clean(&line.service),
+            status = %line.status,
+            bytes = line.bytes,
+            objects = line.objects,
+            ms = ms,
+        );
+    } else {
+        tracing::info!(
+            target: TARGET,
+            remote = %line.remote,
+            method = %line.method,
+            repo = %clean(&line.repo),
+            service = %clean(&line.service),
+            status = %line.status,
+            bytes = line.bytes,
+            objects = line.objects,
+            ms = ms,
+            note = %clean(&line.note),
+        );
+    }
+}

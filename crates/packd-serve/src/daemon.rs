@@ -1,0 +1,260 @@
+//! The git:// transport (`gitprotocol-pack`, "Git Transport"): the client's first pkt-line
+//! names the service and repository (`git-upload-pack /path\0host=...\0[\0version=2\0]`), then
+//! upload-pack talks over the same connection ([`Mode::Stateful`]). Each connection is served
+//! on a blocking thread with socket read and write timeouts of the idle timeout. Pushes
+//! (`git-receive-pack`) and anything else are refused with an `ERR` pkt-line.
+
+use crate::access_log::{self, LogLine};
+use crate::Shared;
+use packd_protocol::{Mode, ProtocolVersion};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest pkt-line (git's LARGE_PACKET_MAX), which bounds the request line.
+const MAX_PKT: usize = 65520;
+
+/// The parsed first line of a git:// connection.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DaemonRequest {
+    /// `git-upload-pack`, `git-receive-pack`, ...
+    pub service: String,
+    /// The repository path as sent (`/repo.git`).
+    pub path: String,
+    /// The `host=` parameter, if any.
+    pub host: Option<String>,
+    /// Extra parameters (`version=2`), joined with `:` as in `GIT_PROTOCOL`.
+    pub extra: String,
+}
+
+/// Parses the payload of the first pkt-line.
+pub fn parse_request(payload: &[u8]) -> Result<DaemonRequest, String> {
+    let text = std::str::from_utf8(payload).map_err(|_| "request is not UTF-8".to_string())?;
+    let mut parts = text.split('\0');
+    let first = parts.next().unwrap_or("").trim_end_matches('\n');
+    let (service, path) = first
+        .split_once(' ')
+        .ok_or_else(|| format!("malformed request '{}'", first.escape_debug()))?;
+    let mut host = None;
+    let mut extra = Vec::new();
+    for item in parts {
+        if let Some(h) = item.strip_prefix("host=") {
+            if host.is_none() {
+                host = Some(h.to_string());
+                continue;
+            }
+        }
+        if item.contains('=') {
+            extra.push(item);
+        }
+    }
+    Ok(DaemonRequest {
+        service: service.to_string(),
+        path: path.to_string(),
+        host,
+        extra: extra.join(":"),
+    })
+}
+
+/// Reads one pkt-line's payload (bounded), or `None` for a flush or end of input.
+fn read_pkt(input: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
+    let mut head = [0u8; 4];
+    match input.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|h| usize::from_str_radix(h, 16).ok())
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "bad pkt-line length")
+        })?;
+    if len == 0 {
+        return Ok(None);
+    }
+    if !(4..=MAX_PKT).contains(&len) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad pkt-line length {len}"),
+        ));
+    }
+    let mut payload = vec![0u8; len - 4];
+    input.read_exact(&mut payload)?;
+    Ok(Some(payload))
+}
+
+/// Sends `ERR <message>` as a pkt-line.
+fn send_err(out: &mut impl Write, message: &str) {
+    let line = format!("ERR {message}\n");
+    let line = &line[..line.len().min(MAX_PKT - 4)];
+    let _ = write!(out, "{:04x}{line}", line.len() + 4);
+    let _ = out.flush();
+}
+
+/// A writer that counts the bytes it passes on.
+struct Counting<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(data)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Serves one git:// connection to its end (blocking).
+pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAddr) {
+    let idle = shared.limits.idle_timeout;
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(idle));
+    let _ = stream.set_write_timeout(Some(idle));
+    let _ = stream.set_nodelay(true);
+    let mut log = LogLine {
+        remote,
+        method: "git".into(),
+        repo: String::new(),
+        service: String::new(),
+        status: "refused".into(),
+        bytes: 0,
+        objects: 0,
+        note: String::new(),
+        start: Instant::now(),
+    };
+    let mut reader = match stream.try_clone() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("{remote}: cannot clone the socket: {e}");
+            return;
+        }
+    };
+    let mut writer = Counting {
+        inner: BufWriter::with_capacity(64 * 1024, stream),
+        bytes: 0,
+    };
+    let request = match read_pkt(&mut reader) {
+        Ok(Some(payload)) => parse_request(&payload),
+        Ok(None) => Err("no request".to_string()),
+        Err(e) => Err(format!("reading the request: {e}")),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            send_err(&mut writer, &e);
+            log.note = e;
+            access_log::write(&log);
+            return;
+        }
+    };
+    log.repo = request.path.clone();
+    log.service = request.service.clone();
+    match request.service.as_str() {
+        "git-upload-pack" => {}
+        "git-receive-pack" => {
+            let message = "pushing is not enabled on this server";
+            send_err(&mut writer, message);
+            log.note = message.into();
+            access_log::write(&log);
+            return;
+        }
+        other => {
+            let message = format!("service '{}' is not enabled", other.escape_debug());
+            send_err(&mut writer, &message);
+            log.note = message;
+            access_log::write(&log);
+            return;
+        }
+    }
+    let git_dir = match shared.root.resolve(&request.path) {
+        Ok(d) => d,
+        Err(e) => {
+            let message = format!("{}: {e}", request.path.escape_debug());
+            send_err(&mut writer, &message);
+            log.note = message;
+            access_log::write(&log);
+            return;
+        }
+    };
+    let upload = match shared.cache.get(&git_dir) {
+        Ok(u) => u,
+        Err(e) => {
+            let message = format!("cannot open the repository: {e}");
+            send_err(&mut writer, &message);
+            log.status = "failed".into();
+            log.note = message;
+            access_log::write(&log);
+            return;
+        }
+    };
+    let version = ProtocolVersion::from_git_protocol(Some(&request.extra));
+    let cancel = AtomicBool::new(false);
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let result = upload
+        .advertise(version, Mode::Stateful, &mut writer)
+        .and_then(|()| writer.flush().map_err(Into::into))
+        .and_then(|()| upload.serve(version, Mode::Stateful, &mut reader, &mut writer, &cancel));
+    let flushed = writer.flush();
+    log.bytes = writer.bytes;
+    match result {
+        Ok(stats) => {
+            log.status = "ok".into();
+            log.service = stats.command.to_string();
+            log.objects = stats.objects;
+            if let Err(e) = flushed {
+                log.status = "failed".into();
+                log.note = format!("client gone: {e}");
+            }
+        }
+        Err(e) => {
+            log.status = "failed".into();
+            log.note = e.to_string();
+        }
+    }
+    access_log::write(&log);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse() {
+        let r = parse_request(b"git-upload-pack /a.git\0host=h:9418\0\0version=2\0").unwrap();
+        assert_eq!(r.service, "git-upload-pack");
+        assert_eq!(r.path, "/a.git");
+        assert_eq!(r.host.as_deref(), Some("h:9418"));
+        assert_eq!(r.extra, "version=2");
+        assert_eq!(
+            ProtocolVersion::from_git_protocol(Some(&r.extra)),
+            ProtocolVersion::V2
+        );
+        let r = parse_request(b"git-upload-pack /b\0host=h\0").unwrap();
+        assert_eq!(r.extra, "");
+        let r = parse_request(b"git-upload-pack /c\n").unwrap();
+        assert_eq!(r.path, "/c");
+        assert!(parse_request(b"nonsense").is_err());
+        assert!(parse_request(&[0xff, 0x20]).is_err());
+    }
+
+    #[test]
+    fn pkt_bounds() {
+        assert_eq!(read_pkt(&mut &b"0000"[..]).unwrap(), None);
+        assert_eq!(read_pkt(&mut &b""[..]).unwrap(), None);
+        assert_eq!(
+            read_pkt(&mut &b"0008abcd"[..]).unwrap(),
+            Some(b"abcd".to_vec())
+        );
+        assert!(read_pkt(&mut &b"0003"[..]).is_err());
+        assert!(read_pkt(&mut &b"ffff"[..]).is_err());
+        assert!(read_pkt(&mut &b"zzzz"[..]).is_err());
+        assert!(read_pkt(&mut &b"0010abc"[..]).is_err());
+    }
+}

@@ -1,0 +1,679 @@
+//! git's smart HTTP protocol (`gitprotocol-http`) over hyper: the ref advertisement at
+//! `GET /<repo>/info/refs?service=git-upload-pack` and one upload-pack request per
+//! `POST /<repo>/git-upload-pack`, the response streamed as the pack is written.
+//!
+//! The request body is read whole (bounded by `max_request_bytes`, before and after gzip), then
+//! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: 64 KiB chunks go
+//! through a bounded channel into the response body, so memory stays bounded and a client that
+//! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
+//! cancel flag. Dumb HTTP and pushes are refused with 403 and a plain-text reason.
+
+use crate::access_log::{self, LogLine};
+use crate::conn::{Activity, BusyGuard, IdleIo};
+use crate::paths::PathError;
+use crate::Shared;
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use packd_protocol::{Mode, ProtocolVersion, UploadPack};
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// The response body type: a whole buffer or a stream from upload-pack.
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Size of the chunks upload-pack's output is sent in.
+const CHUNK: usize = 64 * 1024;
+/// Chunks queued between upload-pack and the socket.
+const QUEUED_CHUNKS: usize = 16;
+
+const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
+const REQUEST: &str = "application/x-git-upload-pack-request";
+const RESULT: &str = "application/x-git-upload-pack-result";
+
+/// Body of the 403 for dumb HTTP requests.
+pub const DUMB_REFUSED: &str = "packd serves git's smart HTTP protocol only; dumb HTTP \
+     (plain file downloads of refs and objects) is not supported\n";
+/// Body of the 403 for pushes.
+pub const PUSH_REFUSED: &str = "pushing is not enabled on this server\n";
+
+/// What a request URL asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'a> {
+    /// `<repo>/info/refs` (the service is in the query).
+    InfoRefs(&'a str),
+    /// `<repo>/git-upload-pack`.
+    UploadPack(&'a str),
+    /// `<repo>/git-receive-pack`.
+    ReceivePack(&'a str),
+    /// A file a dumb HTTP client would download.
+    Dumb,
+    /// Nothing git asks for.
+    Unknown,
+}
+
+fn route(path: &str) -> Route<'_> {
+    if let Some(repo) = path.strip_suffix("/info/refs") {
+        return Route::InfoRefs(repo);
+    }
+    if let Some(repo) = path.strip_suffix("/git-upload-pack") {
+        return Route::UploadPack(repo);
+    }
+    if let Some(repo) = path.strip_suffix("/git-receive-pack") {
+        return Route::ReceivePack(repo);
+    }
+    let dumb_suffixes = [
+        "/HEAD",
+        "/info/packs",
+        "/info/alternates",
+        "/info/http-alternates",
+        "/objects/info/packs",
+    ];
+    if dumb_suffixes.iter().any(|s| path.ends_with(s)) || path.contains("/objects/") {
+        return Route::Dumb;
+    }
+    Route::Unknown
+}
+
+/// The value of `name` in a URL query (`a=b&c=d`), undecoded.
+fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let body: Bytes = body.into();
+    let mut resp = Response::new(
+        Full::new(body)
+            .map_err(|never: Infallible| match never {})
+            .boxed(),
+    );
+    *resp.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    let mut message = message.into();
+    if !message.ends_with('\n') {
+        message.push('\n');
+    }
+    let note = Note(message.trim_end().to_string());
+    let mut resp = full(status, "text/plain; charset=utf-8", message);
+    resp.extensions_mut().insert(note);
+    resp
+}
+
+/// The message of a plain-text answer, kept on the response for the access log.
+#[derive(Debug, Clone)]
+struct Note(String);
+
+fn no_cache(resp: &mut Response<Body>) {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, max-age=0, must-revalidate"),
+    );
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::EXPIRES,
+        HeaderValue::from_static("Fri, 01 Jan 1980 00:00:00 GMT"),
+    );
+}
+
+/// What a failed lookup of a repository becomes.
+enum Lookup {
+    Path(PathError),
+    Open(String),
+}
+
+impl Lookup {
+    fn response(&self) -> Response<Body> {
+        match self {
+            Lookup::Path(e @ PathError::Forbidden(_)) => text(StatusCode::FORBIDDEN, e.to_string()),
+            Lookup::Path(e @ PathError::NotFound(_)) => text(StatusCode::NOT_FOUND, e.to_string()),
+            Lookup::Open(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot open the repository: {e}"),
+            ),
+        }
+    }
+}
+
+/// Resolves the raw repository path and opens (or finds cached) its upload-pack, off the
+/// async threads.
+async fn lookup(shared: &Arc<Shared>, raw: &str) -> Result<(PathBuf, Arc<UploadPack>), Lookup> {
+    let shared = shared.clone();
+    let raw = raw.to_string();
+    let joined = tokio::task::spawn_blocking(move || {
+        let git_dir = shared.root.resolve_raw(&raw).map_err(Lookup::Path)?;
+        let upload = shared
+            .cache
+            .get(&git_dir)
+            .map_err(|e| Lookup::Open(e.to_string()))?;
+        Ok((git_dir, upload))
+    })
+    .await;
+    match joined {
+        Ok(r) => r,
+        Err(e) => Err(Lookup::Open(format!("internal error: {e}"))),
+    }
+}
+
+/// Serves one HTTP connection until it closes, the client is idle for `idle_timeout`, or it
+/// fails.
+pub async fn serve_connection(
+    shared: Arc<Shared>,
+    stream: tokio::net::TcpStream,
+    remote: SocketAddr,
+) {
+    let _ = stream.set_nodelay(true);
+    let activity = Arc::new(Activity::new());
+    let io = hyper_util::rt::TokioIo::new(IdleIo::new(stream, activity.clone()));
+    let idle = shared.limits.idle_timeout;
+    let svc_activity = activity.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        let guard = BusyGuard::new(svc_activity.clone());
+        async move { Ok::<_, Infallible>(handle(shared, remote, req, guard).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(idle)
+        .max_buf_size(256 * 1024)
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, service);
+    tokio::select! {
+        result = conn => {
+            if let Err(e) = result {
+                tracing::debug!("{remote}: connection ended: {e}");
+            }
+        }
+        _ = activity.idle_expired(idle) => {
+            tracing::debug!("{remote}: idle for {idle:?}, closing");
+        }
+    }
+}
+
+/// Answers one request (and writes its access log line, now or when its stream ends).
+async fn handle(
+    shared: Arc<Shared>,
+    remote: SocketAddr,
+    req: Request<Incoming>,
+    guard: BusyGuard,
+) -> Response<Body> {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let mut log = LogLine {
+        remote,
+        method: method.to_string(),
+        repo: path.clone(),
+        service: String::new(),
+        status: String::new(),
+        bytes: 0,
+        objects: 0,
+        note: String::new(),
+        start,
+    };
+    let resp = match route(&path) {
+        Route::InfoRefs(repo) => {
+            log.repo = repo.to_string();
+            let service = query_param(req.uri().query(), "service").unwrap_or("");
+            log.service = service.to_string();
+            if method != Method::GET && method != Method::HEAD {
+                text(StatusCode::METHOD_NOT_ALLOWED, "use GET for info/refs")
+            } else {
+                match service {
+                    "" => text(StatusCode::FORBIDDEN, DUMB_REFUSED),
+                    "git-upload-pack" => info_refs(&shared, repo, &req).await,
+                    "git-receive-pack" => match lookup(&shared, repo).await {
+                        Err(e) => e.response(),
+                        Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
+                    },
+                    other => text(
+                        StatusCode::FORBIDDEN,
+                        format!("unknown service '{}'", other.escape_debug()),
+                    ),
+                }
+            }
+        }
+        Route::ReceivePack(repo) => {
+            log.repo = repo.to_string();
+            log.service = "git-receive-pack".into();
+            match lookup(&shared, repo).await {
+                Err(e) => e.response(),
+                Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
+            }
+        }
+        Route::UploadPack(repo) => {
+            log.repo = repo.to_string();
+            log.service = "git-upload-pack".into();
+            let repo = repo.to_string();
+            if method != Method::POST {
+                text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "use POST for git-upload-pack",
+                )
+            } else {
+                match upload_pack(&shared, &repo, req, log, guard).await {
+                    // The stream's task writes the log line when upload-pack is done.
+                    Ok(resp) => return resp,
+                    Err((resp, l)) => {
+                        log = l;
+                        resp
+                    }
+                }
+            }
+        }
+        Route::Dumb => text(StatusCode::FORBIDDEN, DUMB_REFUSED),
+        Route::Unknown => text(
+            StatusCode::NOT_FOUND,
+            "not a git URL: packd serves /<repository>/info/refs and /<repository>/git-upload-pack",
+        ),
+    };
+    let mut resp = resp;
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("packd"));
+    log.status = resp.status().as_u16().to_string();
+    log.bytes = http_body::Body::size_hint(resp.body()).exact().unwrap_or(0);
+    if !resp.status().is_success() {
+        if let Some(Note(note)) = resp.extensions().get::<Note>() {
+            log.note = note.clone();
+        }
+    }
+    access_log::write(&log);
+    resp
+}
+
+/// `GET <repo>/info/refs?service=git-upload-pack`.
+async fn info_refs(shared: &Arc<Shared>, repo: &str, req: &Request<Incoming>) -> Response<Body> {
+    let (git_dir, upload) = match lookup(shared, repo).await {
+        Ok(found) => found,
+        Err(e) => return e.response(),
+    };
+    let version = git_protocol(req);
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        if version != ProtocolVersion::V2 {
+            out.extend_from_slice(b"001e# service=git-upload-pack\n0000");
+        }
+        upload
+            .advertise(version, Mode::Stateless, &mut out)
+            .map(|()| out)
+    })
+    .await;
+    match joined {
+        Ok(Ok(out)) => {
+            let mut resp = full(StatusCode::OK, ADVERTISEMENT, out);
+            no_cache(&mut resp);
+            resp
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("{}: advertisement failed: {e}", git_dir.display());
+            text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e}"),
+        ),
+    }
+}
+
+fn git_protocol(req: &Request<Incoming>) -> ProtocolVersion {
+    let values: Vec<&str> = req
+        .headers()
+        .get_all("git-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        ProtocolVersion::V0
+    } else {
+        ProtocolVersion::from_git_protocol(Some(&values.join(":")))
+    }
+}
+
+/// Why a request body was not accepted.
+#[derive(Debug)]
+enum BodyError {
+    TooLarge,
+    TimedOut,
+    Io(String),
+    BadGzip(String),
+}
+
+impl BodyError {
+    fn response(&self, limit: u64) -> Response<Body> {
+        match self {
+            BodyError::TooLarge => text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than the server's limit of {limit} bytes"),
+            ),
+            BodyError::TimedOut => text(StatusCode::REQUEST_TIMEOUT, "request body timed out"),
+            BodyError::Io(e) => text(StatusCode::BAD_REQUEST, format!("reading the request: {e}")),
+            BodyError::BadGzip(e) => text(
+                StatusCode::BAD_REQUEST,
+                format!("the gzip request body does not inflate: {e}"),
+            ),
+        }
+    }
+}
+
+/// Reads the whole request body, at most `limit` bytes, each frame within `idle`.
+async fn read_body(mut body: Incoming, limit: u64, idle: Duration) -> Result<Vec<u8>, BodyError> {
+    let mut out = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return Err(BodyError::TimedOut),
+            Ok(None) => return Ok(out),
+            Ok(Some(Err(e))) => return Err(BodyError::Io(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len() as u64 + data.len() as u64 > limit {
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+}
+
+/// Inflates a gzip request body, at most `limit` bytes of output.
+pub fn gunzip(data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut reader = flate2::read::GzDecoder::new(data).take(limit.saturating_add(1));
+    reader.read_to_end(&mut out).map_err(|e| e.to_string())?;
+    if out.len() as u64 > limit {
+        return Err(format!(
+            "request body inflates to more than the server's limit of {limit} bytes"
+        ));
+    }
+    Ok(out)
+}
+
+/// `POST <repo>/git-upload-pack`: on success the streaming response (its log line is written
+/// when upload-pack ends); otherwise the error response and the log line to write.
+async fn upload_pack(
+    shared: &Arc<Shared>,
+    repo: &str,
+    req: Request<Incoming>,
+    mut log: LogLine,
+    guard: BusyGuard,
+) -> Result<Response<Body>, (Response<Body>, LogLine)> {
+    let limit = shared.limits.max_request_bytes;
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type != REQUEST {
+        return Err((
+            text(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("expected Content-Type: {REQUEST}"),
+            ),
+            log,
+        ));
+    }
+    let gzip = match req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?"))
+    {
+        None | Some("identity") => false,
+        Some("gzip") | Some("x-gzip") => true,
+        Some(other) => {
+            return Err((
+                text(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("unsupported Content-Encoding '{}'", other.escape_debug()),
+                ),
+                log,
+            ))
+        }
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err((BodyError::TooLarge.response(limit), log));
+    }
+    let version = git_protocol(&req);
+    let (git_dir, upload) = match lookup(shared, repo).await {
+        Ok(found) => found,
+        Err(e) => return Err((e.response(), log)),
+    };
+    let body = match read_body(req.into_body(), limit, shared.limits.idle_timeout).await {
+        Ok(b) => b,
+        Err(e) => return Err((e.response(limit), log)),
+    };
+    let body = if gzip {
+        let joined = tokio::task::spawn_blocking(move || gunzip(&body, limit)).await;
+        match joined {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) if e.contains("limit") => {
+                return Err((BodyError::TooLarge.response(limit), log))
+            }
+            Ok(Err(e)) => return Err((BodyError::BadGzip(e).response(limit), log)),
+            Err(e) => {
+                return Err((
+                    text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("internal error: {e}"),
+                    ),
+                    log,
+                ))
+            }
+        }
+    } else {
+        body
+    };
+
+    let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let stream = ChannelBody {
+        rx,
+        cancel: cancel.clone(),
+        _guard: guard,
+    };
+    let idle = shared.limits.idle_timeout;
+    let handle = tokio::runtime::Handle::current();
+    log.status = "200".into();
+    tokio::task::spawn_blocking(move || {
+        let mut writer = ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+            handle,
+            idle,
+            cancel: cancel.clone(),
+            sent: 0,
+        };
+        let mut input: &[u8] = &body;
+        let result = upload.serve(version, Mode::Stateless, &mut input, &mut writer, &cancel);
+        let flushed = writer.flush();
+        log.bytes = writer.sent;
+        match result {
+            Ok(stats) => {
+                log.service = stats.command.to_string();
+                log.objects = stats.objects;
+                if let Err(e) = flushed {
+                    log.note = format!("client gone: {e}");
+                }
+            }
+            Err(e) => {
+                log.note = format!("upload-pack failed: {e}");
+                tracing::debug!("{}: upload-pack: {e}", git_dir.display());
+            }
+        }
+        access_log::write(&log);
+        // Dropping the writer (and its sender) ends the response body.
+    });
+    let mut resp = Response::new(stream.boxed());
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(RESULT));
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("packd"));
+    no_cache(&mut resp);
+    Ok(resp)
+}
+
+/// The response body fed by upload-pack's thread. Dropping it (the client hung up, or the
+/// response ended) sets the cancel flag.
+struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+    cancel: Arc<AtomicBool>,
+    /// Keeps the connection marked busy (not idle) while the response streams.
+    _guard: BusyGuard,
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ChannelBody {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A blocking [`Write`] that sends what upload-pack writes to the response body in chunks.
+/// A write fails once the body is gone (the client hung up) or when the client has not taken
+/// a chunk for the idle timeout.
+struct ChannelWriter {
+    tx: mpsc::Sender<Bytes>,
+    buf: Vec<u8>,
+    handle: tokio::runtime::Handle,
+    idle: Duration,
+    cancel: Arc<AtomicBool>,
+    sent: u64,
+}
+
+impl ChannelWriter {
+    fn send(&mut self, chunk: Bytes) -> std::io::Result<()> {
+        let len = chunk.len() as u64;
+        let tx = self.tx.clone();
+        let idle = self.idle;
+        let sent = self
+            .handle
+            .block_on(async move { tokio::time::timeout(idle, tx.send(chunk)).await });
+        match sent {
+            Ok(Ok(())) => {
+                self.sent += len;
+                Ok(())
+            }
+            Ok(Err(_)) => {
+                self.cancel.store(true, Ordering::Relaxed);
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the client hung up",
+                ))
+            }
+            Err(_) => {
+                self.cancel.store(true, Ordering::Relaxed);
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the client read nothing for {idle:?}"),
+                ))
+            }
+        }
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.tx.is_closed() {
+            self.cancel.store(true, Ordering::Relaxed);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the client hung up",
+            ));
+        }
+        let take = data.len().min(CHUNK - self.buf.len());
+        self.buf.extend_from_slice(&data[..take]);
+        if self.buf.len() >= CHUNK {
+            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+            self.send(chunk)?;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.send(chunk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route("/a.git/info/refs"), Route::InfoRefs("/a.git"));
+        assert_eq!(route("/x/y/git-upload-pack"), Route::UploadPack("/x/y"));
+        assert_eq!(route("/a/git-receive-pack"), Route::ReceivePack("/a"));
+        assert_eq!(route("/a.git/HEAD"), Route::Dumb);
+        assert_eq!(route("/a.git/objects/info/packs"), Route::Dumb);
+        assert_eq!(route("/a.git/objects/ab/cdef"), Route::Dumb);
+        assert_eq!(route("/a.git/objects/pack/pack-1.pack"), Route::Dumb);
+        assert_eq!(route("/a.git"), Route::Unknown);
+        assert_eq!(route("/"), Route::Unknown);
+    }
+
+    #[test]
+    fn query() {
+        assert_eq!(
+            query_param(Some("a=b&service=git-upload-pack"), "service"),
+            Some("git-upload-pack")
+        );
+        assert_eq!(query_param(Some("servicex=1"), "service"), None);
+        assert_eq!(query_param(None, "service"), None);
+    }
+
+    #[test]
+    fn gunzip_bounded() {
+        use flate2::write::GzEncoder;
+        let data = vec![b'a'; 10_000];
+        let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(&data).unwrap();
+        let gz = enc.finish().unwrap();
+        assert_eq!(gunzip(&gz, 10_000).unwrap(), data);
+        assert!(gunzip(&gz, 9_999).unwrap_err().contains("limit"));
+        assert!(gunzip(b"not gzip", 100).is_err());
+    }
+}
