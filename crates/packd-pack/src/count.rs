@@ -209,11 +209,16 @@ impl PackServer {
                         }
                     }
                     if request.include_tag {
+                        // A tag reached through several refs (a tag of a tag and the tag
+                        // itself) is added once: loose tags have no offset to deduplicate by.
+                        let mut added = IdSet::default();
                         for tag in self.tags_to_include(&|id| {
                             Ok(index.bit_of_id(id)?.is_some_and(|bit| wanted.get(bit)))
                         })? {
                             let bit = index.bit_of_id(&tag)?;
-                            if bit.is_some_and(|b| had.get(b) || wanted.get(b)) {
+                            if bit.is_some_and(|b| had.get(b) || wanted.get(b))
+                                || !added.insert(tag)
+                            {
                                 continue;
                             }
                             let location = objects.locate(&tag)?.ok_or_else(|| missing(&tag))?;
@@ -248,7 +253,8 @@ impl PackServer {
         }
         if request.include_tag {
             for tag in self.tags_to_include(&|id| Ok(sent.contains(id)))? {
-                if sent.contains(&tag) || counted.had.contains(&tag) {
+                // `insert`: a tag reached through several refs is added once.
+                if counted.had.contains(&tag) || !sent.insert(tag) {
                     continue;
                 }
                 let location = objects.locate(&tag)?.ok_or_else(|| missing(&tag))?;
