@@ -266,7 +266,7 @@ impl PackServer {
     }
 
     /// Removes from `wanted` what the request's filter leaves out. Objects the client named in
-    /// its wants stay.
+    /// its wants (and what wanted tags point at) stay.
     fn apply_filter(
         &self,
         index: &packd_reach::bitmap_walk::BitmapIndex,
@@ -276,9 +276,12 @@ impl PackServer {
         let Some(filter) = &request.filter else {
             return Ok(());
         };
+        // What the wants name, through tags too: a wanted tag of a blob sends the blob whatever
+        // the filter (as git's rev-list treats objects it is given). Commits are never filtered.
+        let walker = packd_reach::walk::Walker::new(&self.repo);
         let mut named = Vec::new();
-        for w in &request.wants {
-            if let Some(bit) = index.bit_of_id(w)? {
+        for (id, _) in walk::peel(&walker, &request.wants)?.others {
+            if let Some(bit) = index.bit_of_id(&id)? {
                 if wanted.get(bit) {
                     named.push(bit);
                 }

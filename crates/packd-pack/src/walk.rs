@@ -367,9 +367,27 @@ pub(crate) fn count(
         }
     }
     for (id, kind) in &wants.others {
-        if *kind == ObjectKind::Tree && request.filter.is_none() {
-            walk_tree(repo, *id, 0, None, &mut depth_seen, &mut objects, cancel)?;
+        if *kind != ObjectKind::Tree {
+            continue;
         }
+        // A named tree's contents are filtered as git's rev-list filters them: blob filters
+        // as anywhere, and `tree:N` counting the named tree's entries as depth 0 (one level
+        // more than under a commit's root tree). Seen depths are kept apart from the commits'
+        // trees, whose depths count differently.
+        let filter = match &request.filter {
+            Some(Filter::TreeDepth(n)) => Some(Filter::TreeDepth(n.saturating_add(1))),
+            other => other.clone(),
+        };
+        let mut named_seen: IdMap<u64> = IdMap::default();
+        walk_tree(
+            repo,
+            *id,
+            0,
+            filter.as_ref(),
+            &mut named_seen,
+            &mut objects,
+            cancel,
+        )?;
     }
     let mut trees = Vec::with_capacity(commits.len());
     for id in &commits {
