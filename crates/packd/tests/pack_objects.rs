@@ -162,7 +162,7 @@ fn build() -> Fixture {
     mixed.git_stdin(&["unpack-objects", "-q"], &pack_bytes);
 
     // Tags made by git (loose): on a commit, a tag of that tag, a tag of a tree only it
-    // reaches, a tag of a blob of main's tip; a lightweight tag; a branch at main~20.
+    // reaches (a new blob, and main~3's src/ as a subdirectory), a tag of a blob of main's tip; a lightweight tag; a branch at main~20.
     let t = 1_700_400_000;
     git_at(
         &mixed,
@@ -190,9 +190,10 @@ fn build() -> Fixture {
         b"a blob only a tagged tree holds\n",
     );
     let lone_blob = String::from_utf8(lone_blob).unwrap().trim().to_string();
+    let src = mixed.git_str(&["rev-parse", "main~3:src"]);
     let lone_tree = mixed.git_stdin(
         &["mktree"],
-        format!("100644 blob {lone_blob}\tlone.txt\n").as_bytes(),
+        format!("100644 blob {lone_blob}\tlone.txt\n040000 tree {src}\tdir\n").as_bytes(),
     );
     let lone_tree = String::from_utf8(lone_tree).unwrap().trim().to_string();
     git_at(
@@ -649,4 +650,209 @@ fn object_sets_one_pack_layout() {
 #[test]
 fn object_sets_mixed_layout() {
     check_layout(Layout::Mixed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole-pack copy, include-tag, filters
+// ---------------------------------------------------------------------------------------------
+
+/// Every ref's value, deduplicated.
+fn all_refs(fx: &Fixture) -> Vec<String> {
+    let out = fx.mixed.git(&["for-each-ref", "--format=%(objectname)"]);
+    id_set(&out).into_iter().collect()
+}
+
+/// The objects of `ids` whose type `repo` says is `kind`.
+fn of_kind(repo: &Repo, ids: &Ids, kind: &str) -> Ids {
+    let out = repo.git_stdin(
+        &["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        &lines_input(&ids.iter().collect::<Vec<_>>()),
+    );
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, t)| *t == kind)
+        .map(|(id, _)| id.to_string())
+        .collect()
+}
+
+#[test]
+fn full_clone_of_bitmapped_repository_is_its_pack_file() {
+    let fx = fixture();
+    let wants = all_refs(&fx);
+    let produced = pack_objects(&fx.bitmap, &[], &wants, &[]);
+    let file = std::fs::read(&fx.bitmap.packs()[0]).unwrap();
+    assert_eq!(
+        produced.pack.len(),
+        file.len(),
+        "same length as the pack file"
+    );
+    assert!(
+        produced.pack == file,
+        "a full clone is the pack file byte for byte"
+    );
+    let count = produced.count;
+    assert!(
+        produced.stderr.contains(&format!("reused {count} ")),
+        "every entry reused: {}",
+        produced.stderr
+    );
+    // Not every ref: not the pack file.
+    let main = vec![fx.rev("main")];
+    let produced = pack_objects(&fx.bitmap, &[], &main, &[]);
+    assert!(produced.pack != file);
+}
+
+/// `packd pack-objects --include-tag` and `git pack-objects --revs --include-tag` agree on
+/// the tags; with a bitmap, on every object.
+fn check_include_tag(fx: &Fixture, layout: Layout, wants: &[String], haves: &[String], n: usize) {
+    let repo = fx.repo(layout);
+    let ctx = format!("{layout:?} include-tag {n}");
+    let produced = pack_objects(repo, &["--include-tag"], wants, haves);
+    let ours = index_pack(
+        &fx.sb.init_bare(&format!("tags-{n}-packd")),
+        &produced.pack,
+        false,
+    );
+    let mut input = String::new();
+    for w in wants {
+        input.push_str(&format!("{w}\n"));
+    }
+    for h in haves {
+        input.push_str(&format!("^{h}\n"));
+    }
+    let git_pack = repo.git_stdin(
+        &["pack-objects", "--revs", "--include-tag", "--stdout", "-q"],
+        input.as_bytes(),
+    );
+    let git = index_pack(&fx.sb.init_bare(&format!("tags-{n}-git")), &git_pack, false);
+    let our_tags = of_kind(repo, &ours.ids, "tag");
+    let git_tags = of_kind(repo, &git.ids, "tag");
+    assert_eq!(our_tags, git_tags, "{ctx}: tags sent");
+    assert!(!our_tags.is_empty(), "{ctx}: some tags are included");
+    let without = pack_objects(repo, &[], wants, haves);
+    assert_eq!(
+        without.count as usize + our_tags.len()
+            - of_kind(repo, &wants.iter().cloned().collect(), "tag").len(),
+        produced.count as usize,
+        "{ctx}: include-tag adds only tags"
+    );
+    if layout == Layout::Bitmap {
+        assert_eq!(ours.ids, git.ids, "{ctx}: every object");
+    }
+}
+
+#[test]
+fn include_tag_matches_git_pack_objects() {
+    let fx = fixture();
+    let main = fx.rev("main");
+    for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+        let base = 10 * layout as usize;
+        // v2, v3 and v3-outer (a tag of a tag) point into main~100..main; v1 does not.
+        check_include_tag(
+            &fx,
+            layout,
+            std::slice::from_ref(&main),
+            &[fx.rev("main~100")],
+            base,
+        );
+        // Everything main reaches: also v1 and blob-tag (a blob of main), not tree-tag.
+        check_include_tag(&fx, layout, std::slice::from_ref(&main), &[], base + 1);
+    }
+}
+
+/// Checks `--filter SPEC` for `wants` and `haves` in `layout`.
+fn check_filter(
+    fx: &Fixture,
+    layout: Layout,
+    spec: &str,
+    wants: &[String],
+    haves: &[String],
+    n: usize,
+) {
+    let repo = fx.repo(layout);
+    let ctx = format!("{layout:?} --filter {spec} ({n})");
+    let filter = format!("--filter={spec}");
+    let produced = pack_objects(repo, &["--filter", spec], wants, haves);
+    let dest = fx.sb.init_bare(&format!("filter-{n}"));
+    let indexed = index_pack(&dest, &produced.pack, false);
+    dest.git(&["verify-pack", indexed.idx.to_str().unwrap()]);
+    let ids = &indexed.ids;
+    let git = rev_list(repo, &[&filter], wants, haves);
+    if haves.is_empty() {
+        let extra: Ids = ids.difference(&git).cloned().collect();
+        let missing: Ids = git.difference(ids).cloned().collect();
+        assert!(
+            extra.is_empty() && missing.is_empty(),
+            "{ctx}: pack has extra {} and lacks {} (git rev-list {filter})",
+            show(&extra),
+            show(&missing)
+        );
+        return;
+    }
+    let filtered = rev_list(repo, &[&filter], wants, &[]);
+    let had = rev_list(repo, &[], haves, &[]);
+    let needed: Ids = filtered.difference(&had).cloned().collect();
+    let missing: Ids = needed.difference(ids).cloned().collect();
+    assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+    let foreign: Ids = ids.difference(&filtered).cloned().collect();
+    assert!(
+        foreign.is_empty(),
+        "{ctx}: pack has filtered-out objects {}",
+        show(&foreign)
+    );
+    let bitmap_filter = !spec.starts_with("tree:") || spec == "tree:0";
+    if layout == Layout::Bitmap && bitmap_filter {
+        assert_eq!(ids.len(), needed.len(), "{ctx}: exactly what is needed");
+    }
+}
+
+#[test]
+fn filters_match_rev_list() {
+    let fx = fixture();
+    let tips = vec![fx.rev("main"), fx.rev("side")];
+    let haves = vec![fx.rev("main~30")];
+    let specs = [
+        "blob:none",
+        "blob:limit=2200",
+        "blob:limit=1k",
+        "tree:0",
+        "tree:1",
+        "tree:2",
+    ];
+    for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+        let base = 100 * layout as usize;
+        for (k, spec) in specs.iter().enumerate() {
+            check_filter(&fx, layout, spec, &tips, &[], base + 2 * k);
+            if layout != Layout::Mixed {
+                check_filter(&fx, layout, spec, &tips, &haves, base + 2 * k + 1);
+            }
+        }
+    }
+}
+
+/// Git sends what a want names even when the filter leaves such objects out: the tag of a
+/// blob and the blob (`git rev-list --objects --filter=blob:none <tag>` lists both). A named
+/// tree's contents are filtered with its entries at depth 0 (`tree:1` keeps them, as
+/// git's rev-list does), not 1 as under a commit.
+#[test]
+fn filter_keeps_objects_named_by_wants() {
+    let fx = fixture();
+    let wants = vec![fx.rev("blob-tag"), fx.rev("tree-tag")];
+    for layout in [Layout::Bitmap, Layout::OnePack] {
+        for (k, spec) in ["blob:none", "tree:0", "tree:1", "blob:limit=10"]
+            .iter()
+            .enumerate()
+        {
+            check_filter(
+                &fx,
+                layout,
+                spec,
+                &wants,
+                &[],
+                1000 + 10 * layout as usize + k,
+            );
+        }
+    }
 }
