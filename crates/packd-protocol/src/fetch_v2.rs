@@ -9,8 +9,8 @@
 //! response without done:   "acknowledgments\n" ("NAK\n" | "ACK <id>\n"...) ["ready\n"]
 //!                          then "0000" (not ready: the client sends another round)
 //!                          or "0001" and the sections below (ready)
-//! response with the pack:  ["wanted-refs\n" "<id> <ref>\n"... "0001"]
-//!                          ["shallow-info\n" ("shallow <id>\n" | "unshallow <id>\n")... "0001"]
+//! response with the pack:  ["shallow-info\n" ("shallow <id>\n" | "unshallow <id>\n")... "0001"]
+//!                          ["wanted-refs\n" "<id> <ref>\n"... "0001"]
 //!                          "packfile\n" <side-band 1/2/3 packets> "0000"
 //! ```
 
@@ -247,13 +247,6 @@ impl UploadPack {
         }
 
         let request = req.build(neg.common.clone())?;
-        if !wanted_refs.is_empty() {
-            pkt_line::write_text(out, "wanted-refs\n")?;
-            for (name, id) in &wanted_refs {
-                pkt_line::write_text(out, &format!("{id} {name}\n"))?;
-            }
-            pkt_line::write_delim(out)?;
-        }
         if req.deepens() || !req.client_shallow.is_empty() {
             let updates = self.packs.shallow(&request)?;
             pkt_line::write_text(out, "shallow-info\n")?;
@@ -263,6 +256,13 @@ impl UploadPack {
                     ShallowUpdate::Unshallow(id) => format!("unshallow {id}\n"),
                 };
                 pkt_line::write_text(out, &line)?;
+            }
+            pkt_line::write_delim(out)?;
+        }
+        if !wanted_refs.is_empty() {
+            pkt_line::write_text(out, "wanted-refs\n")?;
+            for (name, id) in &wanted_refs {
+                pkt_line::write_text(out, &format!("{id} {name}\n"))?;
             }
             pkt_line::write_delim(out)?;
         }

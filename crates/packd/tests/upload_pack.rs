@@ -1,0 +1,530 @@
+//! `packd upload-pack` against the real git client: ls-remote, clone, fetch, shallow and
+//! partial clones over protocol v0 and v2 (`--upload-pack`), and bad input.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// A repository with history across several days, two branches, an annotated and a
+/// lightweight tag, and a few directories.
+fn history(sb: &Sandbox) -> Repo {
+    let repo = sb.init("src");
+    let script = r#"
+        set -e
+        for i in $(seq 1 12); do
+            mkdir -p d$((i % 3))
+            seq $i 300 > d$((i % 3))/f$i.txt
+            echo $i >> common.txt
+            git add -A
+            GIT_COMMITTER_DATE="$((1700000000 + i * 86400)) +0000" git commit -q -m "commit $i"
+        done
+        git tag -a v1 -m "version one" HEAD~6
+        git tag light HEAD~3
+        git checkout -q -b side HEAD~4
+        echo side > side.txt
+        git add side.txt
+        GIT_COMMITTER_DATE="1701500000 +0000" git commit -q -m side
+        git checkout -q main
+    "#;
+    let mut cmd = Command::new("sh");
+    apply_env(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.path).arg("-c").arg(script);
+    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    repo
+}
+
+/// The `--upload-pack` value that runs packd.
+fn upload_pack_cmd() -> String {
+    format!("{PACKD} upload-pack")
+}
+
+/// git with `protocol.version=V` in `cwd`.
+fn git_v(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
+    let mut cmd = sb.git_cmd(cwd);
+    cmd.arg("-c").arg(format!("protocol.version={version}"));
+    cmd.args(args);
+    run_cmd(cmd, None, GIT_TIMEOUT)
+}
+
+/// `packd upload-pack ARGS` with GIT_PROTOCOL and stdin.
+fn packd_upload_pack(sb: &Sandbox, protocol: Option<&str>, args: &[&str], stdin: &[u8]) -> Run {
+    let mut cmd = Command::new(PACKD);
+    apply_env(&mut cmd, &sb.home);
+    cmd.current_dir(sb.path());
+    if let Some(p) = protocol {
+        cmd.env("GIT_PROTOCOL", p);
+    }
+    cmd.arg("upload-pack").args(args);
+    run_cmd(cmd, Some(stdin), PACKD_TIMEOUT)
+}
+
+fn pkt(text: &str) -> Vec<u8> {
+    let mut v = format!("{:04x}", text.len() + 4).into_bytes();
+    v.extend_from_slice(text.as_bytes());
+    v
+}
+
+fn refs_of(sb: &Sandbox, dir: &Path) -> String {
+    String::from_utf8(sb.git_in(dir, &["for-each-ref", "--format=%(objectname) %(refname)"]))
+        .unwrap()
+}
+
+fn objects_of(sb: &Sandbox, dir: &Path) -> String {
+    let out = sb.git_in(
+        dir,
+        &[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname) %(objecttype)",
+        ],
+    );
+    String::from_utf8(out).unwrap()
+}
+
+fn fsck(sb: &Sandbox, dir: &Path) {
+    let run = sb.git_run_in(dir, &["fsck", "--strict", "--no-dangling"], None);
+    run.assert_success();
+    assert!(
+        !run.err().contains("error") && !run.err().contains("missing"),
+        "fsck complained in {}: {}",
+        dir.display(),
+        run.err()
+    );
+}
+
+#[test]
+fn ls_remote_equals_gits() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    let up = upload_pack_cmd();
+    for version in [0u8, 1, 2] {
+        for symref in [false, true] {
+            let mut args = vec!["ls-remote"];
+            if symref {
+                args.push("--symref");
+            }
+            let theirs = git_v(&sb, sb.path(), version, &[&args[..], &[src]].concat());
+            theirs.assert_success();
+            let up_arg = format!("--upload-pack={up}");
+            let ours = git_v(
+                &sb,
+                sb.path(),
+                version,
+                &[&args[..], &[up_arg.as_str(), src]].concat(),
+            );
+            ours.assert_success();
+            assert!(theirs.out().contains("refs/tags/v1^{}"));
+            if symref {
+                assert!(
+                    ours.out().contains("ref: refs/heads/main\tHEAD"),
+                    "{}",
+                    ours.out()
+                );
+            }
+            assert_same_bytes(
+                &format!("ls-remote v{version} symref={symref}"),
+                &theirs.stdout,
+                &ours.stdout,
+            );
+        }
+    }
+}
+
+#[test]
+fn an_empty_repository_is_advertised_and_cloned() {
+    let sb = Sandbox::new();
+    let empty = sb.init_bare("empty.git");
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let src = empty.path.to_str().unwrap();
+    for version in [0u8, 2] {
+        let ours = git_v(&sb, sb.path(), version, &["ls-remote", &up, src]);
+        ours.assert_success();
+        assert_eq!(ours.out(), "");
+        let clone = format!("clone{version}");
+        let run = git_v(&sb, sb.path(), version, &["clone", &up, src, &clone]);
+        run.assert_success();
+        assert!(run.err().contains("empty repository"), "{}", run.err());
+    }
+    // The raw v0 advertisement names no ref but still carries the capabilities.
+    let adv = packd_upload_pack(&sb, None, &["--advertise-refs", src], b"");
+    adv.assert_success();
+    let text = adv.out();
+    assert!(
+        text.contains("0000000000000000000000000000000000000000 capabilities^{}\0"),
+        "{text:?}"
+    );
+    assert!(text.contains("side-band-64k") && text.contains("agent=packd/"));
+    assert!(text.ends_with("0000"));
+}
+
+#[test]
+fn clones_equal_plain_git_clones_and_fetch_increments() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    git_v(
+        &sb,
+        sb.path(),
+        2,
+        &["clone", "-q", "--no-local", "--mirror", src, "plain"],
+    )
+    .assert_success();
+    let plain = sb.path().join("plain");
+    for version in [0u8, 1, 2] {
+        let name = format!("mirror{version}");
+        let run = git_v(
+            &sb,
+            sb.path(),
+            version,
+            &["clone", "--no-local", "--mirror", &up, src, &name],
+        );
+        run.assert_success();
+        let dir = sb.path().join(&name);
+        fsck(&sb, &dir);
+        assert_eq!(
+            refs_of(&sb, &dir),
+            refs_of(&sb, &plain),
+            "refs after a v{version} clone"
+        );
+        assert_eq!(
+            objects_of(&sb, &dir),
+            objects_of(&sb, &plain),
+            "objects after a v{version} clone"
+        );
+
+        // A work-tree clone, then new commits and a fetch.
+        let work = format!("work{version}");
+        let url = format!("file://{src}");
+        git_v(&sb, sb.path(), version, &["clone", "-q", &up, &url, &work]).assert_success();
+    }
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "new one"]);
+    std::fs::write(repo.path.join("new.txt"), "new file\n").unwrap();
+    repo.git(&["add", "new.txt"]);
+    repo.git(&["commit", "-q", "-m", "new two"]);
+    repo.git(&["tag", "-a", "v2", "-m", "version two"]);
+    let head = repo.git_str(&["rev-parse", "HEAD"]);
+    for version in [0u8, 1, 2] {
+        let dir = sb.path().join(format!("work{version}"));
+        let run = git_v(&sb, &dir, version, &["fetch", &up, "origin"]);
+        run.assert_success();
+        assert_eq!(
+            String::from_utf8(sb.git_in(&dir, &["rev-parse", "origin/main"]))
+                .unwrap()
+                .trim(),
+            head,
+            "v{version} fetch"
+        );
+        let tags = String::from_utf8(sb.git_in(&dir, &["tag"])).unwrap();
+        assert!(
+            tags.contains("v2"),
+            "v{version}: include-tag/auto-follow: {tags}"
+        );
+        fsck(&sb, &dir);
+    }
+}
+
+#[test]
+fn shallow_clones_and_deepening() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    let url = format!("file://{src}");
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for version in [0u8, 2] {
+        let d1 = format!("depth1-{version}");
+        git_v(
+            &sb,
+            sb.path(),
+            version,
+            &["clone", "-q", "--depth=1", &up, &url, &d1],
+        )
+        .assert_success();
+        let dir = sb.path().join(&d1);
+        let count = sb.git_in(&dir, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(
+            String::from_utf8(count).unwrap().trim(),
+            "1",
+            "v{version} --depth=1"
+        );
+        let shallow = std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
+        assert_eq!(shallow.trim(), repo.git_str(&["rev-parse", "HEAD"]));
+        fsck(&sb, &dir);
+
+        // Commits 7..12 are newer than this date (one a day from 1700000000 + 86400).
+        let since = format!("depth-since-{version}");
+        git_v(
+            &sb,
+            sb.path(),
+            version,
+            &[
+                "clone",
+                "-q",
+                "--shallow-since=1700500000",
+                &up,
+                &url,
+                &since,
+            ],
+        )
+        .assert_success();
+        let dir_since = sb.path().join(&since);
+        git_v(
+            &sb,
+            sb.path(),
+            version,
+            &[
+                "clone",
+                "-q",
+                "--shallow-since=1700500000",
+                &url,
+                "plain-since",
+            ],
+        );
+        let ours = sb.git_in(&dir_since, &["rev-list", "HEAD"]);
+        let theirs = sb.git_in(&sb.path().join("plain-since"), &["rev-list", "HEAD"]);
+        assert_eq!(ours, theirs, "v{version} --shallow-since");
+        let _ = std::fs::remove_dir_all(sb.path().join("plain-since"));
+        fsck(&sb, &dir_since);
+    }
+}
+
+#[test]
+#[ignore = "packd-pack: the pack for a deepen stops at the client's unshallowed commits (walk::count skips a had commit's parents even when it is being unshallowed)"]
+fn fetch_deepen_extends_a_shallow_clone() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for version in [0u8, 2] {
+        let name = format!("deepen-{version}");
+        git_v(
+            &sb,
+            sb.path(),
+            version,
+            &["clone", "-q", "--depth=1", &up, &url, &name],
+        )
+        .assert_success();
+        let dir = sb.path().join(&name);
+        git_v(&sb, &dir, version, &["fetch", "-q", "--deepen=3", &up]).assert_success();
+        let count = sb.git_in(&dir, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(
+            String::from_utf8(count).unwrap().trim(),
+            "4",
+            "v{version} --deepen=3"
+        );
+        fsck(&sb, &dir);
+    }
+}
+
+#[test]
+fn partial_clone_fetches_blobs_lazily() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["config", "uploadpack.allowFilter", "true"]);
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up_cmd = upload_pack_cmd();
+    let up = format!("--upload-pack={up_cmd}");
+    for version in [0u8, 2] {
+        let name = format!("partial-{version}");
+        git_v(
+            &sb,
+            sb.path(),
+            version,
+            &[
+                "clone",
+                "-q",
+                "--filter=blob:none",
+                "--no-checkout",
+                &up,
+                &url,
+                &name,
+            ],
+        )
+        .assert_success();
+        let dir = sb.path().join(&name);
+        let objects = objects_of(&sb, &dir);
+        assert!(
+            !objects.contains(" blob"),
+            "v{version}: blobs came with blob:none"
+        );
+        assert!(objects.contains(" tree") && objects.contains(" commit"));
+        sb.git_in(&dir, &["config", "remote.origin.uploadpack", &up_cmd]);
+        git_v(&sb, &dir, version, &["checkout", "-q", "main"]).assert_success();
+        let text = std::fs::read_to_string(dir.join("common.txt")).unwrap();
+        assert_eq!(text.lines().count(), 12);
+        let status = sb.git_in(&dir, &["status", "--porcelain"]);
+        assert!(status.is_empty(), "{}", String::from_utf8_lossy(&status));
+    }
+}
+
+#[test]
+fn an_unknown_want_is_refused_readably() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    let bogus = "0123456789abcdef0123456789abcdef01234567";
+    let mut input = pkt(&format!(
+        "want {bogus} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt("done\n"));
+    let run = packd_upload_pack(&sb, None, &[src], &input);
+    run.assert_no_crash();
+    assert_eq!(run.code(), Some(128));
+    let expected = format!("ERR upload-pack: not our ref {bogus}");
+    assert!(run.out().contains(&expected), "stdout: {:?}", run.out());
+    assert!(run.err().starts_with("fatal: "), "stderr: {}", run.err());
+
+    // Through git: a v2 fetch of an unknown object.
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    git_v(&sb, sb.path(), 2, &["init", "-q", "dst"]).assert_success();
+    let dst = sb.path().join("dst");
+    let run = git_v(&sb, &dst, 2, &["fetch", &up, src, bogus]);
+    assert!(!run.success());
+    assert!(
+        run.err().contains(&format!("not our ref {bogus}")),
+        "{}",
+        run.err()
+    );
+}
+
+#[test]
+fn garbage_input_is_an_error_naming_the_line() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    for (protocol, input) in [
+        (None, b"zzzzwant junk".to_vec()),
+        (Some("version=2"), b"00ffcommand=fetch".to_vec()),
+        (Some("version=2"), pkt("hello\n")),
+        (None, pkt("want nothex\n")),
+    ] {
+        let run = packd_upload_pack(&sb, protocol, &[src], &input);
+        run.assert_no_crash();
+        assert_eq!(run.code(), Some(128), "{input:?}: {}", run.err());
+        let shown = String::from_utf8_lossy(&input[..4.min(input.len())]).into_owned();
+        let err = run.err();
+        assert!(err.starts_with("fatal: "), "{err}");
+        let named = err.contains(&shown)
+            || err.contains("hello")
+            || err.contains("nothex")
+            || err.contains("command=fetch");
+        assert!(named, "the error should name the line: {err}");
+    }
+}
+
+#[test]
+fn stateless_v2_requests_are_served_one_at_a_time() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    // No advertisement in stateless mode without --advertise-refs: the reply is the response.
+    let mut input = pkt("command=ls-refs\n");
+    input.extend(pkt("object-format=sha1\n"));
+    input.extend_from_slice(b"0001");
+    input.extend(pkt("peel\n"));
+    input.extend(pkt("symrefs\n"));
+    input.extend(pkt("ref-prefix refs/tags/\n"));
+    input.extend(pkt("ref-prefix HEAD\n"));
+    input.extend_from_slice(b"0000");
+    let run = packd_upload_pack(&sb, Some("version=2"), &["--stateless-rpc", src], &input);
+    run.assert_success();
+    let head = repo.git_str(&["rev-parse", "HEAD"]);
+    let v1 = repo.git_str(&["rev-parse", "v1"]);
+    let v1_peeled = repo.git_str(&["rev-parse", "v1^{}"]);
+    let light = repo.git_str(&["rev-parse", "light"]);
+    let mut expected = pkt(&format!("{head} HEAD symref-target:refs/heads/main\n"));
+    expected.extend(pkt(&format!("{light} refs/tags/light\n")));
+    expected.extend(pkt(&format!("{v1} refs/tags/v1 peeled:{v1_peeled}\n")));
+    expected.extend_from_slice(b"0000");
+    assert_same_bytes("stateless ls-refs", &expected, &run.stdout);
+
+    // The v2 capability advertisement.
+    let adv = packd_upload_pack(&sb, Some("version=2"), &["--advertise-refs", src], b"");
+    adv.assert_success();
+    assert!(adv.out().starts_with("000eversion 2\n"), "{}", adv.out());
+    assert!(adv.out().contains("ls-refs=unborn") && adv.out().contains("fetch=shallow"));
+
+    // An unsupported filter is refused with a clear ERR.
+    let mut input = pkt("command=fetch\n");
+    input.extend_from_slice(b"0001");
+    input.extend(pkt(&format!("want {head}\n")));
+    input.extend(pkt("filter sparse:oid=1234\n"));
+    input.extend(pkt("done\n"));
+    input.extend_from_slice(b"0000");
+    let run = packd_upload_pack(&sb, Some("version=2"), &["--stateless-rpc", src], &input);
+    assert_eq!(run.code(), Some(128));
+    assert!(
+        run.out()
+            .contains("ERR filter 'sparse:oid=1234' not supported"),
+        "{}",
+        run.out()
+    );
+}
+
+#[test]
+fn stateless_v0_round_then_done_sends_a_pack() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let src = repo.path.to_str().unwrap();
+    let head = repo.git_str(&["rev-parse", "HEAD"]);
+    let old = repo.git_str(&["rev-parse", "HEAD~2"]);
+    // First POST: wants and one have round, no done: only acknowledgements (ready: every
+    // want reaches the common commit).
+    let mut input = pkt(&format!(
+        "want {head} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt(&format!("have {old}\n")));
+    input.extend_from_slice(b"0000");
+    let run = packd_upload_pack(&sb, None, &["--stateless-rpc", src], &input);
+    run.assert_success();
+    let text = run.out();
+    assert!(text.contains(&format!("ACK {old} common")), "{text}");
+    assert!(text.contains(&format!("ACK {old} ready")), "{text}");
+    assert!(text.ends_with("0008NAK\n"), "{text}");
+    // With no-done, ready is followed by the final ACK and the pack at once.
+    let mut input = pkt(&format!(
+        "want {head} multi_ack_detailed no-done side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt(&format!("have {old}\n")));
+    input.extend_from_slice(b"0000");
+    let run = packd_upload_pack(&sb, None, &["--stateless-rpc", src], &input);
+    run.assert_success();
+    assert!(
+        run.stdout.windows(5).any(|w| w == b"\x01PACK"),
+        "no-done: a pack follows ready"
+    );
+    // A have the server lacks is not acknowledged, and no ready comes of it.
+    let mut input = pkt(&format!(
+        "want {head} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt("have 0123456789abcdef0123456789abcdef01234567\n"));
+    input.extend_from_slice(b"0000");
+    let run = packd_upload_pack(&sb, None, &["--stateless-rpc", src], &input);
+    run.assert_success();
+    assert_eq!(run.out(), "0008NAK\n");
+    // Second POST: the same, then done: a pack follows the final ACK.
+    let mut input = pkt(&format!(
+        "want {head} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt(&format!("have {old}\n")));
+    input.extend(pkt("done\n"));
+    let run = packd_upload_pack(&sb, None, &["--stateless-rpc", src], &input);
+    run.assert_success();
+    let out = run.stdout;
+    let ack = format!("ACK {old}\n");
+    let pos = out.windows(ack.len()).position(|w| w == ack.as_bytes());
+    assert!(pos.is_some(), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.windows(5).any(|w| w == b"\x01PACK"),
+        "a side-band pack follows"
+    );
+    assert!(out.ends_with(b"0000"));
+}
