@@ -13,6 +13,7 @@ use crate::{ProtocolError, UploadPack};
 use packd_pack::{FetchRequest, PackPlan};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 /// How the pack is to be sent.
@@ -22,6 +23,37 @@ pub(crate) struct SendOptions {
     pub sideband: Sideband,
     /// Whether to send progress (the server allows it and the client did not say no-progress).
     pub progress: bool,
+}
+
+/// The connection while counting: progress and keepalives go out; the first failure stops
+/// counting and is kept.
+struct Link<'a> {
+    out: &'a mut dyn Write,
+    max: usize,
+    failure: Option<std::io::Error>,
+    last_sent: Instant,
+    stop: &'a AtomicBool,
+}
+
+impl Link<'_> {
+    /// Sends `bytes` as progress (`band`) or as they are.
+    fn send(&mut self, bytes: &[u8], band: bool) {
+        if self.failure.is_some() {
+            return;
+        }
+        let written = if band {
+            sideband::write_band(self.out, sideband::BAND_PROGRESS, bytes, self.max)
+        } else {
+            self.out.write_all(bytes)
+        };
+        match written.and_then(|()| self.out.flush()) {
+            Ok(()) => self.last_sent = Instant::now(),
+            Err(e) => {
+                self.failure = Some(e);
+                self.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl UploadPack {
@@ -36,75 +68,45 @@ impl UploadPack {
         let stop = AtomicBool::new(false);
         let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let muxed = send.sideband != Sideband::None;
-        let tx = (send.progress && muxed).then_some(tx);
+        let progress_on = send.progress && muxed;
         let keepalive = self.options.keepalive.max(Duration::from_millis(100));
         let packs = &self.packs;
         let stop_ref = &stop;
         std::thread::scope(|scope| {
+            // The thread owns the only sender: the channel closes when counting ends.
             let counting = scope.spawn(move || {
-                let mut progress = ChannelProgress::new(tx);
-                packs.plan(request, &mut progress, stop_ref)
+                let mut progress = ChannelProgress::new(progress_on.then(|| tx.clone()));
+                let planned = packs.plan(request, &mut progress, stop_ref);
+                drop(tx);
+                planned
             });
-            let mut failure: Option<std::io::Error> = None;
-            let mut last_sent = Instant::now();
+            let mut link = Link {
+                out: &mut *out,
+                max: send.sideband.max_payload(),
+                failure: None,
+                last_sent: Instant::now(),
+                stop: &stop,
+            };
             loop {
-                let finished = counting.is_finished();
-                // Forward whatever progress is queued.
-                while let Ok(msg) = rx.try_recv() {
-                    if failure.is_none() {
-                        let r = sideband::write_band(
-                            out,
-                            sideband::BAND_PROGRESS,
-                            &msg,
-                            send.sideband.max_payload(),
-                        )
-                        .and_then(|_| out.flush());
-                        match r {
-                            Ok(()) => last_sent = Instant::now(),
-                            Err(e) => {
-                                failure = Some(e);
-                                stop.store(true, Ordering::Relaxed);
-                            }
+                // Wake for the next keepalive, and often enough to notice a cancel.
+                let mut wait = Duration::from_millis(200);
+                if muxed {
+                    wait = wait.min(keepalive.saturating_sub(link.last_sent.elapsed()));
+                }
+                match rx.recv_timeout(wait) {
+                    Ok(msg) => link.send(&msg, true),
+                    Err(RecvTimeoutError::Disconnected) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if muxed && link.last_sent.elapsed() >= keepalive {
+                            link.send(sideband::KEEPALIVE, false);
                         }
                     }
-                }
-                if finished {
-                    break;
                 }
                 if cancel.load(Ordering::Relaxed) {
                     stop.store(true, Ordering::Relaxed);
                 }
-                if muxed && failure.is_none() && last_sent.elapsed() >= keepalive {
-                    match out.write_all(sideband::KEEPALIVE).and_then(|_| out.flush()) {
-                        Ok(()) => last_sent = Instant::now(),
-                        Err(e) => {
-                            failure = Some(e);
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                match rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(msg) => {
-                        if failure.is_none() {
-                            let r = sideband::write_band(
-                                out,
-                                sideband::BAND_PROGRESS,
-                                &msg,
-                                send.sideband.max_payload(),
-                            )
-                            .and_then(|_| out.flush());
-                            match r {
-                                Ok(()) => last_sent = Instant::now(),
-                                Err(e) => {
-                                    failure = Some(e);
-                                    stop.store(true, Ordering::Relaxed);
-                                }
-                            }
-                        }
-                    }
-                    Err(_) => continue,
-                }
             }
+            let failure = link.failure;
             let planned = match counting.join() {
                 Ok(r) => r,
                 Err(panic) => std::panic::resume_unwind(panic),
