@@ -296,3 +296,162 @@ impl UploadPack {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ProtocolVersion, UploadPackOptions};
+    use packd_odb::{Repository, RepositoryOptions};
+    use packd_pack::PackServer;
+    use std::sync::Arc;
+
+    fn pkt(text: &str) -> Vec<u8> {
+        let mut v = format!("{:04x}", text.len() + 4).into_bytes();
+        v.extend_from_slice(text.as_bytes());
+        v
+    }
+
+    /// A repository with two commits; returns (dir, upload-pack, tip, parent).
+    fn fixture(options: UploadPackOptions) -> (tempfile::TempDir, UploadPack, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", dir.path())
+                .env("GIT_AUTHOR_NAME", "A")
+                .env("GIT_AUTHOR_EMAIL", "a@example.com")
+                .env("GIT_COMMITTER_NAME", "C")
+                .env("GIT_COMMITTER_EMAIL", "c@example.com")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        git(&["init", "-q", "--bare", "."]);
+        let tree = git(&["hash-object", "-t", "tree", "-w", "/dev/null"]);
+        let parent = git(&["commit-tree", &tree, "-m", "one"]);
+        let tip = git(&["commit-tree", &tree, "-p", &parent, "-m", "two"]);
+        git(&["update-ref", "refs/heads/main", &tip]);
+        git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
+        let repo = Repository::open(dir.path(), &RepositoryOptions::default()).unwrap();
+        let packs = PackServer::open(Arc::new(repo)).unwrap();
+        let up = UploadPack::new(Arc::new(packs), options);
+        (dir, up, tip, parent)
+    }
+
+    fn want_list(up: &UploadPack, input: &[u8]) -> Result<Option<WantList>, ProtocolError> {
+        let mut input = input;
+        let mut reader = PktReader::new(&mut input);
+        up.read_want_list(&mut reader)
+    }
+
+    #[test]
+    fn want_lines_carry_capabilities_and_shallow_requests() {
+        let (_dir, up, tip, parent) = fixture(UploadPackOptions::default());
+        let mut input = pkt(&format!(
+            "want {tip} multi_ack_detailed side-band-64k thin-pack ofs-delta include-tag filter\n"
+        ));
+        input.extend(pkt(&format!("want {parent}\n")));
+        input.extend(pkt(&format!("want {tip}\n"))); // duplicates are dropped
+        input.extend(pkt(&format!("shallow {parent}\n")));
+        input.extend(pkt("deepen 2\n"));
+        input.extend(pkt("filter blob:limit=1k\n"));
+        input.extend_from_slice(b"0000");
+        let list = want_list(&up, &input).unwrap().unwrap();
+        assert_eq!(list.request.wants.len(), 2);
+        assert_eq!(list.multi_ack(), MultiAck::Detailed);
+        assert_eq!(list.sideband(), Sideband::Large);
+        assert!(list.request.thin && list.request.ofs_delta && list.request.include_tag);
+        assert_eq!(list.request.client_shallow.len(), 1);
+        assert_eq!(list.request.depth, Some(2));
+        assert_eq!(
+            list.request.filter,
+            Some(packd_pack::Filter::BlobLimit(1024))
+        );
+        // A flush (or nothing) instead of wants: the client is done (ls-remote).
+        assert!(want_list(&up, b"0000").unwrap().is_none());
+        assert!(want_list(&up, b"").unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_want_lists_are_refused_naming_the_line() {
+        let (_dir, up, tip, _) = fixture(UploadPackOptions {
+            max_wants: 1,
+            ..UploadPackOptions::default()
+        });
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            ([pkt("have 1234\n"), b"0000".to_vec()].concat(), "have 1234"),
+            ([pkt("want xyz\n"), b"0000".to_vec()].concat(), "want xyz"),
+            ([pkt("deepen 0\n"), b"0000".to_vec()].concat(), "deepen 0"),
+            (
+                [
+                    pkt(&format!("want {tip}\n")),
+                    pkt("filter blob:none\n"),
+                    b"0000".to_vec(),
+                ]
+                .concat(),
+                "filtering capability not negotiated",
+            ),
+            (
+                [
+                    pkt(&format!("want {tip}\n")),
+                    pkt(&format!("want {}\n", "1".repeat(40))),
+                    b"0000".to_vec(),
+                ]
+                .concat(),
+                "too many wants",
+            ),
+            (pkt(&format!("want {tip}\n")), "ended inside the want list"),
+        ];
+        for (input, expected) in cases {
+            let err = want_list(&up, &input).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+    }
+
+    #[test]
+    fn deepen_and_deepen_since_conflict() {
+        let (_dir, up, tip, _) = fixture(UploadPackOptions::default());
+        let mut input = pkt(&format!("want {tip}\n"));
+        input.extend(pkt("deepen 1\n"));
+        input.extend(pkt("deepen-since 1700000000\n"));
+        input.extend_from_slice(b"0000");
+        let list = want_list(&up, &input).unwrap().unwrap();
+        let err = list.request.build(Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("cannot be used together"), "{err}");
+    }
+
+    #[test]
+    fn stateful_rounds_acknowledge_then_send_the_pack() {
+        let (_dir, up, tip, parent) = fixture(UploadPackOptions::default());
+        let unknown = "2".repeat(40);
+        let mut input = pkt(&format!("want {tip} multi_ack_detailed side-band-64k\n"));
+        input.extend_from_slice(b"0000");
+        input.extend(pkt(&format!("have {unknown}\n")));
+        input.extend_from_slice(b"0000");
+        input.extend(pkt(&format!("have {parent}\n")));
+        input.extend_from_slice(b"0000");
+        input.extend(pkt("done\n"));
+        let mut out = Vec::new();
+        let cancel = AtomicBool::new(false);
+        let stats = up
+            .serve(
+                ProtocolVersion::V0,
+                Mode::Stateful,
+                &mut input.as_slice(),
+                &mut out,
+                &cancel,
+            )
+            .unwrap();
+        assert_eq!(stats.objects, 1, "only the tip commit is new");
+        let text = String::from_utf8_lossy(&out);
+        let expected = format!(
+            "0008NAK\n0038ACK {parent} common\n0037ACK {parent} ready\n0008NAK\n0031ACK {parent}\n"
+        );
+        assert!(text.starts_with(&expected), "{text}");
+        assert!(out.windows(5).any(|w| w == b"\x01PACK"));
+        assert!(out.ends_with(b"0000"));
+    }
+}
