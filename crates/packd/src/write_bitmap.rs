@@ -1,9 +1,10 @@
-//! `packd write-bitmap`: git-compatible reachability bitmaps (`pack-*.bitmap`) and a reverse
-//! index (`pack-*.rev`) for the repository's pack.
+//! `packd write-bitmap`: git-compatible reachability bitmaps for the repository's packs: for one
+//! pack, `pack-*.bitmap` and a reverse index `pack-*.rev`; for several (or with `--midx`), a
+//! multi-pack-index and `multi-pack-index-*.bitmap`.
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use packd_reach::bitmap::write::{write_pack_bitmap, Progress, Stage, WriteOptions};
+use packd_reach::bitmap::write::{write_bitmap, Progress, Stage, WriteOptions};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -12,13 +13,18 @@ use std::process::ExitCode;
 #[command(
     after_help = "Writes reachability bitmaps (pack-*.bitmap, version 1) and a reverse index \
 (pack-*.rev) for the repository's pack, as `git repack -adb` would.\n\n\
-The repository must have exactly one pack (loose objects are ignored): run `git repack -ad` \
-first if it has several. Bitmaps over a multi-pack-index are not written yet.\n\n\
+With several packs (or --midx), writes a multi-pack-index over all of them \
+(objects/pack/multi-pack-index, with its pseudo-pack order in a RIDX chunk) and its bitmap \
+(multi-pack-index-<checksum>.bitmap), as `git multi-pack-index write --bitmap` would. The \
+preferred pack, whose objects come first, is the one with the most objects unless \
+--preferred-pack names one. The packs together must hold everything the selected commits \
+reach. Loose objects are ignored.\n\n\
 Commits chosen: every ref tip when there are at most 100; otherwise branch and tag tips first, \
 then commits spaced through history (every one of the newest 100, then one per window that \
 widens with age, up to every 5000), preferring tips, the commits where many other refs \
-(refs/pull/* and the like) fork off, and merges. A commit that reaches an object outside the \
-pack gets no bitmap (with a warning). Files are replaced atomically."
+(refs/pull/* and the like) fork off, and merges; refs/notes/* tips and tips whose history \
+shares no commit with HEAD's always get one. For one pack, a commit that reaches an object \
+outside the pack gets no bitmap (with a warning). Files are replaced atomically."
 )]
 pub struct Args {
     /// Leave out the commit lookup table (git before 2.38 does not know it, but ignores it).
@@ -27,9 +33,15 @@ pub struct Args {
     /// Leave out the name-hash cache.
     #[arg(long)]
     no_hash_cache: bool,
-    /// Do not write the .rev file.
+    /// Do not write the .rev file (one pack only).
     #[arg(long)]
     no_rev: bool,
+    /// Write a multi-pack-index and its bitmap even when there is one pack.
+    #[arg(long)]
+    midx: bool,
+    /// The multi-pack-index's preferred pack (pack-<hex>.pack or .idx).
+    #[arg(long, value_name = "NAME")]
+    preferred_pack: Option<String>,
     /// Print nothing but warnings and errors.
     #[arg(short, long)]
     quiet: bool,
@@ -55,6 +67,8 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         lookup_table: !args.no_lookup_table,
         hash_cache: !args.no_hash_cache,
         rev: !args.no_rev,
+        midx: args.midx,
+        preferred_pack: args.preferred_pack.clone(),
     };
     let started = std::time::Instant::now();
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
@@ -66,8 +80,8 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         Bar(bar)
     });
     let report = match &bar {
-        Some(bar) => write_pack_bitmap(repo, &options, bar),
-        None => write_pack_bitmap(repo, &options, &packd_reach::bitmap::write::NoProgress),
+        Some(bar) => write_bitmap(repo, &options, bar),
+        None => write_bitmap(repo, &options, &packd_reach::bitmap::write::NoProgress),
     };
     if let Some(bar) = &bar {
         bar.0.finish_and_clear();
@@ -75,7 +89,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
     let report = report?;
     for s in &report.skipped {
         eprintln!(
-            "warning: no bitmap for {}{}: it reaches {}, which is not in the pack",
+            "warning: no bitmap for {}{}: it reaches {}, which is not in the pack(s)",
             s.commit,
             s.refname
                 .as_ref()
@@ -86,6 +100,14 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
     }
     if !args.quiet {
         let [tips, recent, spacing, forks] = report.by_reason;
+        if let (Some(midx), Some(preferred)) = (&report.midx_path, &report.preferred_pack) {
+            eprintln!(
+                "{}: {} packs, {} objects (preferred pack {preferred})",
+                midx.display(),
+                report.packs,
+                report.objects
+            );
+        }
         eprintln!(
             "{}: {} bitmaps ({tips} tips, {recent} recent, {spacing} spaced, {forks} fork points; {} XORed) for {} commits, {} objects; {} bytes{} in {:.2?}",
             report.bitmap_path.display(),

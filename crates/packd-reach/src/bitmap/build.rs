@@ -1,8 +1,13 @@
-//! Computing reachability bitmaps over one pack: the pack's objects in both orders with their
-//! kinds, its commit graph, and each selected commit's bitmap.
+//! Computing reachability bitmaps over one pack or a multi-pack-index: the objects in both orders
+//! with their kinds, their commit graph, and each selected commit's bitmap.
+//!
+//! A *bit position* is a position in pack order for one pack, in the pseudo-pack order for a
+//! multi-pack-index (the preferred pack's objects first, then the other packs' by pack number,
+//! each by offset, chosen copies only). An *index position* is one in the `.idx` or the
+//! multi-pack-index (id order).
 //!
 //! ```text
-//! PackObjects   pack position <-> index position, kind and offset of every entry
+//! PackObjects   bit position <-> index position, pack, kind and offset of every object
 //! CommitGraph   every commit of the pack: pack position, root tree, parents, date, topo rank
 //! Builder       selected commits in topological order (ancestors first), each one:
 //!                 commits  newest rank first from the commit; a bitmapped ancestor is ORed in
@@ -23,6 +28,7 @@ use crate::ewah::Bitmap;
 use crate::ewah_encode::Encoded;
 use packd_odb::cache::DeltaBaseCache;
 use packd_odb::pack::data::EntryKind;
+use packd_odb::pack::multi_index::write::MidxPlan;
 use packd_odb::pack::Pack;
 use packd_odb::parse::{parse_commit, tag_target, tree_entries};
 use packd_odb::{IdMap, ObjectId, ObjectKind};
@@ -31,19 +37,140 @@ use std::collections::{BinaryHeap, HashMap};
 /// "No such position": a missing parent or tree, a non-commit.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// A pack's objects: both orders, and each entry's offset and kind.
+/// The objects a bitmap numbers: one pack's, or a multi-pack-index's pseudo-pack.
+#[derive(Clone, Copy)]
+pub(crate) enum Numbering<'a> {
+    /// One pack: bits in pack order, commit positions in the `.idx`.
+    Pack(&'a Pack),
+    /// A multi-pack-index to be: bits in its pseudo-pack order, commit positions in its id order.
+    Midx {
+        /// Its packs, by pack number.
+        packs: &'a [&'a Pack],
+        /// Its content.
+        plan: &'a MidxPlan,
+    },
+}
+
+/// The objects of a bitmap: both orders, and each entry's pack, offset and kind.
 pub(crate) struct PackObjects<'a> {
-    pub(crate) pack: &'a Pack,
+    numbering: Numbering<'a>,
     cache: &'a DeltaBaseCache,
-    /// Index position of the object at each pack position (the `.rev` content).
+    /// Id-order position of the object at each bit position (for one pack, the `.rev` content).
     pub(crate) index_of: Vec<u32>,
-    /// Offset of the entry at each pack position.
+    /// Pack number of the object at each bit position (empty for one pack).
+    pack_of: Vec<u32>,
+    /// Offset of the entry at each bit position.
     offsets: Vec<u64>,
-    /// Kind of the object at each pack position (a delta's is its chain's base's).
+    /// Kind of the object at each bit position (a delta's is its chain's base's).
     pub(crate) kinds: Vec<ObjectKind>,
-    /// Pack position by id: tree walks look up every entry of every tree they read (63 million
+    /// Bit position by id: tree walks look up every entry of every tree they read (63 million
     /// lookups on git.git), and a hash lookup costs a fraction of a search in the index.
     by_id: IdMap<u32>,
+}
+
+/// Every entry of one pack in pack order: index positions, offsets, kinds.
+struct PackScan {
+    index_of: Vec<u32>,
+    offsets: Vec<u64>,
+    kinds: Vec<ObjectKind>,
+}
+
+/// Reads every entry header of `pack` (no object is inflated) and orders the entries.
+fn scan_pack(pack: &Pack, progress: &dyn Fn(u64)) -> Result<PackScan, packd_odb::Error> {
+    let n = pack.len() as usize;
+    let index_of = pack.positions_in_pack_order()?.to_vec();
+    if index_of.len() != n {
+        return Err(packd_odb::Error::corrupt(
+            pack.index().name(),
+            0,
+            format!(
+                "{} of its {n} entries share an offset or lie outside {}",
+                n - index_of.len(),
+                pack.data_name()
+            ),
+        ));
+    }
+    let mut pack_of = vec![0u32; n];
+    for (p, &i) in index_of.iter().enumerate() {
+        pack_of[i as usize] = p as u32;
+    }
+    let offsets = index_of
+        .iter()
+        .map(|&i| pack.index().offset(i))
+        .collect::<Result<Vec<u64>, _>>()?;
+    // Deltas take their base's kind. Ofs-delta bases come earlier in the pack, so one pass
+    // in pack order settles nearly all; the rest (ref-deltas to later entries) follow their
+    // chains afterwards.
+    let mut kinds: Vec<Option<ObjectKind>> = vec![None; n];
+    let mut bases: Vec<(u32, u32)> = Vec::new();
+    for p in 0..n {
+        if p % 65536 == 0 {
+            progress(p as u64);
+        }
+        let offset = offsets[p];
+        let header = pack.entry_header(offset)?;
+        let base = match header.kind {
+            EntryKind::Base(kind) => {
+                kinds[p] = Some(kind);
+                continue;
+            }
+            EntryKind::OfsDelta { base_offset } => {
+                offsets.binary_search(&base_offset).map_err(|_| {
+                    packd_odb::Error::corrupt(
+                        pack.data_name(),
+                        offset,
+                        format!("the delta's base offset {base_offset} starts no entry"),
+                    )
+                })?
+            }
+            EntryKind::RefDelta { base } => match pack.index().find(&base) {
+                Some(i) => pack_of[i as usize] as usize,
+                None => {
+                    return Err(packd_odb::Error::corrupt(
+                        pack.data_name(),
+                        offset,
+                        format!("the delta's base {base} is not in this pack"),
+                    ))
+                }
+            },
+        };
+        match kinds[base] {
+            Some(kind) => kinds[p] = Some(kind),
+            None => bases.push((p as u32, base as u32)),
+        }
+    }
+    let base_of: HashMap<u32, u32> = bases.iter().copied().collect();
+    for &(p, _) in &bases {
+        let mut cur = p;
+        let mut steps = 0usize;
+        let kind = loop {
+            if let Some(k) = kinds[cur as usize] {
+                break k;
+            }
+            steps += 1;
+            match base_of.get(&cur) {
+                Some(&b) if steps <= bases.len() + 1 => cur = b,
+                _ => {
+                    return Err(packd_odb::Error::corrupt(
+                        pack.data_name(),
+                        offsets[p as usize],
+                        "the delta chain is a cycle",
+                    ))
+                }
+            }
+        };
+        kinds[p as usize] = Some(kind);
+    }
+    let kinds = kinds
+        .into_iter()
+        .map(|k| k.expect("every entry's kind was settled"))
+        .collect();
+    progress(n as u64);
+    Ok(PackScan {
+        index_of,
+        offsets,
+        kinds,
+    })
 }
 
 impl<'a> PackObjects<'a> {
@@ -53,103 +180,76 @@ impl<'a> PackObjects<'a> {
         cache: &'a DeltaBaseCache,
         progress: &dyn Fn(u64),
     ) -> Result<PackObjects<'a>, packd_odb::Error> {
-        let n = pack.len() as usize;
-        let index_of = pack.positions_in_pack_order()?.to_vec();
-        if index_of.len() != n {
-            return Err(packd_odb::Error::corrupt(
-                pack.index().name(),
-                0,
-                format!(
-                    "{} of its {n} entries share an offset or lie outside {}",
-                    n - index_of.len(),
-                    pack.data_name()
-                ),
-            ));
-        }
-        let mut pack_of = vec![0u32; n];
-        for (p, &i) in index_of.iter().enumerate() {
-            pack_of[i as usize] = p as u32;
-        }
-        let offsets = index_of
-            .iter()
-            .map(|&i| pack.index().offset(i))
-            .collect::<Result<Vec<u64>, _>>()?;
-        // Deltas take their base's kind. Ofs-delta bases come earlier in the pack, so one pass
-        // in pack order settles nearly all; the rest (ref-deltas to later entries) follow their
-        // chains afterwards.
-        let mut kinds: Vec<Option<ObjectKind>> = vec![None; n];
-        let mut bases: Vec<(u32, u32)> = Vec::new();
-        for p in 0..n {
-            if p % 65536 == 0 {
-                progress(p as u64);
-            }
-            let offset = offsets[p];
-            let header = pack.entry_header(offset)?;
-            let base = match header.kind {
-                EntryKind::Base(kind) => {
-                    kinds[p] = Some(kind);
-                    continue;
-                }
-                EntryKind::OfsDelta { base_offset } => {
-                    offsets.binary_search(&base_offset).map_err(|_| {
-                        packd_odb::Error::corrupt(
-                            pack.data_name(),
-                            offset,
-                            format!("the delta's base offset {base_offset} starts no entry"),
-                        )
-                    })?
-                }
-                EntryKind::RefDelta { base } => match pack.index().find(&base) {
-                    Some(i) => pack_of[i as usize] as usize,
-                    None => {
-                        return Err(packd_odb::Error::corrupt(
-                            pack.data_name(),
-                            offset,
-                            format!("the delta's base {base} is not in this pack"),
-                        ))
-                    }
-                },
-            };
-            match kinds[base] {
-                Some(kind) => kinds[p] = Some(kind),
-                None => bases.push((p as u32, base as u32)),
-            }
-        }
-        let base_of: HashMap<u32, u32> = bases.iter().copied().collect();
-        for &(p, _) in &bases {
-            let mut cur = p;
-            let mut steps = 0usize;
-            let kind = loop {
-                if let Some(k) = kinds[cur as usize] {
-                    break k;
-                }
-                steps += 1;
-                match base_of.get(&cur) {
-                    Some(&b) if steps <= bases.len() + 1 => cur = b,
-                    _ => {
-                        return Err(packd_odb::Error::corrupt(
-                            pack.data_name(),
-                            offsets[p as usize],
-                            "the delta chain is a cycle",
-                        ))
-                    }
-                }
-            };
-            kinds[p as usize] = Some(kind);
-        }
-        let kinds = kinds
-            .into_iter()
-            .map(|k| k.expect("every entry's kind was settled"))
-            .collect();
-        let mut by_id = IdMap::with_capacity_and_hasher(n, Default::default());
+        let PackScan {
+            index_of,
+            offsets,
+            kinds,
+        } = scan_pack(pack, progress)?;
+        let mut by_id = IdMap::with_capacity_and_hasher(index_of.len(), Default::default());
         for (p, &i) in index_of.iter().enumerate() {
             by_id.insert(pack.index().id(i), p as u32);
         }
-        progress(n as u64);
         Ok(PackObjects {
-            pack,
+            numbering: Numbering::Pack(pack),
             cache,
             index_of,
+            pack_of: Vec::new(),
+            offsets,
+            kinds,
+            by_id,
+        })
+    }
+
+    /// Reads every entry header of the packs of a multi-pack-index to be and numbers the
+    /// copies `plan` chose in its pseudo-pack order.
+    pub(crate) fn scan_midx(
+        packs: &'a [&'a Pack],
+        plan: &'a MidxPlan,
+        cache: &'a DeltaBaseCache,
+        progress: &dyn Fn(u64),
+    ) -> Result<PackObjects<'a>, packd_odb::Error> {
+        if packs.len() != plan.pack_names().len() {
+            return Err(packd_odb::Error::BadName(format!(
+                "{} packs given for a multi-pack-index over {}",
+                packs.len(),
+                plan.pack_names().len()
+            )));
+        }
+        // Kinds by pack, by offset (a chosen copy's delta base may be a copy left out).
+        let mut done = 0u64;
+        let mut scans = Vec::with_capacity(packs.len());
+        for pack in packs {
+            let scan = scan_pack(pack, &|d| progress(done + d))?;
+            done += pack.len() as u64;
+            scans.push((scan.offsets, scan.kinds));
+        }
+        let n = plan.len() as usize;
+        let mut index_of = Vec::with_capacity(n);
+        let mut pack_of = Vec::with_capacity(n);
+        let mut offsets = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut by_id = IdMap::with_capacity_and_hasher(n, Default::default());
+        for (bit, &i) in plan.pseudo_order().iter().enumerate() {
+            let (k, offset) = plan.location(i);
+            let (pack_offsets, pack_kinds) = &scans[k as usize];
+            let at = pack_offsets.binary_search(&offset).map_err(|_| {
+                packd_odb::Error::corrupt(
+                    packs[k as usize].data_name(),
+                    offset,
+                    format!("object {} is said to start here; no entry does", plan.id(i)),
+                )
+            })?;
+            index_of.push(i);
+            pack_of.push(k);
+            offsets.push(offset);
+            kinds.push(pack_kinds[at]);
+            by_id.insert(plan.id(i), bit as u32);
+        }
+        Ok(PackObjects {
+            numbering: Numbering::Midx { packs, plan },
+            cache,
+            index_of,
+            pack_of,
             offsets,
             kinds,
             by_id,
@@ -166,14 +266,29 @@ impl<'a> PackObjects<'a> {
         self.by_id.get(id).copied()
     }
 
-    /// The id of the object at pack position `p`.
+    /// The id of the object at bit position `p`.
     pub(crate) fn id(&self, p: u32) -> ObjectId {
-        self.pack.index().id(self.index_of[p as usize])
+        let i = self.index_of[p as usize];
+        match self.numbering {
+            Numbering::Pack(pack) => pack.index().id(i),
+            Numbering::Midx { plan, .. } => plan.id(i),
+        }
     }
 
-    /// The content of the object at pack position `p`.
+    /// The pack holding the object at bit position `p`.
+    fn pack_at(&self, p: u32) -> &'a Pack {
+        match self.numbering {
+            Numbering::Pack(pack) => pack,
+            Numbering::Midx { packs, .. } => packs[self.pack_of[p as usize] as usize],
+        }
+    }
+
+    /// The content of the object at bit position `p`.
     fn read(&self, p: u32) -> Result<bytes::Bytes, packd_odb::Error> {
-        Ok(self.pack.decode(self.offsets[p as usize], self.cache)?.1)
+        Ok(self
+            .pack_at(p)
+            .decode(self.offsets[p as usize], self.cache)?
+            .1)
     }
 
     /// The type bitmaps (commit, tree, blob, tag), bits in pack order.

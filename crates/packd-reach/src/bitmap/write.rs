@@ -27,6 +27,7 @@ use super::{BITMAP_OPT_FULL_DAG, BITMAP_OPT_HASH_CACHE, BITMAP_OPT_LOOKUP_TABLE}
 use crate::ewah::Bitmap;
 use crate::ewah_encode::Encoded;
 use crate::rev_index;
+use packd_odb::pack::multi_index::write::{MidxPack, MidxPlan};
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository};
 use std::collections::VecDeque;
@@ -38,14 +39,20 @@ use std::sync::Arc;
 pub const MAX_XOR_SEARCH: usize = 10;
 
 /// What to write.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WriteOptions {
     /// Write the commit lookup table (git 2.38+ reads it to open a bitmap without scanning).
     pub lookup_table: bool,
     /// Write the name-hash cache.
     pub hash_cache: bool,
-    /// Write the `.rev` file too.
+    /// Write the `.rev` file too (one pack; a multi-pack-index carries its order itself).
     pub rev: bool,
+    /// Write a multi-pack-index and its bitmap even over a single pack ([`write_bitmap`] does
+    /// whenever there are several).
+    pub midx: bool,
+    /// The multi-pack-index's preferred pack (its `.pack` or `.idx` name); `None`: the pack
+    /// with the most objects.
+    pub preferred_pack: Option<String>,
 }
 
 impl Default for WriteOptions {
@@ -54,6 +61,8 @@ impl Default for WriteOptions {
             lookup_table: true,
             hash_cache: true,
             rev: true,
+            midx: false,
+            preferred_pack: None,
         }
     }
 }
@@ -140,6 +149,19 @@ pub enum WriteError {
         /// The object it reaches that the pack lacks.
         missing: ObjectId,
     },
+    /// Writing a multi-pack-index bitmap: the packs together lack something a selected
+    /// commit reaches.
+    #[error(
+        "{what}: the packs together are not closed under reachability: commit {commit} reaches {missing}, which no pack has; no bitmap written (repack, or fetch the missing objects, first)"
+    )]
+    PacksNotClosed {
+        /// The multi-pack-index.
+        what: String,
+        /// A commit that could not be bitmapped.
+        commit: ObjectId,
+        /// The object it reaches that no pack has.
+        missing: ObjectId,
+    },
     /// The pack is not on the local disk.
     #[error("{pack}: not a local file; only local packs can get a bitmap written")]
     NotLocal {
@@ -180,7 +202,13 @@ pub struct WriteReport {
     pub bitmap_bytes: u64,
     /// The `.rev` file, if one was written.
     pub rev_path: Option<PathBuf>,
-    /// The number of objects in the pack.
+    /// The multi-pack-index, if one was written.
+    pub midx_path: Option<PathBuf>,
+    /// The number of packs the bitmap covers.
+    pub packs: usize,
+    /// The multi-pack-index's preferred pack (`.idx` name), if one was written.
+    pub preferred_pack: Option<String>,
+    /// The number of objects in the pack (or the multi-pack-index).
     pub objects: u32,
     /// The number of commits in the pack.
     pub commits: usize,
@@ -194,19 +222,53 @@ pub struct WriteReport {
     pub skipped: Vec<Skipped>,
 }
 
+/// The packs of the repository's own objects directory (not its alternates'), in name order.
+fn own_packs(repo: &Repository) -> Result<Vec<&Arc<Pack>>, WriteError> {
+    let own = repo.objects().own_storage();
+    let packs: Vec<&Arc<Pack>> = repo
+        .objects()
+        .packs_with_storage()
+        .filter(|(s, _)| own.is_some_and(|o| Arc::ptr_eq(o, s)))
+        .map(|(_, p)| p)
+        .collect();
+    if packs.is_empty() {
+        return Err(WriteError::NoPack {
+            dir: repo.git_dir().join("objects/pack").display().to_string(),
+        });
+    }
+    for p in &packs {
+        if !Path::new(p.data_name()).is_file() {
+            return Err(WriteError::NotLocal {
+                pack: p.data_name().to_string(),
+            });
+        }
+    }
+    Ok(packs)
+}
+
+/// Writes bitmaps for the repository's packs: a pack bitmap (and `.rev`) when it has one pack
+/// and `options.midx` is off, else a multi-pack-index and its bitmap.
+pub fn write_bitmap(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+) -> Result<WriteReport, WriteError> {
+    let packs = own_packs(repo)?;
+    if options.midx || packs.len() > 1 {
+        write_midx_bitmap(repo, options, progress)
+    } else {
+        write_pack_bitmap(repo, options, progress)
+    }
+}
+
 /// Writes the bitmap (and `.rev`) of the repository's single pack.
 pub fn write_pack_bitmap(
     repo: &Repository,
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
-    let packs: Vec<&Arc<Pack>> = repo.objects().packs().collect();
+    let packs = own_packs(repo)?;
     let pack = match packs.as_slice() {
-        [] => {
-            return Err(WriteError::NoPack {
-                dir: repo.git_dir().join("objects/pack").display().to_string(),
-            })
-        }
         [one] => *one,
         many => {
             return Err(WriteError::SeveralPacks {
@@ -220,16 +282,181 @@ pub fn write_pack_bitmap(
         }
     };
     let data_path = PathBuf::from(pack.data_name());
-    if !data_path.is_file() {
-        return Err(WriteError::NotLocal {
-            pack: pack.data_name().to_string(),
-        });
-    }
     let cache = repo.objects().cache();
     let started = std::time::Instant::now();
 
     progress.start(Stage::Scanning, pack.len() as u64);
     let objects = PackObjects::scan(pack, cache, &|d| progress.update(d))?;
+    let built = build_bitmaps(
+        repo,
+        &objects,
+        pack.index().pack_checksum(),
+        pack.data_name(),
+        options,
+        progress,
+        false,
+    )?;
+
+    // Files.
+    let stem = data_path.with_extension("");
+    let bitmap_path = stem.with_extension("bitmap");
+    let rev_path = stem.with_extension("rev");
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    if options.rev {
+        let rev = rev_index::encode(&objects.index_of, pack.index().pack_checksum())
+            .map_err(packd_odb::Error::from)?;
+        files.push((rev_path.clone(), rev));
+    }
+    let bitmap_bytes = built.bytes.len() as u64;
+    files.push((bitmap_path.clone(), built.bytes));
+    replace_files(&files)?;
+    tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
+    Ok(WriteReport {
+        bitmap_path,
+        bitmap_bytes,
+        rev_path: options.rev.then_some(rev_path),
+        midx_path: None,
+        packs: 1,
+        preferred_pack: None,
+        objects: pack.len(),
+        commits: built.commits,
+        bitmaps: built.bitmaps,
+        by_reason: built.by_reason,
+        xored: built.xored,
+        skipped: built.skipped,
+    })
+}
+
+/// The `.idx` file name of a pack (`pack-<hex>.idx`), as a multi-pack-index lists it.
+fn idx_file_name(pack: &Pack) -> String {
+    let name = pack.name().rsplit('/').next().unwrap_or(pack.name());
+    format!("{}.idx", name.strip_suffix(".pack").unwrap_or(name))
+}
+
+/// The modification time of `path` in whole seconds since the epoch (as git compares packs).
+fn mtime_seconds(path: &Path) -> Result<i64, WriteError> {
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .map_err(io_error(path))?;
+    Ok(match modified.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a multi-pack-index over all the repository's packs (`objects/pack/multi-pack-index`,
+/// with a RIDX chunk) and its bitmap (`multi-pack-index-<checksum>.bitmap`), bits in the
+/// pseudo-pack order. Every selected commit must be bitmappable: the packs together must hold
+/// everything their refs reach. The multi-pack-index is renamed into place before its bitmap;
+/// bitmaps and `.rev` files of earlier multi-pack-indexes are removed afterwards.
+pub fn write_midx_bitmap(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+) -> Result<WriteReport, WriteError> {
+    let packs = own_packs(repo)?;
+    let started = std::time::Instant::now();
+    let pack_dir = Path::new(packs[0].data_name())
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let mut inputs = Vec::with_capacity(packs.len());
+    for p in &packs {
+        let mtime = mtime_seconds(Path::new(p.data_name()))?;
+        inputs.push(MidxPack::from_index(&idx_file_name(p), mtime, p.index())?);
+    }
+    let plan = MidxPlan::new(inputs, options.preferred_pack.as_deref())?;
+    let mut by_number: Vec<&Pack> = Vec::with_capacity(packs.len());
+    for name in plan.pack_names() {
+        let pack = packs
+            .iter()
+            .find(|p| idx_file_name(p) == *name)
+            .expect("the plan names the packs it was given");
+        by_number.push(pack.as_ref());
+    }
+    let midx_bytes = plan.to_bytes(true);
+    let checksum = midx_bytes[midx_bytes.len() - 20..].to_vec();
+    let cache = repo.objects().cache();
+
+    let total: u64 = packs.iter().map(|p| p.len() as u64).sum();
+    progress.start(Stage::Scanning, total);
+    let objects = PackObjects::scan_midx(&by_number, &plan, cache, &|d| progress.update(d))?;
+    let midx_path = pack_dir.join("multi-pack-index");
+    let built = build_bitmaps(
+        repo,
+        &objects,
+        &checksum,
+        &midx_path.display().to_string(),
+        options,
+        progress,
+        true,
+    )?;
+
+    let bitmap_name = format!("multi-pack-index-{}.bitmap", hex(&checksum));
+    let bitmap_path = pack_dir.join(&bitmap_name);
+    let bitmap_bytes = built.bytes.len() as u64;
+    replace_files(&[
+        (midx_path.clone(), midx_bytes),
+        (bitmap_path.clone(), built.bytes),
+    ])?;
+    // Earlier multi-pack-indexes' bitmaps and reverse indexes.
+    if let Ok(dir) = std::fs::read_dir(&pack_dir) {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("multi-pack-index-")
+                && (name.ends_with(".bitmap") || name.ends_with(".rev"))
+                && name != bitmap_name
+            {
+                if let Err(e) = std::fs::remove_file(entry.path()) {
+                    tracing::warn!("could not remove the stale {}: {e}", entry.path().display());
+                }
+            }
+        }
+    }
+    tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
+    Ok(WriteReport {
+        bitmap_path,
+        bitmap_bytes,
+        rev_path: None,
+        midx_path: Some(midx_path),
+        packs: packs.len(),
+        preferred_pack: Some(plan.pack_names()[plan.preferred() as usize].clone()),
+        objects: plan.len(),
+        commits: built.commits,
+        bitmaps: built.bitmaps,
+        by_reason: built.by_reason,
+        xored: built.xored,
+        skipped: built.skipped,
+    })
+}
+
+/// A serialized `.bitmap` and what went into it.
+struct Built {
+    bytes: Vec<u8>,
+    commits: usize,
+    bitmaps: usize,
+    by_reason: [usize; 4],
+    xored: usize,
+    skipped: Vec<Skipped>,
+}
+
+/// Selects, builds and serializes the bitmaps over `objects` (`checksum`: what the file
+/// records; `what`: the pack or multi-pack-index, for messages). With `strict`, a selected
+/// commit that reaches an object outside `objects` is an error rather than skipped.
+fn build_bitmaps(
+    repo: &Repository,
+    objects: &PackObjects<'_>,
+    checksum: &[u8],
+    what: &str,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+    strict: bool,
+) -> Result<Built, WriteError> {
+    let started = std::time::Instant::now();
     let graph = {
         let commits = objects
             .kinds
@@ -237,11 +464,10 @@ pub fn write_pack_bitmap(
             .filter(|k| **k == packd_odb::ObjectKind::Commit)
             .count();
         progress.start(Stage::ReadingCommits, commits as u64);
-        CommitGraph::load(&objects, &|d| progress.update(d))?
+        CommitGraph::load(objects, &|d| progress.update(d))?
     };
     tracing::debug!(
-        "{}: {} objects, {} commits read in {:?}",
-        pack.name(),
+        "{what}: {} objects, {} commits read in {:?}",
         objects.len(),
         graph.len(),
         started.elapsed()
@@ -269,7 +495,7 @@ pub fn write_pack_bitmap(
     }
     if tips.is_empty() {
         return Err(WriteError::NoTips {
-            pack: pack.data_name().to_string(),
+            pack: what.to_string(),
         });
     }
 
@@ -285,7 +511,7 @@ pub fn write_pack_bitmap(
     // Build, ancestors first.
     let mut order: Vec<(u32, Reason)> = selected.clone();
     order.sort_by_key(|&(c, _)| graph.rank(c));
-    let mut builder = Builder::new(&objects, &graph);
+    let mut builder = Builder::new(objects, &graph);
     progress.start(Stage::Building, order.len() as u64);
     for (k, &(c, _)) in order.iter().enumerate() {
         builder.build(c)?;
@@ -321,10 +547,17 @@ pub fn write_pack_bitmap(
             }
         }
     }
+    if let Some(first) = skipped.first().filter(|_| strict) {
+        return Err(WriteError::PacksNotClosed {
+            what: what.to_string(),
+            commit: first.commit,
+            missing: first.missing,
+        });
+    }
     if entries.is_empty() {
         let first = skipped.first().expect("something was selected");
         return Err(WriteError::NotClosed {
-            pack: pack.data_name().to_string(),
+            pack: what.to_string(),
             commit: first.commit,
             missing: first.missing,
         });
@@ -358,33 +591,15 @@ pub fn write_pack_bitmap(
     let xored = stored.iter().filter(|(off, _)| *off != 0).count();
     let types = objects.type_bitmaps();
     let bytes = serialize(
-        pack.index().pack_checksum(),
+        checksum,
         &types,
         &commit_positions,
         &stored,
         options.lookup_table,
         options.hash_cache.then_some(builder.name_hashes.as_slice()),
     )?;
-
-    // Files.
-    let stem = data_path.with_extension("");
-    let bitmap_path = stem.with_extension("bitmap");
-    let rev_path = stem.with_extension("rev");
-    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    if options.rev {
-        let rev = rev_index::encode(&objects.index_of, pack.index().pack_checksum())
-            .map_err(packd_odb::Error::from)?;
-        files.push((rev_path.clone(), rev));
-    }
-    let bitmap_bytes = bytes.len() as u64;
-    files.push((bitmap_path.clone(), bytes));
-    replace_files(&files)?;
-    tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
-    Ok(WriteReport {
-        bitmap_path,
-        bitmap_bytes,
-        rev_path: options.rev.then_some(rev_path),
-        objects: pack.len(),
+    Ok(Built {
+        bytes,
         commits: graph.len(),
         bitmaps: stored.len(),
         by_reason,
