@@ -88,6 +88,7 @@ fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
     let cli = Cli::parse();

@@ -1,0 +1,202 @@
+//! `packd serve --git-daemon`: the git:// protocol driven by the real git client (ls-remote and
+//! clone with protocol v0 and v2) and by raw connections (paths leaving the root, pushes,
+//! malformed requests, idle connections).
+
+mod common;
+mod serve_support;
+
+use serve_support::{pkt, Fixture, Server};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn ls_remote(f: &Fixture, version: &str, target: &str) -> String {
+    let run = f.git(&[
+        "-c",
+        &format!("protocol.version={version}"),
+        "ls-remote",
+        target,
+    ]);
+    run.assert_success();
+    run.out()
+}
+
+#[test]
+fn ls_remote_matches_git_v0_and_v2() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let local = f.repo.path.to_str().unwrap().to_string();
+    for version in ["0", "2"] {
+        let expected = ls_remote(&f, version, &local);
+        assert!(expected.contains("refs/heads/side"), "{expected}");
+        assert_eq!(
+            ls_remote(&f, version, &server.git_url("repo.git")),
+            expected,
+            "protocol v{version}"
+        );
+        assert_eq!(
+            ls_remote(&f, version, &server.git_url("repo")),
+            expected,
+            "protocol v{version}, no .git"
+        );
+    }
+    assert!(
+        server.log_text().contains("method=git"),
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn clone_over_git_protocol_v0_and_v2() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    for version in ["0", "2"] {
+        let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
+        f.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "--mirror",
+            &server.git_url("repo.git"),
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        f.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(
+            f.refs_of(&dst),
+            f.refs_of(&f.repo.path),
+            "refs after clone v{version}"
+        );
+    }
+    // An incremental fetch negotiates with haves.
+    let dst = f.sandbox.path().join("work");
+    f.git(&[
+        "clone",
+        "-q",
+        &server.git_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
+    let parent = f.repo.git_str(&["rev-parse", "main"]);
+    let new = String::from_utf8(
+        f.repo
+            .git_stdin(&["commit-tree", &tree, "-p", &parent], b"more\n"),
+    )
+    .unwrap();
+    f.repo.git(&["update-ref", "refs/heads/main", new.trim()]);
+    f.sandbox
+        .git_run_in(&dst, &["fetch", "-q", "origin"], None)
+        .assert_success();
+    let got = f
+        .sandbox
+        .git_run_in(&dst, &["rev-parse", "origin/main"], None);
+    assert_eq!(got.out().trim(), new.trim());
+}
+
+/// Sends a raw git:// request line and returns everything the server answers before closing.
+fn raw_request(server: &Server, payload: &[u8]) -> String {
+    let mut s = TcpStream::connect(&server.git).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(payload).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn request_line(service: &str, path: &str) -> Vec<u8> {
+    pkt(&format!("{service} {path}\0host=localhost\0"))
+}
+
+#[test]
+fn refusals() {
+    let f = Fixture::new();
+    let outside = f.sandbox.init_bare("outside.git");
+    std::os::unix::fs::symlink(&outside.path, f.root.join("link.git")).unwrap();
+    let mut server = Server::start(&f.sandbox, &f.root, &[]);
+    let abs = outside.path.to_str().unwrap().to_string();
+    for path in [
+        "/../outside.git",
+        "/repo.git/../../outside.git",
+        &format!("/{abs}"),
+        "/link.git",
+        "/link",
+        "/~root/repo.git",
+    ] {
+        let answer = raw_request(&server, &request_line("git-upload-pack", path));
+        assert!(
+            answer.contains("ERR ") && answer.contains("forbidden"),
+            "{path}: {answer:?}"
+        );
+    }
+    let answer = raw_request(&server, &request_line("git-upload-pack", "/nothere.git"));
+    assert!(
+        answer.contains("ERR ") && answer.contains("not found"),
+        "{answer:?}"
+    );
+    let answer = raw_request(&server, &request_line("git-receive-pack", "/repo.git"));
+    assert!(answer.contains("ERR pushing is not enabled"), "{answer:?}");
+    let answer = raw_request(&server, &request_line("git-upload-archive", "/repo.git"));
+    assert!(
+        answer.starts_with("00") && answer.contains("ERR "),
+        "{answer:?}"
+    );
+    // Malformed first lines: closed with an error, the server stays up.
+    for bad in [&b"zzzz"[..], b"ffff", b"0003", b"000ahello!", b"0000"] {
+        let _ = raw_request(&server, bad);
+    }
+    assert!(server.alive());
+    // git's own client reports the refusal.
+    let run = f.git(&["ls-remote", &server.git_url("link.git")]);
+    assert!(!run.success());
+    assert!(run.err().contains("forbidden"), "{}", run.err());
+    let dst = f.sandbox.path().join("w");
+    f.git(&[
+        "clone",
+        "-q",
+        &server.git_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    let run = f
+        .sandbox
+        .git_run_in(&dst, &["push", "origin", "HEAD:refs/heads/new"], None);
+    assert!(!run.success());
+    assert!(
+        run.err().contains("pushing is not enabled"),
+        "{}",
+        run.err()
+    );
+    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
+    assert_eq!(ls_remote(&f, "2", &server.git_url("repo.git")), expected);
+}
+
+#[test]
+fn idle_connection_closed() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &["--idle-timeout", "1"]);
+    // Nothing sent at all, and a conversation left hanging after the advertisement.
+    for payload in [Vec::new(), request_line("git-upload-pack", "/repo.git")] {
+        let mut s = TcpStream::connect(&server.git).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&payload).unwrap();
+        let start = Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("connection not closed: {e} after {:?}", start.elapsed()),
+            }
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+            "closed after {waited:?}"
+        );
+    }
+}

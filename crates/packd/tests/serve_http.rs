@@ -1,0 +1,452 @@
+//! `packd serve` over smart HTTP, driven by the real git client (ls-remote, clone, fetch with
+//! protocol v0 and v2) and by raw requests for what git never sends (dumb HTTP, paths leaving
+//! the root, pushes, oversized and gzip bodies, idle connections, too many connections).
+
+mod common;
+mod serve_support;
+
+use serve_support::{http, pkt, Fixture, Server};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn ls_remote(f: &Fixture, version: &str, target: &str) -> String {
+    let run = f.git(&[
+        "-c",
+        &format!("protocol.version={version}"),
+        "ls-remote",
+        target,
+    ]);
+    run.assert_success();
+    run.out()
+}
+
+#[test]
+fn ls_remote_matches_git_v0_and_v2() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let local = f.repo.path.to_str().unwrap().to_string();
+    for version in ["0", "2"] {
+        let expected = ls_remote(&f, version, &local);
+        assert!(expected.contains("refs/tags/v1.0^{}"), "{expected}");
+        let got = ls_remote(&f, version, &server.http_url("repo.git"));
+        assert_eq!(got, expected, "protocol v{version}");
+        // Without the .git suffix too.
+        let got = ls_remote(&f, version, &server.http_url("repo"));
+        assert_eq!(got, expected, "protocol v{version}, no .git");
+    }
+    let log = server.log_text();
+    assert!(
+        log.contains("service=ls-refs"),
+        "no access log line:\n{log}"
+    );
+}
+
+fn clone_and_check(f: &Fixture, server: &Server, version: &str) {
+    let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
+    let run = f.git(&[
+        "-c",
+        &format!("protocol.version={version}"),
+        "clone",
+        "--mirror",
+        &server.http_url("repo.git"),
+        dst.to_str().unwrap(),
+    ]);
+    run.assert_success();
+    f.sandbox
+        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+        .assert_success();
+    assert_eq!(
+        f.refs_of(&dst),
+        f.refs_of(&f.repo.path),
+        "refs after clone v{version}"
+    );
+    let count = f
+        .sandbox
+        .git_run_in(&dst, &["rev-list", "--all", "--objects", "--count"], None);
+    let expected = f
+        .repo
+        .git_str(&["rev-list", "--all", "--objects", "--count"]);
+    assert_eq!(count.out().trim(), expected);
+}
+
+#[test]
+fn clone_v0_over_http() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    clone_and_check(&f, &server, "0");
+    assert!(
+        server.log_text().contains("objects="),
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn clone_v2_over_http() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    clone_and_check(&f, &server, "2");
+}
+
+#[test]
+fn fetch_after_repack_sees_new_history() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let dst = f.sandbox.path().join("work");
+    f.git(&[
+        "clone",
+        "-q",
+        &server.http_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    // New history in the served repository, then a repack (new pack, old ones gone): the
+    // server must reopen it.
+    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
+    let parent = f.repo.git_str(&["rev-parse", "main"]);
+    let new = String::from_utf8(
+        f.repo
+            .git_stdin(&["commit-tree", &tree, "-p", &parent], b"after repack\n"),
+    )
+    .unwrap();
+    let new = new.trim();
+    f.repo.git(&["update-ref", "refs/heads/main", new]);
+    f.repo.git(&["repack", "-adq"]);
+    for version in ["0", "2"] {
+        let run = f.sandbox.git_run_in(
+            &dst,
+            &[
+                "-c",
+                &format!("protocol.version={version}"),
+                "fetch",
+                "-q",
+                "origin",
+            ],
+            None,
+        );
+        run.assert_success();
+        let got = f
+            .sandbox
+            .git_run_in(&dst, &["rev-parse", "origin/main"], None);
+        assert_eq!(got.out().trim(), new);
+    }
+    f.sandbox
+        .git_run_in(&dst, &["fsck", "--no-dangling"], None)
+        .assert_success();
+}
+
+#[test]
+fn dumb_http_refused() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    for path in [
+        "/repo.git/info/refs",
+        "/repo.git/HEAD",
+        "/repo.git/objects/info/packs",
+        "/repo.git/objects/12/3456789012345678901234567890123456789",
+    ] {
+        let r = http(&server.http, &format!("GET {path} HTTP/1.1"), b"");
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+        assert!(r.text().contains("smart HTTP"), "{path}: {}", r.text());
+    }
+    // git itself, told to use dumb HTTP, fails.
+    let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
+    cmd.env("GIT_SMART_HTTP", "0")
+        .args(["ls-remote", &server.http_url("repo.git")]);
+    let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+    assert!(!run.success(), "dumb ls-remote succeeded: {}", run.out());
+}
+
+#[test]
+fn advertisement_headers_and_unknown_repo() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let r = http(
+        &server.http,
+        "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1",
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/x-git-upload-pack-advertisement")
+    );
+    assert!(r.header("cache-control").unwrap_or("").contains("no-cache"));
+    assert!(r.body.starts_with(b"001e# service=git-upload-pack\n0000"));
+    let r = http(
+        &server.http,
+        "GET /nothere.git/info/refs?service=git-upload-pack HTTP/1.1",
+        b"",
+    );
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("not found"), "{}", r.text());
+    let run = f.git(&["ls-remote", &server.http_url("nothere.git")]);
+    assert!(!run.success());
+    assert!(run.err().contains("not found"), "{}", run.err());
+}
+
+#[test]
+fn paths_outside_the_root_refused() {
+    let f = Fixture::new();
+    // A repository outside the root, reachable by `..` and by a symlink inside the root.
+    let outside = f.sandbox.init_bare("outside.git");
+    std::os::unix::fs::symlink(&outside.path, f.root.join("link.git")).unwrap();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let abs = outside.path.to_str().unwrap().to_string();
+    let paths = [
+        "/../outside.git".to_string(),
+        "/%2e%2e/outside.git".to_string(),
+        "/%2E%2E%2Foutside.git".to_string(),
+        "/repo.git/../../outside.git".to_string(),
+        format!("/{abs}"),
+        format!("/{}", abs.replace('/', "%2f")),
+        "/link.git".to_string(),
+        "/link".to_string(),
+        "/~root/x".to_string(),
+    ];
+    for p in &paths {
+        for route in ["info/refs?service=git-upload-pack", "git-upload-pack"] {
+            let method = if route.starts_with("info") {
+                "GET"
+            } else {
+                "POST"
+            };
+            let r = http(
+                &server.http,
+                &format!(
+                    "{method} {p}/{route} HTTP/1.1\r\nContent-Type: application/x-git-upload-pack-request"
+                ),
+                b"0000",
+            );
+            assert_eq!(r.status, 403, "{method} {p}/{route}: {}", r.text());
+            assert!(r.text().contains("forbidden"), "{p}: {}", r.text());
+        }
+    }
+    assert!(
+        server.log_text().contains("forbidden path"),
+        "refusals not logged"
+    );
+    // The symlink is refused by git too.
+    let run = f.git(&["ls-remote", &server.http_url("link.git")]);
+    assert!(!run.success());
+}
+
+#[test]
+fn push_refused() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let r = http(
+        &server.http,
+        "GET /repo.git/info/refs?service=git-receive-pack HTTP/1.1",
+        b"",
+    );
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("pushing is not enabled"), "{}", r.text());
+    let r = http(
+        &server.http,
+        "POST /repo.git/git-receive-pack HTTP/1.1\r\nContent-Type: application/x-git-receive-pack-request",
+        b"0000",
+    );
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("pushing is not enabled"), "{}", r.text());
+    let dst = f.sandbox.path().join("w");
+    f.git(&[
+        "clone",
+        "-q",
+        &server.http_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    let run = f
+        .sandbox
+        .git_run_in(&dst, &["push", "origin", "HEAD:refs/heads/new"], None);
+    assert!(!run.success(), "push succeeded");
+    assert!(run.err().contains("403"), "{}", run.err());
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(data).unwrap();
+    enc.finish().unwrap()
+}
+
+fn ls_refs_body() -> Vec<u8> {
+    let mut body = pkt("command=ls-refs\n");
+    body.extend_from_slice(b"0001");
+    body.extend(pkt("peel\n"));
+    body.extend(pkt("symrefs\n"));
+    body.extend_from_slice(b"0000");
+    body
+}
+
+const V2_POST: &str = "POST /repo.git/git-upload-pack HTTP/1.1\r\n\
+    Content-Type: application/x-git-upload-pack-request\r\nGit-Protocol: version=2";
+
+#[test]
+fn gzip_request_bodies_accepted() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let plain = http(&server.http, V2_POST, &ls_refs_body());
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    assert_eq!(
+        plain.header("content-type"),
+        Some("application/x-git-upload-pack-result")
+    );
+    assert!(plain.text().contains("refs/heads/main"), "{}", plain.text());
+    let zipped = http(
+        &server.http,
+        &format!("{V2_POST}\r\nContent-Encoding: gzip"),
+        &gzip(&ls_refs_body()),
+    );
+    assert_eq!(zipped.status, 200, "{}", zipped.text());
+    assert_eq!(zipped.body, plain.body);
+    let bad = http(
+        &server.http,
+        &format!("{V2_POST}\r\nContent-Encoding: gzip"),
+        b"not gzip at all",
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text());
+}
+
+#[test]
+fn request_body_limit() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &["--max-request-bytes", "1000"]);
+    let ok = http(&server.http, V2_POST, &ls_refs_body());
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    // Too large as sent.
+    let mut big = ls_refs_body();
+    big.resize(5000, b'0');
+    let r = http(&server.http, V2_POST, &big);
+    assert_eq!(r.status, 413, "{}", r.text());
+    // Small compressed, too large inflated.
+    let bomb = gzip(&vec![b'0'; 500_000]);
+    assert!(bomb.len() < 1000);
+    let r = http(
+        &server.http,
+        &format!("{V2_POST}\r\nContent-Encoding: gzip"),
+        &bomb,
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    // Chunked (no Content-Length) and too large.
+    let mut s = TcpStream::connect(&server.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head =
+        format!("{V2_POST}\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    for _ in 0..5 {
+        let _ = s.write_all(format!("{:x}\r\n{}\r\n", 500, "0".repeat(500)).as_bytes());
+    }
+    let _ = s.write_all(b"0\r\n\r\n");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert_eq!(serve_support::parse_response(&raw).status, 413);
+}
+
+#[test]
+fn idle_connections_closed() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &["--idle-timeout", "1"]);
+    for partial in [&b""[..], b"GET /repo.git/info/refs?serv"] {
+        let mut s = TcpStream::connect(&server.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(partial).unwrap();
+        let start = Instant::now();
+        let mut buf = [0u8; 1024];
+        // Closed (EOF, or a reset, or a 408 then EOF): never a timeout.
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("connection not closed: {e} after {:?}", start.elapsed()),
+            }
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+            "closed after {waited:?}"
+        );
+    }
+    // A kept-alive connection that goes quiet after a request is closed too.
+    let mut s = TcpStream::connect(&server.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let start = Instant::now();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn connection_limit() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &["--max-connections", "1"]);
+    let mut held = TcpStream::connect(&server.http).unwrap();
+    held.write_all(b"GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // Once the first connection is served, it holds the only slot (keep-alive).
+    let mut buf = [0u8; 12];
+    held.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 200");
+    let r = http(
+        &server.http,
+        "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1",
+        b"",
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    drop(held);
+    // The slot comes back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = http(
+            &server.http,
+            "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1",
+            b"",
+        );
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot never freed: {}", r.status);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn client_hangup_mid_clone_leaves_server_healthy() {
+    let f = Fixture::new();
+    let mut server = Server::start(&f.sandbox, &f.root, &[]);
+    let head = f.repo.git_str(&["rev-parse", "main"]);
+    let mut body = pkt("command=fetch\n");
+    body.extend_from_slice(b"0001");
+    body.extend(pkt(&format!("want {head}\n")));
+    body.extend(pkt("done\n"));
+    body.extend_from_slice(b"0000");
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(&server.http).unwrap();
+        let req = format!(
+            "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        let mut buf = [0u8; 100];
+        let _ = s.read(&mut buf);
+        drop(s);
+    }
+    assert!(server.alive(), "server died:\n{}", server.log_text());
+    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
+    assert_eq!(ls_remote(&f, "2", &server.http_url("repo.git")), expected);
+    assert!(
+        !server.log_text().contains("panicked"),
+        "{}",
+        server.log_text()
+    );
+}

@@ -1,0 +1,283 @@
+//! Shared by the `packd serve` tests: a running server (killed on drop) started on port 0 with
+//! its printed addresses read back, a repository worth cloning, and a raw HTTP/1.1 client for
+//! requests git would never send.
+
+#![allow(dead_code)]
+
+use crate::common::{self, FastImport, Repo, Sandbox};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A `packd serve` process, killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT` of the HTTP listener.
+    pub http: String,
+    /// `127.0.0.1:PORT` of the git:// listener.
+    pub git: String,
+    /// Where its stderr (the access log) goes.
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Starts `packd serve --root ROOT --listen 127.0.0.1:0 --git-daemon 127.0.0.1:0 EXTRA...`.
+    pub fn start(sandbox: &Sandbox, root: &Path, extra: &[&str]) -> Server {
+        let log = sandbox.path().join(format!(
+            "serve-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut cmd = Command::new(common::PACKD);
+        common::apply_env(&mut cmd, &sandbox.home);
+        cmd.env("PACKD_LOG", "info");
+        cmd.args(["serve", "--root"]).arg(root);
+        cmd.args(["--listen", "127.0.0.1:0", "--git-daemon", "127.0.0.1:0"]);
+        cmd.args(extra);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let mut child = cmd.spawn().expect("start packd serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            http: String::new(),
+            git: String::new(),
+            log,
+        };
+        for _ in 0..2 {
+            let line = match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) => line,
+                Err(_) => panic!(
+                    "packd serve printed no address; stderr:\n{}",
+                    server.log_text()
+                ),
+            };
+            if let Some(a) = line.strip_prefix("listening on http://") {
+                server.http = a.to_string();
+            } else if let Some(a) = line.strip_prefix("listening on git://") {
+                server.git = a.to_string();
+            } else {
+                panic!("unexpected first lines from packd serve: {line}");
+            }
+        }
+        assert!(!server.http.is_empty() && !server.git.is_empty());
+        server
+    }
+
+    /// `http://ADDR/PATH`.
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{}/{path}", self.http)
+    }
+
+    /// `git://ADDR/PATH`.
+    pub fn git_url(&self, path: &str) -> String {
+        format!("git://{}/{path}", self.git)
+    }
+
+    /// The access log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process is still running (no crash).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A served root with `repo.git` (branches, annotated and lightweight tags, a packed history
+/// plus loose commits) in it.
+pub struct Fixture {
+    pub sandbox: Sandbox,
+    pub root: PathBuf,
+    pub repo: Repo,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let sandbox = Sandbox::new();
+        let root = sandbox.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let repo = sandbox.init_bare("root/repo.git");
+        let mut fi = FastImport::new();
+        let mut last = None;
+        for i in 0..30 {
+            let body = (0..50)
+                .map(|j| format!("line {j} of file {} at commit {i}\n", i % 4))
+                .collect::<String>();
+            let from = last.map(|m: u32| format!(":{m}"));
+            let m = fi.commit(
+                "refs/heads/main",
+                from.as_deref(),
+                &format!("commit {i}\n"),
+                &[
+                    common::inline(&format!("dir{}/file{}.txt", i % 3, i % 4), body),
+                    common::inline("counter", format!("{i}\n")),
+                ],
+            );
+            last = Some(m);
+            if i == 10 {
+                fi.tag("v1.0", &format!(":{m}"), "release 1.0\n");
+            }
+            if i == 20 {
+                fi.reset("refs/tags/light", &format!(":{m}"));
+                let side = fi.commit(
+                    "refs/heads/side",
+                    Some(&format!(":{m}")),
+                    "side\n",
+                    &[common::inline("side.txt", "side\n")],
+                );
+                let _ = side;
+            }
+        }
+        repo.fast_import(&fi.finish());
+        // A couple of loose commits on top of the pack.
+        let tree = repo.git_str(&["rev-parse", "main^{tree}"]);
+        let mut head = repo.git_str(&["rev-parse", "main"]);
+        for i in 0..2 {
+            head = String::from_utf8(repo.git_stdin(
+                &["commit-tree", &tree, "-p", &head],
+                format!("loose {i}\n").as_bytes(),
+            ))
+            .unwrap()
+            .trim()
+            .to_string();
+        }
+        repo.git(&["update-ref", "refs/heads/main", &head]);
+        Fixture {
+            sandbox,
+            root,
+            repo,
+        }
+    }
+
+    /// `git ARGS` run in the sandbox (not inside a repository).
+    pub fn git(&self, args: &[&str]) -> common::Run {
+        self.sandbox.git_run_in(self.sandbox.path(), args, None)
+    }
+
+    /// `git show-ref --head` of a repository, sorted, plus its HEAD symref.
+    pub fn refs_of(&self, path: &Path) -> String {
+        let run = self.sandbox.git_run_in(path, &["show-ref", "--head"], None);
+        run.assert_success();
+        let head = self
+            .sandbox
+            .git_run_in(path, &["symbolic-ref", "HEAD"], None);
+        format!("{}symbolic HEAD: {}", run.out(), head.out())
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends `head` (request line and headers, without the blank line; `Connection: close` is
+/// added) and `body`, reads the whole response and parses it (chunked bodies decoded).
+pub fn http(addr: &str, head: &str, body: &[u8]) -> HttpResponse {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!("{head}\r\nHost: {addr}\r\nConnection: close\r\n");
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // The server may answer (and close) before taking a body it refuses.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse_response(&raw)
+}
+
+pub fn parse_response(raw: &[u8]) -> HttpResponse {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    if chunked {
+        body = dechunk(&body);
+    }
+    HttpResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            panic!("truncated chunked body");
+        };
+        let size_text = String::from_utf8_lossy(&data[..eol]).into_owned();
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size {size_text:?}"));
+        data = &data[eol + 2..];
+        if size == 0 {
+            return out;
+        }
+        assert!(data.len() >= size + 2, "truncated chunk");
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// One pkt-line.
+pub fn pkt(s: &str) -> Vec<u8> {
+    format!("{:04x}{s}", s.len() + 4).into_bytes()
+}
