@@ -22,11 +22,11 @@ fn ls_remote(f: &Fixture, version: &str, target: &str) -> String {
 }
 
 #[test]
-fn ls_remote_matches_git_v0_and_v2() {
+fn ls_remote_matches_git_v0_v1_v2() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     let local = f.repo.path.to_str().unwrap().to_string();
-    for version in ["0", "2"] {
+    for version in ["0", "1", "2"] {
         let expected = ls_remote(&f, version, &local);
         assert!(expected.contains("refs/tags/v1.0^{}"), "{expected}");
         let got = ls_remote(&f, version, &server.http_url("repo.git"));
@@ -87,6 +87,40 @@ fn clone_v2_over_http() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     clone_and_check(&f, &server, "2");
+}
+
+#[test]
+fn parallel_clones() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let expected = f.refs_of(&f.repo.path);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|i| {
+                let (f, server, expected) = (&f, &server, &expected);
+                scope.spawn(move || {
+                    let dst = f.sandbox.path().join(format!("parallel-{i}.git"));
+                    let version = if i % 2 == 0 { "0" } else { "2" };
+                    f.git(&[
+                        "-c",
+                        &format!("protocol.version={version}"),
+                        "clone",
+                        "--mirror",
+                        &server.http_url("repo.git"),
+                        dst.to_str().unwrap(),
+                    ])
+                    .assert_success();
+                    f.sandbox
+                        .git_run_in(&dst, &["fsck", "--no-dangling"], None)
+                        .assert_success();
+                    assert_eq!(&f.refs_of(&dst), expected);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("clone thread");
+        }
+    });
 }
 
 #[test]
