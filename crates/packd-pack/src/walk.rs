@@ -302,6 +302,17 @@ pub(crate) fn count(
         let mut out = Vec::new();
         let mut seen = IdSet::default();
         let mut stack = wants.commits.clone();
+        // The client's shallow commits that the request deepens: the client has them but not
+        // their parents, which the walk from the wants, stopping at had commits, would never
+        // reach (git's upload-pack adds these parents to the wants).
+        if let Some(keep) = keep {
+            for s in &client_shallow {
+                if keep.contains(s) {
+                    let parents = walker.commit(s)?.parents;
+                    stack.extend(parents.into_iter().filter(|p| keep.contains(p)));
+                }
+            }
+        }
         while let Some(id) = stack.pop() {
             if had.contains(&id) || !seen.insert(id) {
                 continue;
