@@ -856,3 +856,289 @@ fn filter_keeps_objects_named_by_wants() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shallow requests
+// ---------------------------------------------------------------------------------------------
+
+/// The shallow boundary changes packd logged (`PACKD_LOG=packd=info`): (shallow, unshallow).
+fn logged_shallow(stderr: &str) -> (Ids, Ids) {
+    let grab = |marker: &str| -> Ids {
+        stderr
+            .split(marker)
+            .skip(1)
+            .filter_map(|rest| rest.get(..40))
+            .map(str::to_string)
+            .collect()
+    };
+    (grab("Shallow("), grab("Unshallow("))
+}
+
+/// `git clone --bare --depth DEPTH --single-branch --branch BRANCH --no-tags` of `source` over
+/// file:// (git's upload-pack), into `name`.
+fn shallow_clone(fx: &Fixture, source: &Repo, depth: u32, branch: &str, name: &str) -> Repo {
+    let url = format!("file://{}", source.path.display());
+    let depth = depth.to_string();
+    fx.sb.git_in(
+        fx.sb.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--depth",
+            &depth,
+            "--single-branch",
+            "--branch",
+            branch,
+            "--no-tags",
+            &url,
+            name,
+        ],
+    );
+    Repo {
+        path: fx.sb.path().join(name),
+        git_dir: fx.sb.path().join(name),
+        home: fx.sb.home.clone(),
+    }
+}
+
+/// The ids in a repository's `shallow` file.
+fn shallow_file(repo: &Repo) -> Ids {
+    id_set(&std::fs::read(repo.git_dir.join("shallow")).unwrap_or_default())
+}
+
+fn write_shallow_file(repo: &Repo, ids: &Ids) {
+    let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    std::fs::write(repo.git_dir.join("shallow"), text).unwrap();
+}
+
+const LOG: &[(&str, &str)] = &[("PACKD_LOG", "packd=info")];
+
+/// `--depth N --include-tag` sends what `git clone --depth N` receives, and the same shallow
+/// boundary.
+#[test]
+fn depth_matches_git_shallow_clone() {
+    let fx = fixture();
+    let main = vec![fx.rev("main")];
+    // 35 reaches through the merge of topic: two boundary commits.
+    for depth in [1u32, 5, 35] {
+        let clone = shallow_clone(&fx, &fx.mixed, depth, "main", &format!("clone-{depth}"));
+        let expected = id_set(&clone.git(&[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+        ]));
+        let boundary = shallow_file(&clone);
+        assert_eq!(boundary.len(), if depth == 35 { 2 } else { 1 });
+        for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+            let ctx = format!("{layout:?} --depth {depth}");
+            let d = depth.to_string();
+            // git clone follows tags (here blob-tag, and v3 and v3-outer at depth 35).
+            let produced = pack_objects_env(
+                fx.repo(layout),
+                &["--depth", &d, "--include-tag"],
+                &main,
+                &[],
+                LOG,
+            );
+            let (shallow, unshallow) = logged_shallow(&produced.stderr);
+            assert_eq!(shallow, boundary, "{ctx}: boundary: {}", produced.stderr);
+            assert!(unshallow.is_empty(), "{ctx}");
+            let dest = fx
+                .sb
+                .init_bare(&format!("depth-{depth}-{}", layout as usize));
+            let indexed = index_pack(&dest, &produced.pack, false);
+            let extra: Ids = indexed.ids.difference(&expected).cloned().collect();
+            let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
+            assert!(
+                extra.is_empty() && missing.is_empty(),
+                "{ctx}: pack has extra {} and lacks {} (git clone --depth)",
+                show(&extra),
+                show(&missing)
+            );
+            write_shallow_file(&dest, &shallow);
+            dest.git(&["update-ref", "refs/heads/main", &main[0]]);
+            dest.git(&["fsck", "--strict", "--no-dangling", "--no-progress"]);
+            dest.git(&["rev-list", "--objects", "--quiet", "main"]);
+        }
+    }
+}
+
+/// A client cloned at depth 3 fetches the rest of main (`--shallow`, thin), and a client
+/// cloned at depth 3 of main deepens to 10 (`--depth 10 --shallow`).
+#[test]
+fn shallow_client_fetches_and_deepens() {
+    let fx = fixture();
+    let main = fx.rev("main");
+    let old = fx.rev("old");
+    for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+        let repo = fx.repo(layout);
+        let n = layout as usize;
+        // Fetch: the client has old, old~1 and old~2 (shallow).
+        let ctx = format!("{layout:?} shallow fetch");
+        let client = shallow_clone(&fx, repo, 3, "old", &format!("shallow-old-{n}"));
+        let shallow = shallow_file(&client);
+        assert_eq!(shallow, [fx.rev("old~2")].into_iter().collect::<Ids>());
+        let s = shallow.first().unwrap().clone();
+        let produced = pack_objects_env(
+            repo,
+            &["--thin", "--shallow", &s],
+            std::slice::from_ref(&main),
+            std::slice::from_ref(&old),
+            LOG,
+        );
+        let (new_shallow, unshallow) = logged_shallow(&produced.stderr);
+        assert!(new_shallow.is_empty() && unshallow.is_empty(), "{ctx}");
+        let expected = exact(
+            repo,
+            std::slice::from_ref(&main),
+            std::slice::from_ref(&old),
+        );
+        let indexed = index_pack(&client, &produced.pack, true);
+        let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
+        assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+        client.git(&["update-ref", "refs/heads/main", &main]);
+        client.git(&["fsck", "--strict", "--no-dangling", "--no-progress"]);
+        client.git(&["rev-list", "--objects", "--quiet", "main"]);
+
+        // Deepen: the client has main, main~1 and main~2 (shallow) and asks for depth 10.
+        let ctx = format!("{layout:?} deepen");
+        let client = shallow_clone(&fx, repo, 3, "main", &format!("shallow-main-{n}"));
+        let old_shallow = shallow_file(&client);
+        let s = fx.rev("main~2");
+        assert_eq!(old_shallow, [s.clone()].into_iter().collect::<Ids>());
+        let produced = pack_objects_env(
+            repo,
+            &["--depth", "10", "--shallow", &s, "--include-tag"],
+            std::slice::from_ref(&main),
+            std::slice::from_ref(&main),
+            LOG,
+        );
+        let (new_shallow, unshallow) = logged_shallow(&produced.stderr);
+        assert_eq!(
+            new_shallow,
+            [fx.rev("main~9")].into_iter().collect::<Ids>(),
+            "{ctx}: {}",
+            produced.stderr
+        );
+        assert_eq!(unshallow, old_shallow, "{ctx}: {}", produced.stderr);
+        index_pack(&client, &produced.pack, false);
+        write_shallow_file(&client, &new_shallow);
+        client.git(&["fsck", "--strict", "--no-dangling", "--no-progress"]);
+        client.git(&["rev-list", "--objects", "--quiet", "main"]);
+        // What a depth-10 clone holds (with v3 and v3-outer on main~5, followed).
+        let deep = shallow_clone(&fx, repo, 10, "main", &format!("deep-main-{n}"));
+        let want = id_set(&deep.git(&[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+        ]));
+        let have = id_set(&client.git(&[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+        ]));
+        let missing: Ids = want.difference(&have).cloned().collect();
+        assert!(missing.is_empty(), "{ctx}: client lacks {}", show(&missing));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_revisions_fail_with_a_message() {
+    let fx = fixture();
+    let main = fx.rev("main");
+    let cases: Vec<(String, Vec<&str>, &str)> = vec![
+        ("no-such-branch\n".into(), vec![], "no-such-branch"),
+        (
+            format!("{main}\n^no-such-branch\n"),
+            vec![],
+            "no-such-branch",
+        ),
+        (format!("{UNKNOWN}\n"), vec![], UNKNOWN),
+        (format!("{main}\n"), vec!["--filter", "bogus:1"], "bogus:1"),
+        (
+            format!("{main}\n"),
+            vec!["--shallow", "no-such-commit"],
+            "no-such-commit",
+        ),
+        (format!("{main}\n"), vec!["--depth", "many"], "many"),
+    ];
+    for layout in [Layout::Bitmap, Layout::Mixed] {
+        for (stdin, flags, expect) in &cases {
+            let mut args = vec!["pack-objects"];
+            args.extend(flags);
+            let run = fx.repo(layout).packd(&args, Some(stdin.as_bytes()));
+            run.assert_no_crash();
+            let ctx = format!("{layout:?} {flags:?} {stdin:?}");
+            assert!(!run.success(), "{ctx}: should fail");
+            assert!(run.stdout.is_empty(), "{ctx}: no pack");
+            assert!(
+                run.err().contains(expect),
+                "{ctx}: message should name {expect}: {}",
+                run.err()
+            );
+        }
+    }
+}
+
+/// A byte flipped inside an entry's compressed data: packd checks the index's CRC before
+/// copying an entry, and fails naming the pack file and the entry's offset.
+#[test]
+fn damaged_entry_is_reported_not_sent() {
+    let fx = fixture();
+    let main = fx.rev("main");
+    let on_main = rev_list(&fx.mixed, &[], std::slice::from_ref(&main), &[]);
+    // (layout, every ref or main only, a delta entry or a whole one)
+    let runs = [
+        (Layout::Bitmap, true, false),
+        (Layout::Bitmap, false, true),
+        (Layout::OnePack, false, false),
+        (Layout::OnePack, false, true),
+    ];
+    for (k, (layout, every_ref, delta)) in runs.into_iter().enumerate() {
+        let ctx = format!("{layout:?} every_ref={every_ref} delta={delta}");
+        let copy = Repo {
+            path: fx.sb.path().join(format!("damaged-{k}")),
+            git_dir: fx.sb.path().join(format!("damaged-{k}")),
+            home: fx.sb.home.clone(),
+        };
+        copy_dir(&fx.repo(layout).path, &copy.path);
+        let pack = copy.packs()[0].clone();
+        let entries = verify_pack_entries(&copy, &pack.with_extension("idx"));
+        let entry = entries
+            .iter()
+            .filter(|e| e.kind == "blob" && e.depth.is_some() == delta && e.size_in_pack >= 40)
+            .find(|e| on_main.contains(&e.id))
+            .unwrap_or_else(|| panic!("{ctx}: no suitable entry"))
+            .clone();
+        let mut bytes = std::fs::read(&pack).unwrap();
+        bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55;
+        let mut perms = std::fs::metadata(&pack).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&pack, perms).unwrap();
+        std::fs::write(&pack, &bytes).unwrap();
+        let wants = if every_ref {
+            all_refs(&fx)
+        } else {
+            vec![main.clone()]
+        };
+        let run = copy.packd(&["pack-objects"], Some(&lines_input(&wants)));
+        run.assert_no_crash();
+        let err = run.err();
+        assert!(!run.success(), "{ctx}: should fail: {err}");
+        assert!(
+            err.contains(&file_name(&pack)),
+            "{ctx}: names the pack file: {err}"
+        );
+        assert!(
+            mentions_offset(&err, entry.offset),
+            "{ctx}: names offset {}: {err}",
+            entry.offset
+        );
+    }
+}
