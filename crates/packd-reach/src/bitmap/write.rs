@@ -1,4 +1,5 @@
-//! Writing a pack's `.bitmap` (version 1, the layout in [`crate::bitmap`]) and `.rev`.
+//! Writing a pack's `.bitmap` (version 1, the layout in [`crate::bitmap`]) and `.rev`, or a
+//! multi-pack-index and its `.bitmap`.
 //!
 //! ```text
 //! "BITM" | version 1 | flags FULL_DAG [| HASH_CACHE] [| LOOKUP_TABLE] | entry count | pack checksum
@@ -18,6 +19,14 @@
 //! atomically: each is written to a temporary file in the pack directory, synced, made read-only
 //! (0444, as git makes them) and renamed over the old one, then the directory is synced. On any
 //! error the temporary files are removed and the old files stay as they were.
+//!
+//! Over several packs ([`write_midx_bitmap`]): the multi-pack-index is planned first
+//! (`packd_odb::pack::multi_index::write`: one copy per object, the pseudo-pack order), the
+//! bitmap numbers its chosen copies in that order and records its checksum; commit positions
+//! and the name-hash cache are in its id order. `objects/pack/multi-pack-index` (with a RIDX
+//! chunk, so no `.rev`) is renamed into place before `multi-pack-index-<checksum>.bitmap`;
+//! other `multi-pack-index-*.bitmap`/`.rev` files are removed afterwards. Unlike one pack's,
+//! a selected commit reaching an object no pack has is an error, not a skipped bitmap.
 //!
 //! Only a pack on the local disk can be written (the storage layer reads; it does not write).
 
@@ -123,7 +132,7 @@ pub enum WriteError {
     },
     /// More than one pack: a pack bitmap describes one pack closed under reachability.
     #[error(
-        "{count} packs ({names}): a bitmap needs all objects in one pack; run `git repack -ad` first (multi-pack-index bitmaps are not written yet)"
+        "{count} packs ({names}): a pack bitmap needs all objects in one pack; run `git repack -ad` first, or write a multi-pack-index bitmap (`packd write-bitmap --midx`)"
     )]
     SeveralPacks {
         /// How many.
