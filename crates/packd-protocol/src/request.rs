@@ -91,7 +91,7 @@ impl RequestBuilder {
             let depth = n
                 .parse::<u32>()
                 .ok()
-                .filter(|d| *d > 0 && *d < i32::MAX as u32)
+                .filter(|d| *d > 0 && *d <= i32::MAX as u32)
                 .ok_or_else(|| {
                     ProtocolError::Invalid(format!("Invalid deepen: {}", show(line.as_bytes())))
                 })?;

@@ -292,7 +292,6 @@ fn shallow_clones_and_deepening() {
 }
 
 #[test]
-#[ignore = "packd-pack: the pack for a deepen stops at the client's unshallowed commits (walk::count skips a had commit's parents even when it is being unshallowed)"]
 fn fetch_deepen_extends_a_shallow_clone() {
     let sb = Sandbox::new();
     let repo = history(&sb);
@@ -315,6 +314,22 @@ fn fetch_deepen_extends_a_shallow_clone() {
             "4",
             "v{version} --deepen=3"
         );
+        fsck(&sb, &dir);
+        git_v(&sb, &dir, version, &["fetch", "-q", "--depth=6", &up]).assert_success();
+        let count = sb.git_in(&dir, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(
+            String::from_utf8(count).unwrap().trim(),
+            "6",
+            "v{version} --depth=6"
+        );
+        git_v(&sb, &dir, version, &["fetch", "-q", "--unshallow", &up]).assert_success();
+        let count = sb.git_in(&dir, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(
+            String::from_utf8(count).unwrap().trim(),
+            "12",
+            "v{version} --unshallow"
+        );
+        assert!(!dir.join(".git/shallow").exists());
         fsck(&sb, &dir);
     }
 }
