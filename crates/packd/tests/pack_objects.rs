@@ -27,7 +27,7 @@ type Ids = BTreeSet<String>;
 enum Layout {
     /// (a) `git repack -adb`: one pack and its bitmap.
     Bitmap,
-    /// (b) `git repack -ad`: one pack, no bitmap.
+    /// (b) `git repack -ad --no-write-bitmap-index`: one pack, no bitmap.
     OnePack,
     /// (c) two fast-import packs plus loose objects, no bitmap.
     Mixed,
@@ -227,10 +227,12 @@ fn build() -> Fixture {
         home: sb.home.clone(),
     };
     copy_dir(&mixed.path, &one_pack.path);
-    one_pack.git(&["repack", "-adq"]);
+    // (Bare repositories write a bitmap by default.)
+    one_pack.git(&["repack", "-adq", "--no-write-bitmap-index"]);
     assert_eq!(bitmap.packs().len(), 1);
     assert!(bitmap.packs()[0].with_extension("bitmap").exists());
     assert_eq!(one_pack.packs().len(), 1);
+    assert!(!one_pack.packs()[0].with_extension("bitmap").exists());
     Fixture {
         sb,
         bitmap,
@@ -389,14 +391,7 @@ fn index_pack(dest: &Repo, pack: &[u8], fix_thin: bool) -> Indexed {
         .to_string();
     let idx = dest.pack_dir().join(format!("pack-{hash}.idx"));
     let stored = std::fs::read(idx.with_extension("pack")).unwrap();
-    let show = dest.git_stdin(&["show-index"], &std::fs::read(&idx).unwrap());
-    let mut ids = Ids::new();
-    let mut offsets = Vec::new();
-    for line in String::from_utf8(show).unwrap().lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        offsets.push(f[0].parse::<usize>().unwrap());
-        ids.insert(f[1].to_string());
-    }
+    let (ids, mut offsets) = read_idx(&std::fs::read(&idx).unwrap());
     let mut types = Vec::new();
     if !fix_thin {
         assert_eq!(stored, pack, "index-pack stores a complete pack as it came");
@@ -404,6 +399,33 @@ fn index_pack(dest: &Repo, pack: &[u8], fix_thin: bool) -> Indexed {
         types = offsets.iter().map(|&o| (pack[o] >> 4) & 7).collect();
     }
     Indexed { ids, types, idx }
+}
+
+/// The ids and offsets an idx v2 (as git index-pack writes it) lists.
+fn read_idx(idx: &[u8]) -> (Ids, Vec<usize>) {
+    assert_eq!(&idx[..8], &[0xff, b't', b'O', b'c', 0, 0, 0, 2], "idx v2");
+    let n = u32::from_be_bytes(idx[8 + 255 * 4..8 + 256 * 4].try_into().unwrap()) as usize;
+    let ids_at = 8 + 256 * 4;
+    let offsets_at = ids_at + 24 * n;
+    let large_at = offsets_at + 4 * n;
+    let mut ids = Ids::new();
+    let mut offsets = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.insert(hex(&idx[ids_at + 20 * i..ids_at + 20 * i + 20]));
+        let o = u32::from_be_bytes(
+            idx[offsets_at + 4 * i..offsets_at + 4 * i + 4]
+                .try_into()
+                .unwrap(),
+        );
+        let offset = if o & 0x8000_0000 == 0 {
+            o as u64
+        } else {
+            let at = large_at + 8 * (o & 0x7fff_ffff) as usize;
+            u64::from_be_bytes(idx[at..at + 8].try_into().unwrap())
+        };
+        offsets.push(offset as usize);
+    }
+    (ids, offsets)
 }
 
 /// A fresh bare repository in `sb` holding what `haves` reach (taken from `source` with
@@ -519,8 +541,55 @@ fn known(repo: &Repo, haves: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A case's oracle in one layout, shared by its thin, non-thin and no-ofs-delta runs.
+struct Expect {
+    /// The haves the repository has.
+    haves: Vec<String>,
+    /// What a client with the haves' whole history needs.
+    needed: Ids,
+    /// Everything the wants reach.
+    reach: Ids,
+    /// A repository holding what the haves reach (an alternate of each destination).
+    had: Repo,
+}
+
+fn expect(fx: &Fixture, layout: Layout, case: &Case, n: usize) -> Expect {
+    let repo = fx.repo(layout);
+    let haves = known(repo, &case.haves);
+    let reach = rev_list(repo, &[], &case.wants, &[]);
+    let needed = if haves.is_empty() {
+        reach.clone()
+    } else {
+        let had = rev_list(repo, &[], &haves, &[]);
+        reach.difference(&had).cloned().collect()
+    };
+    if layout == Layout::Bitmap && !haves.is_empty() {
+        let git = rev_list(repo, &["--use-bitmap-index"], &case.wants, &haves);
+        assert_eq!(
+            git, needed,
+            "{}: git's bitmap answer is the set difference",
+            case.name
+        );
+    }
+    let had = repo_with(&fx.sb, &format!("had-{n}"), repo, &haves);
+    Expect {
+        haves,
+        needed,
+        reach,
+        had,
+    }
+}
+
 /// Checks one case in one layout (thin or not, ofs-delta or not).
-fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, n: usize) {
+fn check_case(
+    fx: &Fixture,
+    layout: Layout,
+    case: &Case,
+    expect: &Expect,
+    thin: bool,
+    ofs: bool,
+    n: usize,
+) {
     let repo = fx.repo(layout);
     let ctx = format!("{layout:?} / {} / thin={thin} ofs={ofs}", case.name);
     let mut flags = Vec::new();
@@ -536,23 +605,27 @@ fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, 
         "{ctx}: warnings: {}",
         produced.stderr
     );
-    let haves = known(repo, &case.haves);
-    let expected = exact(repo, &case.wants, &haves);
-    let reach = rev_list(repo, &[], &case.wants, &[]);
-    if layout == Layout::Bitmap && !haves.is_empty() {
-        let git = rev_list(repo, &["--use-bitmap-index"], &case.wants, &haves);
-        assert_eq!(
-            git, expected,
-            "{ctx}: git's bitmap answer is the set difference"
-        );
-    }
-    let dest = repo_with(&fx.sb, &format!("dest-{n}"), &fx.mixed, &haves);
+    let expected = &expect.needed;
+    let reach = &expect.reach;
+    let dest = fx.sb.init_bare(&format!("dest-{n}"));
+    std::fs::write(
+        dest.objects_dir().join("info/alternates"),
+        format!("{}\n", expect.had.objects_dir().display()),
+    )
+    .unwrap();
     let indexed = index_pack(&dest, &produced.pack, thin);
     if thin {
         // The fixed pack holds what was sent plus bases the client has; the sent count is the
         // header's.
         let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
         assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+        // With a bitmap, the haves' objects serve as delta bases: the pack is thin.
+        if layout == Layout::Bitmap && expected.len() >= 40 {
+            assert!(
+                indexed.ids.len() > produced.count as usize,
+                "{ctx}: no delta against an object the client has"
+            );
+        }
         if layout == Layout::Bitmap {
             assert_eq!(
                 produced.count as usize,
@@ -571,7 +644,7 @@ fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, 
             "{ctx}: distinct objects"
         );
         if layout == Layout::Bitmap {
-            let extra: Ids = ids.difference(&expected).cloned().collect();
+            let extra: Ids = ids.difference(expected).cloned().collect();
             let missing: Ids = expected.difference(ids).cloned().collect();
             assert!(
                 extra.is_empty() && missing.is_empty(),
@@ -582,7 +655,7 @@ fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, 
         } else {
             let missing: Ids = expected.difference(ids).cloned().collect();
             assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
-            let foreign: Ids = ids.difference(&reach).cloned().collect();
+            let foreign: Ids = ids.difference(reach).cloned().collect();
             assert!(
                 foreign.is_empty(),
                 "{ctx}: pack has objects the wants do not reach: {}",
@@ -595,6 +668,19 @@ fn check_case(fx: &Fixture, layout: Layout, case: &Case, thin: bool, ofs: bool, 
                 count_type(&indexed.types, OBJ_OFS_DELTA),
                 0,
                 "{ctx}: --no-ofs-delta pack has ofs-deltas"
+            );
+        }
+        let (ofs_n, ref_n) = (
+            count_type(&indexed.types, OBJ_OFS_DELTA),
+            count_type(&indexed.types, OBJ_REF_DELTA),
+        );
+        // Deltas on disk are reused (as ofs- or ref-deltas as asked), not all sent whole.
+        if indexed.types.len() >= 200 {
+            let deltas = if ofs { ofs_n } else { ref_n };
+            assert!(
+                deltas * 5 >= indexed.types.len(),
+                "{ctx}: only {deltas} deltas among {} objects",
+                indexed.types.len()
             );
         }
         assert_eq!(
@@ -627,12 +713,13 @@ fn check_layout(layout: Layout) {
     };
     for (k, case) in cases.iter().enumerate() {
         let n = base + 10 * k;
-        check_case(&fx, layout, case, false, true, n);
-        if !known(fx.repo(layout), &case.haves).is_empty() {
-            check_case(&fx, layout, case, true, true, n + 1);
+        let expect = expect(&fx, layout, case, n);
+        check_case(&fx, layout, case, &expect, false, true, n + 1);
+        if !expect.haves.is_empty() {
+            check_case(&fx, layout, case, &expect, true, true, n + 2);
         }
         if k % 3 == 0 {
-            check_case(&fx, layout, case, false, false, n + 2);
+            check_case(&fx, layout, case, &expect, false, false, n + 3);
         }
     }
 }
