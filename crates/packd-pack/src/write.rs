@@ -113,14 +113,16 @@ struct Window {
 }
 
 impl Window {
-    /// The bytes `range` of `pack` (rank `rank`); `dense` says more entries follow closely, so
-    /// reading ahead pays.
+    /// The bytes `range` of `pack` (rank `rank`). When they are not in the window, it is
+    /// refilled from `range.start` to `ahead()` (at least `range.end`): the end of the entries
+    /// to send that follow closely, so that one read serves them all and nothing is read that
+    /// is not sent or between sent entries.
     fn get(
         &mut self,
         rank: u32,
         pack: &Pack,
         range: std::ops::Range<u64>,
-        dense: bool,
+        ahead: impl FnOnce() -> u64,
     ) -> Result<Bytes, PackError> {
         let end_of_window = self.start + self.bytes.len() as u64;
         if rank == self.rank && range.start >= self.start && range.end <= end_of_window {
@@ -130,14 +132,7 @@ impl Window {
         }
         let data = pack.data();
         let trailer = data.len().saturating_sub(20);
-        let end = if dense {
-            range
-                .end
-                .max(range.start + WINDOW)
-                .min(trailer.max(range.end))
-        } else {
-            range.end
-        };
+        let end = ahead().max(range.end).min(trailer.max(range.end));
         let bytes = data
             .read_copy(range.start..end)
             .map_err(packd_odb::Error::from)?;
@@ -308,22 +303,23 @@ impl PackServer {
             let at = cursor.seek(pack, item.offset)?;
             let end = cursor.offsets[at + 1];
             let index_pos = cursor.positions[at];
-            let next_close = plan
-                .items
-                .get(i + 1)
-                .is_some_and(|n| n.rank == item.rank && n.offset < item.offset + WINDOW);
+            // Where the entries to send within a window's reach from here end.
+            let ahead = || {
+                let last = plan.items[i..]
+                    .iter()
+                    .take_while(|n| n.rank == item.rank && n.offset < item.offset + WINDOW)
+                    .last()
+                    .map_or(item.offset, |n| n.offset);
+                let k = cursor.offsets.partition_point(|&o| o <= last);
+                cursor.offsets.get(k).copied().unwrap_or(end)
+            };
             // A small entry is read whole; a large one in pieces, twice (the CRC is checked
             // before anything is sent).
             let small = end - item.offset <= WINDOW;
             let head_bytes = if small {
-                window.get(item.rank, pack, item.offset..end, next_close)?
+                window.get(item.rank, pack, item.offset..end, ahead)?
             } else {
-                window.get(
-                    item.rank,
-                    pack,
-                    item.offset..item.offset + MAX_HEADER,
-                    false,
-                )?
+                window.get(item.rank, pack, item.offset..item.offset + MAX_HEADER, || 0)?
             };
             let entry = decode_entry_header(&head_bytes, item.offset, HashKind::Sha1)
                 .map_err(|what| packd_odb::Error::corrupt(pack.data_name(), item.offset, what))?;
@@ -385,7 +381,7 @@ impl PackServer {
                 let mut at = item.offset;
                 while at < end {
                     let piece_end = end.min(at + WINDOW);
-                    crc.update(&window.get(item.rank, pack, at..piece_end, false)?);
+                    crc.update(&window.get(item.rank, pack, at..piece_end, || 0)?);
                     at = piece_end;
                 }
                 crc.finalize()
@@ -408,7 +404,7 @@ impl PackServer {
                 let mut at = data_start;
                 while at < end {
                     let piece_end = end.min(at + WINDOW);
-                    output.write(&window.get(item.rank, pack, at..piece_end, false)?)?;
+                    output.write(&window.get(item.rank, pack, at..piece_end, || 0)?)?;
                     at = piece_end;
                 }
             }
