@@ -88,8 +88,14 @@ fn read_pkt(input: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
 
 /// Sends `ERR <message>` as a pkt-line.
 fn send_err(out: &mut impl Write, message: &str) {
-    let line = format!("ERR {message}\n");
-    let line = &line[..line.len().min(MAX_PKT - 4)];
+    let mut line = format!("ERR {message}");
+    // The message may quote the client's path: cut it (at a character boundary) to fit.
+    let mut end = line.len().min(MAX_PKT - 5);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line.truncate(end);
+    line.push('\n');
     let _ = write!(out, "{:04x}{line}", line.len() + 4);
     let _ = out.flush();
 }
@@ -242,6 +248,16 @@ mod tests {
         assert_eq!(r.path, "/c");
         assert!(parse_request(b"nonsense").is_err());
         assert!(parse_request(&[0xff, 0x20]).is_err());
+    }
+
+    #[test]
+    fn long_err_fits_one_pkt() {
+        let mut out = Vec::new();
+        send_err(&mut out, &"é".repeat(40_000));
+        assert!(out.len() <= MAX_PKT);
+        let len = usize::from_str_radix(std::str::from_utf8(&out[..4]).unwrap(), 16).unwrap();
+        assert_eq!(len, out.len());
+        assert!(std::str::from_utf8(&out).is_ok());
     }
 
     #[test]
