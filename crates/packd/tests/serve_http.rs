@@ -484,3 +484,52 @@ fn client_hangup_mid_clone_leaves_server_healthy() {
         server.log_text()
     );
 }
+
+#[test]
+fn client_that_stops_reading_is_dropped_after_idle_timeout() {
+    let f = Fixture::new();
+    // 8 MB of incompressible blobs: more than the socket buffers and the server's queue hold.
+    let mut fi = common::FastImport::with_time(1_800_000_000);
+    let mut rng = common::Rng::new(7);
+    let changes: Vec<common::Change> = (0..8)
+        .map(|i| common::inline(&format!("big{i}.bin"), rng.bytes(1 << 20)))
+        .collect();
+    fi.commit("refs/heads/big", None, "big\n", &changes);
+    f.repo.fast_import(&fi.finish());
+    let big = f.repo.git_str(&["rev-parse", "big"]);
+    let mut server = Server::start(&f.sandbox, &f.root, &["--idle-timeout", "1"]);
+    let mut body = pkt("command=fetch\n");
+    body.extend_from_slice(b"0001");
+    body.extend(pkt(&format!("want {big}\n")));
+    body.extend(pkt("no-progress\n"));
+    body.extend(pkt("done\n"));
+    body.extend_from_slice(b"0000");
+    let mut s = TcpStream::connect(&server.http).unwrap();
+    let req = format!(
+        "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    // Read nothing: the server must give up on this request within a few idle timeouts.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let log = server.log_text();
+        if log.contains("method=POST") {
+            assert!(
+                log.contains("client") || log.contains("failed"),
+                "a stalled request was logged as fine:\n{log}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stalled request never ended:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(s);
+    assert!(server.alive());
+    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
+    assert_eq!(ls_remote(&f, "2", &server.http_url("repo.git")), expected);
+}
