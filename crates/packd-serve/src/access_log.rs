@@ -51,8 +51,7 @@ fn clean(s: &str) -> std::borrow::Cow<'_, str> {
 
 /// Writes `line` to the log.
 pub fn write(line: &LogLine) {
-    let ms = line.start.elapsed().as_secs_f64() * 1000.0;
-    let ms = format_args!("{ms:.1}");
+    let ms = format!("{:.1}", line.start.elapsed().as_secs_f64() * 1000.0);
     if line.note.is_empty() {
         tracing::info!(
             target: TARGET,
@@ -63,7 +62,7 @@ pub fn write(line: &LogLine) {
             status = %line.status,
             bytes = line.bytes,
             objects = line.objects,
-            ms = ms,
+            ms = %ms,
         );
     } else {
         tracing::info!(
@@ -75,7 +74,7 @@ pub fn write(line: &LogLine) {
             status = %line.status,
             bytes = line.bytes,
             objects = line.objects,
-            ms = ms,
+            ms = %ms,
             note = %clean(&line.note),
         );
     }
