@@ -35,6 +35,10 @@ use std::sync::Arc;
 /// copying large entries.
 pub(crate) const WINDOW: u64 = 1 << 20;
 
+/// Unsent bytes between two entries to send that one read may still cover (cheaper to copy
+/// than a second read).
+const MAX_GAP: u64 = 8 * 1024;
+
 /// Output buffered before it is handed to the transport.
 const OUT_BUFFER: usize = 256 * 1024;
 
@@ -303,15 +307,21 @@ impl PackServer {
             let at = cursor.seek(pack, item.offset)?;
             let end = cursor.offsets[at + 1];
             let index_pos = cursor.positions[at];
-            // Where the entries to send within a window's reach from here end.
+            // Where the entries to send that follow this one closely end: one read serves
+            // them, skipping gaps shorter than a read costs, within a window's reach.
             let ahead = || {
-                let last = plan.items[i..]
-                    .iter()
-                    .take_while(|n| n.rank == item.rank && n.offset < item.offset + WINDOW)
-                    .last()
-                    .map_or(item.offset, |n| n.offset);
-                let k = cursor.offsets.partition_point(|&o| o <= last);
-                cursor.offsets.get(k).copied().unwrap_or(end)
+                let mut span_end = end;
+                for n in &plan.items[i + 1..] {
+                    if n.rank != item.rank
+                        || n.offset >= item.offset + WINDOW
+                        || n.offset > span_end + MAX_GAP
+                    {
+                        break;
+                    }
+                    let k = cursor.offsets.partition_point(|&o| o <= n.offset);
+                    span_end = cursor.offsets.get(k).copied().unwrap_or(span_end);
+                }
+                span_end
             };
             // A small entry is read whole; a large one in pieces, twice (the CRC is checked
             // before anything is sent).
