@@ -1,8 +1,8 @@
 //! `packd pack-objects` (pack generation: `PackServer::plan`/`write`/`shallow`) checked by stock
 //! git. One history (three imports, branches, a merge, annotated tags including a tag of a tag,
-//! a tag of a tree and a tag of a blob, a lightweight tag) is served from three layouts: one
-//! pack with a bitmap (`repack -adb`), one pack without (`repack -ad`), and two fast-import
-//! packs plus loose objects. For many (wants, haves) pairs the pack is indexed by
+//! a tag of a tree and a tag of a blob, a lightweight tag) is served from four layouts: one
+//! pack with a bitmap (`repack -adb`), one pack without, two fast-import packs plus loose
+//! objects, and a bitmapped pack of older history plus the newer objects loose. For many (wants, haves) pairs the pack is indexed by
 //! `git index-pack` into a repository holding the haves (with `--fix-thin` for thin packs) and
 //! its objects compared with `git rev-list --objects` (exactly with a bitmap, at least the
 //! needed objects when walking); `git fsck --strict` and `git verify-pack` must pass, the
@@ -31,6 +31,9 @@ enum Layout {
     OnePack,
     /// (c) two fast-import packs plus loose objects, no bitmap.
     Mixed,
+    /// (d) a bitmapped pack of the history up to the merge, and the rest loose (a repository
+    /// pushed to since its last repack): counting falls back to walking for new tips.
+    BitmapLoose,
 }
 
 struct Fixture {
@@ -38,6 +41,7 @@ struct Fixture {
     bitmap: Repo,
     one_pack: Repo,
     mixed: Repo,
+    bitmap_loose: Repo,
 }
 
 impl Fixture {
@@ -46,6 +50,7 @@ impl Fixture {
             Layout::Bitmap => &self.bitmap,
             Layout::OnePack => &self.one_pack,
             Layout::Mixed => &self.mixed,
+            Layout::BitmapLoose => &self.bitmap_loose,
         }
     }
 
@@ -144,6 +149,15 @@ fn build() -> Fixture {
     mixed.git(&["update-ref", "refs/heads/main", &merge]);
     mixed.git(&["update-ref", "refs/heads/merge", &merge]);
 
+    // (d) starts as a bitmapped copy of the history so far.
+    let bitmap_loose = Repo {
+        path: sb.path().join("bitmap-loose"),
+        git_dir: sb.path().join("bitmap-loose"),
+        home: sb.home.clone(),
+    };
+    copy_dir(&mixed.path, &bitmap_loose.path);
+    bitmap_loose.git(&["repack", "-adbq"]);
+
     // Import 3 (exploded into loose objects below): 30 more commits on main, 10 on side.
     let packs_before = mixed.packs();
     let mut fi = FastImport::with_time(1_700_300_000);
@@ -233,11 +247,35 @@ fn build() -> Fixture {
     assert!(bitmap.packs()[0].with_extension("bitmap").exists());
     assert_eq!(one_pack.packs().len(), 1);
     assert!(!one_pack.packs()[0].with_extension("bitmap").exists());
+    // (d) gets everything else as loose objects, and the same refs.
+    for dir in std::fs::read_dir(mixed.objects_dir()).unwrap() {
+        let dir = dir.unwrap().path();
+        let name = file_name(&dir);
+        if name.len() != 2 {
+            continue;
+        }
+        let to = bitmap_loose.objects_dir().join(&name);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            let target = to.join(file_name(&f));
+            if !target.exists() {
+                std::fs::copy(&f, &target).unwrap();
+            }
+        }
+    }
+    let refs = String::from_utf8(mixed.git(&["for-each-ref", "--format=%(refname) %(objectname)"]))
+        .unwrap();
+    let updates: String = refs.lines().map(|l| format!("update {l}\n")).collect();
+    bitmap_loose.git_stdin(&["update-ref", "--stdin"], updates.as_bytes());
+    assert!(bitmap_loose.packs()[0].with_extension("bitmap").exists());
+    assert!(bitmap_loose.loose_count() > 100);
     Fixture {
         sb,
         bitmap,
         one_pack,
         mixed,
+        bitmap_loose,
     }
 }
 
@@ -710,6 +748,7 @@ fn check_layout(layout: Layout) {
         Layout::Bitmap => 0,
         Layout::OnePack => 1000,
         Layout::Mixed => 2000,
+        Layout::BitmapLoose => 3000,
     };
     for (k, case) in cases.iter().enumerate() {
         let n = base + 10 * k;
@@ -737,6 +776,11 @@ fn object_sets_one_pack_layout() {
 #[test]
 fn object_sets_mixed_layout() {
     check_layout(Layout::Mixed);
+}
+
+#[test]
+fn object_sets_bitmap_and_loose_layout() {
+    check_layout(Layout::BitmapLoose);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -834,7 +878,12 @@ fn check_include_tag(fx: &Fixture, layout: Layout, wants: &[String], haves: &[St
 fn include_tag_matches_git_pack_objects() {
     let fx = fixture();
     let main = fx.rev("main");
-    for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+    for layout in [
+        Layout::Bitmap,
+        Layout::OnePack,
+        Layout::Mixed,
+        Layout::BitmapLoose,
+    ] {
         let base = 10 * layout as usize;
         // v2, v3 and v3-outer (a tag of a tag) point into main~100..main; v1 does not.
         check_include_tag(
@@ -908,7 +957,12 @@ fn filters_match_rev_list() {
         "tree:1",
         "tree:2",
     ];
-    for layout in [Layout::Bitmap, Layout::OnePack, Layout::Mixed] {
+    for layout in [
+        Layout::Bitmap,
+        Layout::OnePack,
+        Layout::Mixed,
+        Layout::BitmapLoose,
+    ] {
         let base = 100 * layout as usize;
         for (k, spec) in specs.iter().enumerate() {
             check_filter(&fx, layout, spec, &tips, &[], base + 2 * k);
