@@ -18,6 +18,9 @@ use packd_odb::{Error, Location, ObjectId, Result};
 use packd_storage::Storage;
 use std::sync::Arc;
 
+/// Position lookups answered from a pack's `.rev` before its rank index is built.
+const REV_LOOKUPS: u32 = 256;
+
 /// The objects of a bitmap, and the map between their id order and their pack order.
 pub(crate) enum Bitmapped {
     /// One pack.
@@ -26,6 +29,8 @@ pub(crate) enum Bitmapped {
         pack: Arc<Pack>,
         /// Its `.rev` if it has a valid one; else the pack's in-memory reverse index.
         rev: Option<RevIndex>,
+        /// Positions looked up so far (see [`Bitmapped::bit_of`]).
+        lookups: std::sync::atomic::AtomicU32,
     },
     /// A multi-pack-index over several packs.
     Midx {
@@ -82,6 +87,7 @@ impl Bitmapped {
         Ok(Bitmapped::Pack {
             pack: pack.clone(),
             rev,
+            lookups: Default::default(),
         })
     }
 
@@ -186,7 +192,9 @@ impl Bitmapped {
     pub(crate) fn position_at(&self, bit: u32) -> Option<u32> {
         match self {
             Bitmapped::Pack { rev: Some(rev), .. } => rev.index_position(bit),
-            Bitmapped::Pack { pack, rev: None } => pack
+            Bitmapped::Pack {
+                pack, rev: None, ..
+            } => pack
                 .positions_in_pack_order()
                 .ok()?
                 .get(bit as usize)
@@ -201,7 +209,9 @@ impl Bitmapped {
     /// Whether [`Bitmapped::bit_of`] is cheap now (nothing left to build first).
     pub(crate) fn is_ready(&self) -> bool {
         match self {
-            Bitmapped::Pack { pack, rev: None } => pack.has_reverse_index(),
+            Bitmapped::Pack {
+                pack, rev: None, ..
+            } => pack.has_reverse_index(),
             _ => true,
         }
     }
@@ -223,8 +233,15 @@ impl Bitmapped {
     /// The pack position (bit) of the object at id-order position `pos`; `None` when the order
     /// does not place it. With a reverse index at hand, a binary search over it, as git does.
     pub(crate) fn bit_of(&self, pos: u32) -> Result<Option<u64>> {
-        if let Bitmapped::Pack { pack, rev: None } = self {
-            return Ok(pack.pack_position(pos)?.map(u64::from));
+        // One pack: a binary search over the `.rev` reads two index entries per step; the
+        // rank index costs one bucketing pass (a few milliseconds on git/git), then a short
+        // scan per lookup. A query whose tips have bitmaps asks a handful of positions, a
+        // fill-in walk thousands: the first few use the `.rev`, the rest the rank index.
+        if let Bitmapped::Pack { pack, rev, lookups } = self {
+            let n = lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if rev.is_none() || n >= REV_LOOKUPS {
+                return Ok(pack.pack_position(pos)?.map(u64::from));
+            }
         }
         let want = self.order_key(pos)?;
         let (mut lo, mut hi) = (0u32, self.len());
