@@ -27,6 +27,11 @@ impl ObjectKind {
         }
     }
 
+    /// The pack entry type number of a whole object of this kind (its discriminant).
+    pub fn pack_type(self) -> u8 {
+        self as u8
+    }
+
     /// The name git prints and hashes (`commit`, `tree`, `blob`, `tag`).
     pub fn name(self) -> &'static str {
         match self {

@@ -23,9 +23,12 @@
 use crate::count::{Had, Planned, LOOSE};
 use crate::{PackError, PackServer, PackStats, ProgressSink};
 use bytes::Bytes;
-use packd_odb::pack::data::{decode_entry_header, EntryHeader, EntryKind};
+use packd_odb::pack::data::{
+    decode_entry_header, encode_ofs_distance, encode_type_and_size, EntryHeader, EntryKind,
+    OFS_DELTA, REF_DELTA,
+};
 use packd_odb::pack::Pack;
-use packd_odb::{HashKind, ObjectId, ObjectKind};
+use packd_odb::{HashKind, ObjectId};
 use sha1::{Digest, Sha1};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,42 +147,6 @@ impl Window {
         self.start = range.start;
         self.bytes = bytes;
         Ok(self.bytes.slice(0..(range.end - range.start) as usize))
-    }
-}
-
-/// Appends an entry header (type and size) to `out`.
-fn push_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {
-    let mut c = (type_num << 4) | (size & 0x0f) as u8;
-    size >>= 4;
-    while size != 0 {
-        out.push(c | 0x80);
-        c = (size & 0x7f) as u8;
-        size >>= 7;
-    }
-    out.push(c);
-}
-
-/// Appends an ofs-delta's backwards distance to `out`.
-fn push_ofs_distance(out: &mut Vec<u8>, mut distance: u64) {
-    let mut tmp = [0u8; 10];
-    let mut pos = tmp.len() - 1;
-    tmp[pos] = (distance & 0x7f) as u8;
-    distance >>= 7;
-    while distance != 0 {
-        distance -= 1;
-        pos -= 1;
-        tmp[pos] = 0x80 | (distance & 0x7f) as u8;
-        distance >>= 7;
-    }
-    out.extend_from_slice(&tmp[pos..]);
-}
-
-fn pack_type(kind: ObjectKind) -> u8 {
-    match kind {
-        ObjectKind::Commit => 1,
-        ObjectKind::Tree => 2,
-        ObjectKind::Blob => 3,
-        ObjectKind::Tag => 4,
     }
 }
 
@@ -466,7 +433,7 @@ impl PackServer {
         header.clear();
         let (base_written, base_id) = match entry.kind {
             EntryKind::Base(kind) => {
-                push_type_and_size(header, pack_type(kind), entry.size);
+                encode_type_and_size(header, kind.pack_type(), entry.size);
                 return Ok(Send::Reuse {
                     header: header.clone(),
                     delta: false,
@@ -490,10 +457,10 @@ impl PackServer {
                 None => plan.id(&plan.items[j])?,
             };
             if ofs_delta {
-                push_type_and_size(header, 6, entry.size);
-                push_ofs_distance(header, here - new_offsets[j]);
+                encode_type_and_size(header, OFS_DELTA, entry.size);
+                encode_ofs_distance(header, here - new_offsets[j]);
             } else {
-                push_type_and_size(header, 7, entry.size);
+                encode_type_and_size(header, REF_DELTA, entry.size);
                 header.extend_from_slice(base_id.as_bytes());
             }
             return Ok(Send::Reuse {
@@ -503,7 +470,7 @@ impl PackServer {
         }
         let base_id = base_id.expect("a delta not written against an earlier entry has an id");
         if thin && self.client_has(plan, &base_id)? {
-            push_type_and_size(header, 7, entry.size);
+            encode_type_and_size(header, REF_DELTA, entry.size);
             header.extend_from_slice(base_id.as_bytes());
             return Ok(Send::Reuse {
                 header: header.clone(),
@@ -659,11 +626,11 @@ impl PackServer {
                 let mut header = Vec::with_capacity(32);
                 match written {
                     Some(j) if ofs_delta => {
-                        push_type_and_size(&mut header, 6, delta.len() as u64);
-                        push_ofs_distance(&mut header, new_offsets[i] - new_offsets[j]);
+                        encode_type_and_size(&mut header, OFS_DELTA, delta.len() as u64);
+                        encode_ofs_distance(&mut header, new_offsets[i] - new_offsets[j]);
                     }
                     _ => {
-                        push_type_and_size(&mut header, 7, delta.len() as u64);
+                        encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
                         header.extend_from_slice(base_id.as_bytes());
                     }
                 }
@@ -696,9 +663,9 @@ impl PackServer {
                 .ok_or_else(|| PackError::BadRequest(format!("object {id} is missing")))?,
         };
         let mut header = Vec::with_capacity(16);
-        push_type_and_size(
+        encode_type_and_size(
             &mut header,
-            pack_type(object.kind),
+            object.kind.pack_type(),
             object.data.len() as u64,
         );
         let mut compressed = vec![0u8; compressor.zlib_compress_bound(object.data.len())];
@@ -719,15 +686,15 @@ mod tests {
     fn headers_round_trip_through_the_decoder() {
         for (t, size) in [(1u8, 0u64), (3, 15), (3, 16), (2, 1 << 40), (4, 123_456)] {
             let mut h = Vec::new();
-            push_type_and_size(&mut h, t, size);
+            encode_type_and_size(&mut h, t, size);
             let d = decode_entry_header(&h, 100, HashKind::Sha1).unwrap();
             assert_eq!(d.size, size);
             assert_eq!(d.header_len, h.len());
         }
         for distance in [1u64, 127, 128, 129, 16_511, 16_512, 1 << 35] {
             let mut h = Vec::new();
-            push_type_and_size(&mut h, 6, 10);
-            push_ofs_distance(&mut h, distance);
+            encode_type_and_size(&mut h, OFS_DELTA, 10);
+            encode_ofs_distance(&mut h, distance);
             let offset = distance + 5;
             let d = decode_entry_header(&h, offset, HashKind::Sha1).unwrap();
             assert_eq!(d.kind, EntryKind::OfsDelta { base_offset: 5 });

@@ -8,7 +8,7 @@
 //! no file behind.
 
 use crate::pack::data::input::{read_pack, InputLimits};
-use crate::pack::data::EntryKind;
+use crate::pack::data::{encode_type_and_size, EntryKind};
 use crate::pack::index::resolve::{resolve, ExternalBase};
 use crate::pack::index::write::{encode_v2, IndexEntry};
 use crate::{Error, ObjectDb, ObjectId, ObjectKind, Result};
@@ -82,26 +82,6 @@ fn temp_name(prefix: &str) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn push_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {
-    let mut c = (type_num << 4) | (size & 0x0f) as u8;
-    size >>= 4;
-    while size != 0 {
-        out.push(c | 0x80);
-        c = (size & 0x7f) as u8;
-        size >>= 7;
-    }
-    out.push(c);
-}
-
-fn pack_type(kind: ObjectKind) -> u8 {
-    match kind {
-        ObjectKind::Commit => 1,
-        ObjectKind::Tree => 2,
-        ObjectKind::Blob => 3,
-        ObjectKind::Tag => 4,
-    }
 }
 
 /// Reads a pack from `input` into `pack_dir` (an `objects/pack` directory) and indexes it.
@@ -262,7 +242,11 @@ fn append_bases(
                 .read(id)?
                 .ok_or_else(|| Error::BadName(format!("the thin pack's base {id} vanished")))?;
             let mut entry = Vec::with_capacity(16);
-            push_type_and_size(&mut entry, pack_type(object.kind), object.data.len() as u64);
+            encode_type_and_size(
+                &mut entry,
+                object.kind.pack_type(),
+                object.data.len() as u64,
+            );
             let mut compressed = vec![0u8; compressor.zlib_compress_bound(object.data.len())];
             let n = compressor
                 .zlib_compress(&object.data, &mut compressed)

@@ -31,6 +31,40 @@ pub struct EntryHeader {
     pub header_len: usize,
 }
 
+/// Pack entry type numbers of the two delta kinds.
+pub const OFS_DELTA: u8 = 6;
+/// See [`OFS_DELTA`].
+pub const REF_DELTA: u8 = 7;
+
+/// Appends an entry header's first part to `out`: the type number and the inflated size (what
+/// follows for deltas, a distance or a base id, is the caller's).
+pub fn encode_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {
+    let mut c = (type_num << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size != 0 {
+        out.push(c | 0x80);
+        c = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(c);
+}
+
+/// Appends an ofs-delta's backwards distance to its base to `out` (big-endian base-128, each
+/// continuation adding one, as git writes it).
+pub fn encode_ofs_distance(out: &mut Vec<u8>, mut distance: u64) {
+    let mut tmp = [0u8; 10];
+    let mut pos = tmp.len() - 1;
+    tmp[pos] = (distance & 0x7f) as u8;
+    distance >>= 7;
+    while distance != 0 {
+        distance -= 1;
+        pos -= 1;
+        tmp[pos] = 0x80 | (distance & 0x7f) as u8;
+        distance >>= 7;
+    }
+    out.extend_from_slice(&tmp[pos..]);
+}
+
 /// Decodes the header of the entry at pack offset `offset`, whose bytes start at `bytes[0]`.
 /// Errors are short descriptions; the caller adds the file and offset.
 pub fn decode_entry_header(

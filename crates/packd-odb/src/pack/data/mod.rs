@@ -16,4 +16,7 @@
 mod entry;
 pub mod input;
 
-pub use entry::{decode_entry_header, EntryHeader, EntryKind};
+pub use entry::{
+    decode_entry_header, encode_ofs_distance, encode_type_and_size, EntryHeader, EntryKind,
+    OFS_DELTA, REF_DELTA,
+};
