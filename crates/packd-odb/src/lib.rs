@@ -23,6 +23,7 @@ pub mod odb;
 pub mod pack;
 pub mod parse;
 pub mod refs;
+pub mod refs_update;
 pub mod repository;
 pub mod revision;
 pub mod zlib;

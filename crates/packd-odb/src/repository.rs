@@ -150,6 +150,12 @@ impl Repository {
         &self.git_dir
     }
 
+    /// The directory shared by all worktrees: objects, most refs, packed-refs (the git
+    /// directory itself outside linked worktrees).
+    pub fn common_dir(&self) -> &Path {
+        &self.common_dir
+    }
+
     /// The merged configuration.
     pub fn config(&self) -> &Config {
         &self.config
