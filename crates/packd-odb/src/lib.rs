@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod connectivity;
 pub mod delta;
 mod error;
 pub mod graph;
@@ -22,6 +23,7 @@ mod object;
 pub mod odb;
 pub mod pack;
 pub mod parse;
+pub mod quarantine;
 pub mod refs;
 pub mod refs_update;
 pub mod repository;
