@@ -17,7 +17,8 @@
 //! - `advertise`: the v0/v1 ref advertisement and the v2 capabilities;
 //! - `negotiate_v0`: v0/v1 want list, shallow list, have rounds;
 //! - `ls_refs`, `fetch_v2`: the v2 commands; `request`: want/shallow/have handling both share;
-//! - `filter`: partial-clone filter specs; `pack`: counting and sending the pack.
+//! - `filter`: partial-clone filter specs; `pack`: counting and sending the pack;
+//! - `receive_pack`: [`ReceivePack`], pushes (v0); `receive_rules`: receive.deny* rules.
 
 mod advertise;
 mod fetch_v2;
@@ -26,10 +27,13 @@ mod ls_refs;
 mod negotiate_v0;
 mod pack;
 pub mod pkt_line;
+mod receive_pack;
+mod receive_rules;
 mod request;
 pub mod sideband;
 
 pub use advertise::agent;
+pub use receive_pack::{PushStats, ReceivePack, ReceivePackOptions};
 
 use packd_pack::PackServer;
 use packd_reach::bitmap_walk::BitmapIndex;
