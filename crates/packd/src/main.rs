@@ -4,6 +4,7 @@
 mod cat_file;
 mod index_pack;
 mod pack_objects;
+mod receive_pack;
 mod rev_list;
 mod serve;
 mod upload_pack;
@@ -55,6 +56,9 @@ enum Command {
     Serve(serve::Args),
     /// Speak git's upload-pack protocol for one repository on stdin/stdout (for ssh).
     UploadPack(upload_pack::Args),
+    /// Speak git's receive-pack protocol for one repository on stdin/stdout (for ssh and
+    /// `git push --receive-pack`): take a pushed pack and update refs.
+    ReceivePack(receive_pack::Args),
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
             .and_then(|repo| pack_objects::run(repo, args)),
         Command::Serve(args) => serve::run(args),
         Command::UploadPack(args) => cli.workdir().and_then(|dir| upload_pack::run(&dir, args)),
+        Command::ReceivePack(args) => cli.workdir().and_then(|dir| receive_pack::run(&dir, args)),
     };
     match result {
         Ok(code) => code,

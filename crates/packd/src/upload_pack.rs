@@ -39,7 +39,7 @@ pub struct Args {
 
 /// Opens the repository at `dir` as git upload-pack does: the directory itself, its `.git`,
 /// or `DIR.git`; never a parent directory.
-fn open_repository(dir: &Path) -> Result<Repository> {
+pub(crate) fn open_repository(dir: &Path) -> Result<Repository> {
     let options = RepositoryOptions::default();
     let mut tried = Vec::new();
     let mut with_git = dir.as_os_str().to_owned();
