@@ -2,7 +2,8 @@
 //! names the service and repository (`git-upload-pack /path\0host=...\0[\0version=2\0]`), then
 //! upload-pack talks over the same connection ([`Mode::Stateful`]). Each connection is served
 //! on a blocking thread with socket read and write timeouts of the idle timeout. Pushes
-//! (`git-receive-pack`) and anything else are refused with an `ERR` pkt-line.
+//! (`git-receive-pack`, unless the server allows them) and anything else are refused with an
+//! `ERR` pkt-line.
 
 use crate::access_log::{self, LogLine};
 use crate::Shared;
@@ -117,6 +118,46 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
+/// Serves a push (`--allow-push`): advertisement, then one receive-pack conversation.
+fn serve_push(
+    shared: &Shared,
+    path: &str,
+    reader: TcpStream,
+    writer: &mut Counting<BufWriter<TcpStream>>,
+    log: &mut LogLine,
+) {
+    let git_dir = match shared.root.resolve(path) {
+        Ok(d) => d,
+        Err(e) => {
+            let message = format!("{}: {e}", path.escape_debug());
+            send_err(writer, &message);
+            log.note = message;
+            return;
+        }
+    };
+    let receive = packd_protocol::ReceivePack::new(&git_dir, Default::default());
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let result = receive
+        .advertise(writer)
+        .and_then(|()| writer.flush().map_err(Into::into))
+        .and_then(|()| receive.serve(&mut reader, writer));
+    let _ = writer.flush();
+    log.bytes = writer.bytes;
+    match result {
+        Ok(stats) => {
+            log.status = "ok".into();
+            log.objects = stats.objects;
+            if let Some(e) = stats.unpack_error {
+                log.note = format!("push refused: {e}");
+            }
+        }
+        Err(e) => {
+            log.status = "failed".into();
+            log.note = e.to_string();
+        }
+    }
+}
+
 /// Serves one git:// connection to its end (blocking).
 pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAddr) {
     let idle = shared.limits.idle_timeout;
@@ -164,6 +205,11 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
     log.service = request.service.clone();
     match request.service.as_str() {
         "git-upload-pack" => {}
+        "git-receive-pack" if shared.allow_push => {
+            serve_push(&shared, &request.path, reader, &mut writer, &mut log);
+            access_log::write(&log);
+            return;
+        }
         "git-receive-pack" => {
             let message = "pushing is not enabled on this server";
             send_err(&mut writer, message);

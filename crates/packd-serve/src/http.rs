@@ -8,6 +8,8 @@
 //! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
 //! cancel flag. Dumb HTTP and pushes are refused with 403 and a plain-text reason.
 
+mod push;
+
 use crate::access_log::{self, LogLine};
 use crate::conn::{Activity, BusyGuard, IdleIo};
 use crate::paths::PathError;
@@ -244,6 +246,7 @@ async fn handle(
                 match service {
                     "" => text(StatusCode::FORBIDDEN, DUMB_REFUSED),
                     "git-upload-pack" => info_refs(&shared, repo, &req).await,
+                    "git-receive-pack" if shared.allow_push => push::info_refs(&shared, repo).await,
                     "git-receive-pack" => match lookup(&shared, repo).await {
                         Err(e) => e.response(),
                         Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
@@ -258,9 +261,18 @@ async fn handle(
         Route::ReceivePack(repo) => {
             log.repo = repo.to_string();
             log.service = "git-receive-pack".into();
-            match lookup(&shared, repo).await {
-                Err(e) => e.response(),
-                Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
+            if !shared.allow_push {
+                match lookup(&shared, repo).await {
+                    Err(e) => e.response(),
+                    Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
+                }
+            } else if method != Method::POST {
+                text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "use POST for git-receive-pack",
+                )
+            } else {
+                push::receive_pack(&shared, repo, req).await
             }
         }
         Route::UploadPack(repo) => {

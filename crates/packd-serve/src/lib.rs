@@ -64,6 +64,9 @@ pub struct Config {
     pub cache_capacity: usize,
     /// upload-pack policy.
     pub upload_pack: UploadPackOptions,
+    /// Accept pushes (receive-pack) from anyone who can reach the server; otherwise they are
+    /// refused (HTTP 403, git:// ERR).
+    pub allow_push: bool,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -96,6 +99,8 @@ pub struct Shared {
     pub cache: repos::RepoCache,
     /// Limits in force.
     pub limits: Limits,
+    /// Whether pushes are accepted.
+    pub allow_push: bool,
 }
 
 /// A bound server, not yet accepting.
@@ -132,6 +137,7 @@ impl Server {
                 root,
                 cache: repos::RepoCache::new(config.cache_capacity, config.upload_pack.clone()),
                 limits: config.limits,
+                allow_push: config.allow_push,
             }),
         })
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 #[command(
     after_help = "Repositories: a request for /NAME serves ROOT/NAME, else ROOT/NAME.git \
     (bare, or a work tree with .git); paths that leave ROOT (.., absolute, symlinks out) are \
-    refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP and pushes are refused. \
+    refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP is refused, and pushes unless --allow-push is given. \
     One access log line per request goes to stderr (PACKD_LOG sets the filter; default \
     warn,packd_serve::access=info)."
 )]
@@ -44,6 +44,11 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "100m", value_parser = crate::parse_size)]
     max_request_bytes: u64,
 
+    /// Accept pushes (git-receive-pack over HTTP and git://) from anyone who can reach the
+    /// server: for loopback use. Without it pushes are refused.
+    #[arg(long)]
+    allow_push: bool,
+
     /// Most repositories kept open (indexes and bitmaps loaded) between requests.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_open_repos: usize,
@@ -62,6 +67,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         },
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),
+        allow_push: args.allow_push,
     };
     let server = Server::bind(&config)?;
     let mut out = std::io::stdout().lock();

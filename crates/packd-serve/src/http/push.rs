@@ -1,0 +1,114 @@
+//! Pushes over smart HTTP, when the server runs with `--allow-push`:
+//!
+//! ```text
+//! GET  /<repo>/info/refs?service=git-receive-pack
+//!      200 application/x-git-receive-pack-advertisement
+//!      "001f# service=git-receive-pack\n" "0000" <receive-pack advertisement>
+//! POST /<repo>/git-receive-pack   (Content-Type: application/x-git-receive-pack-request)
+//!      body: commands, push options, pack    (a lone "0000" is git's probe: empty answer)
+//!      200 application/x-git-receive-pack-result   report-status
+//! ```
+//! The body is read whole (bounded by `max_request_bytes`), then receive-pack runs on a
+//! blocking thread and its report is sent back in one piece.
+
+use super::{full, gunzip, lookup, no_cache, read_body, text, Body, BodyError};
+use crate::Shared;
+use hyper::body::Incoming;
+use hyper::header;
+use hyper::{Request, Response, StatusCode};
+use packd_protocol::{ReceivePack, ReceivePackOptions};
+use std::sync::Arc;
+
+const ADVERTISEMENT: &str = "application/x-git-receive-pack-advertisement";
+const REQUEST: &str = "application/x-git-receive-pack-request";
+const RESULT: &str = "application/x-git-receive-pack-result";
+
+/// Runs `work` on a blocking thread; an internal error becomes a 500.
+async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Response<Body> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(resp) => resp,
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e}"),
+        ),
+    }
+}
+
+/// `GET <repo>/info/refs?service=git-receive-pack`.
+pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body> {
+    let git_dir = match lookup(shared, repo).await {
+        Ok((git_dir, _)) => git_dir,
+        Err(e) => return e.response(),
+    };
+    blocking(move || {
+        let mut out = b"001f# service=git-receive-pack\n0000".to_vec();
+        match ReceivePack::new(&git_dir, ReceivePackOptions::default()).advertise(&mut out) {
+            Ok(()) => {
+                let mut resp = full(StatusCode::OK, ADVERTISEMENT, out);
+                no_cache(&mut resp);
+                resp
+            }
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    })
+    .await
+}
+
+/// `POST <repo>/git-receive-pack`.
+pub(super) async fn receive_pack(
+    shared: &Arc<Shared>,
+    repo: &str,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let limit = shared.limits.max_request_bytes;
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type != REQUEST {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("expected Content-Type: {REQUEST}"),
+        );
+    }
+    let gzip = matches!(
+        req.headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+        Some("gzip") | Some("x-gzip")
+    );
+    let git_dir = match lookup(shared, repo).await {
+        Ok((git_dir, _)) => git_dir,
+        Err(e) => return e.response(),
+    };
+    let body = match read_body(req.into_body(), limit, shared.limits.idle_timeout).await {
+        Ok(b) => b,
+        Err(e) => return e.response(limit),
+    };
+    blocking(move || {
+        let body = if gzip {
+            match gunzip(&body, limit) {
+                Ok(b) => b,
+                Err(e) => return BodyError::BadGzip(e).response(limit),
+            }
+        } else {
+            body
+        };
+        let options = ReceivePackOptions::default();
+        let mut out = Vec::new();
+        let mut input: &[u8] = &body;
+        match ReceivePack::new(&git_dir, options).serve(&mut input, &mut out) {
+            Ok(stats) => {
+                if let Some(e) = &stats.unpack_error {
+                    tracing::info!("{}: push refused: {e}", git_dir.display());
+                }
+                let mut resp = full(StatusCode::OK, RESULT, out);
+                no_cache(&mut resp);
+                resp
+            }
+            Err(e) => text(StatusCode::BAD_REQUEST, format!("receive-pack: {e}")),
+        }
+    })
+    .await
+}
