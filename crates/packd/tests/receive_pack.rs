@@ -1,0 +1,391 @@
+//! Pushes into packd's receive-pack with the real git client, through `git push
+//! --receive-pack='packd receive-pack'` and over smart HTTP (`packd serve --allow-push`), plus
+//! hand-made requests git would never send (stale atomic batches, bad packs). After every push
+//! `git fsck` must find the repository clean.
+
+mod common;
+mod serve_support;
+
+use common::{hex, sha1, PackWriter, Repo, Run, Sandbox};
+use serve_support::Server;
+
+const OBJ_COMMIT: u8 = 1;
+const OBJ_TREE: u8 = 2;
+const OBJ_BLOB: u8 = 3;
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// A server repository and a client work tree with two commits on main.
+fn setup(sb: &Sandbox) -> (Repo, Repo) {
+    let server = sb.init_bare("srv.git");
+    let client = sb.init("client");
+    std::fs::write(client.path.join("f"), "one\n").unwrap();
+    client.git(&["add", "f"]);
+    client.git(&["commit", "-q", "-m", "one"]);
+    std::fs::write(client.path.join("f"), "two\n").unwrap();
+    client.git(&["commit", "-q", "-am", "two"]);
+    (server, client)
+}
+
+/// `git push --receive-pack='packd receive-pack' <server> ARGS...` from the client.
+fn push(client: &Repo, server: &Repo, args: &[&str]) -> Run {
+    let rp = format!("--receive-pack={} receive-pack", common::PACKD);
+    let target = server.git_dir.to_str().unwrap().to_string();
+    let mut all = vec!["push", rp.as_str(), target.as_str()];
+    all.extend_from_slice(args);
+    client.git_run(&all, None)
+}
+
+fn refs(repo: &Repo) -> String {
+    String::from_utf8(
+        repo.git_run(&["show-ref"], None).stdout, // empty (exit 1) when there are no refs
+    )
+    .unwrap()
+}
+
+fn rev(repo: &Repo, name: &str) -> String {
+    repo.git_str(&["rev-parse", name])
+}
+
+fn fsck(repo: &Repo) {
+    repo.git(&["fsck", "--strict", "--no-progress", "--no-dangling"]);
+    // Nothing left in quarantine.
+    let leftovers: Vec<_> = std::fs::read_dir(repo.objects_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("incoming-"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "quarantine left behind: {leftovers:?}"
+    );
+}
+
+#[test]
+fn push_new_branch_fast_forward_forced_and_delete() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["main"]).assert_success();
+    assert_eq!(rev(&server, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&server);
+
+    std::fs::write(client.path.join("g"), "three\n").unwrap();
+    client.git(&["add", "g"]);
+    client.git(&["commit", "-q", "-m", "three"]);
+    let run = push(&client, &server, &["main"]);
+    run.assert_success();
+    assert!(run.err().contains("main -> main"), "{}", run.err());
+    assert_eq!(rev(&server, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&server);
+
+    // A new branch pointing at an existing commit, and a tag.
+    push(
+        &client,
+        &server,
+        &["HEAD~1:refs/heads/old", "HEAD:refs/tags/t"],
+    )
+    .assert_success();
+    assert_eq!(rev(&server, "refs/heads/old"), rev(&client, "HEAD~1"));
+    fsck(&server);
+
+    // Forced (non-fast-forward) update is accepted by default.
+    client.git(&["reset", "-q", "--hard", "HEAD~2"]);
+    client.git(&["commit", "-q", "--allow-empty", "-m", "diverged"]);
+    assert!(!push(&client, &server, &["main"]).success());
+    push(&client, &server, &["-f", "main"]).assert_success();
+    assert_eq!(rev(&server, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&server);
+
+    // Delete.
+    push(&client, &server, &[":refs/heads/old"]).assert_success();
+    assert!(!refs(&server).contains("refs/heads/old"));
+    fsck(&server);
+}
+
+#[test]
+fn repository_rules_refuse_non_fast_forward_and_deletes() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["main", "main:refs/heads/keep"]).assert_success();
+    server.git(&["config", "receive.denyNonFastForwards", "true"]);
+    server.git(&["config", "receive.denyDeletes", "true"]);
+    let before = refs(&server);
+
+    client.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    client.git(&["commit", "-q", "--allow-empty", "-m", "other"]);
+    let run = push(&client, &server, &["-f", "main"]);
+    assert!(!run.success());
+    assert!(run.err().contains("non-fast-forward"), "{}", run.err());
+
+    let run = push(&client, &server, &[":refs/heads/keep"]);
+    assert!(!run.success());
+    assert!(run.err().contains("deletion prohibited"), "{}", run.err());
+    assert_eq!(refs(&server), before);
+    fsck(&server);
+
+    // A fast-forward still goes through.
+    let keep = rev(&server, "refs/heads/keep");
+    client.git(&["reset", "-q", "--hard", &keep]);
+    client.git(&["commit", "-q", "--allow-empty", "-m", "ff"]);
+    push(&client, &server, &["main"]).assert_success();
+    assert_eq!(rev(&server, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&server);
+}
+
+#[test]
+fn checked_out_branch_of_a_non_bare_repository_is_refused() {
+    let sb = Sandbox::new();
+    let (_, client) = setup(&sb);
+    let target = sb.init("worktree");
+    target.git(&["commit", "-q", "--allow-empty", "-m", "base"]);
+    let rp = format!("--receive-pack={} receive-pack", common::PACKD);
+    let path = target.path.to_str().unwrap();
+    let run = client.git_run(&["push", "-f", &rp, path, "main:refs/heads/main"], None);
+    assert!(!run.success());
+    assert!(
+        run.err().contains("branch is currently checked out"),
+        "{}",
+        run.err()
+    );
+    client
+        .git_run(&["push", &rp, path, "main:refs/heads/other"], None)
+        .assert_success();
+}
+
+#[test]
+fn many_refs_and_a_thin_pack() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    // A big file so that the next push sends it as a delta against the server's copy.
+    let big: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(client.path.join("big"), &big).unwrap();
+    client.git(&["add", "big"]);
+    client.git(&["commit", "-q", "-m", "big"]);
+    push(&client, &server, &["main"]).assert_success();
+
+    std::fs::write(client.path.join("big"), format!("{big}one more\n")).unwrap();
+    client.git(&["commit", "-q", "-am", "bigger"]);
+    let head = rev(&client, "HEAD");
+    let mut stdin = String::new();
+    for i in 0..300 {
+        stdin.push_str(&format!("create refs/heads/many/{i:03} {head}\n"));
+    }
+    client.git_stdin(&["update-ref", "--stdin"], stdin.as_bytes());
+    let run = push(&client, &server, &["--thin", "main", "refs/heads/many/*"]);
+    run.assert_success();
+    let server_refs = refs(&server);
+    assert_eq!(server_refs.matches("refs/heads/many/").count(), 300);
+    assert_eq!(rev(&server, "refs/heads/main"), head);
+    assert_eq!(
+        server.git_str(&["cat-file", "-p", "main:big"]),
+        format!("{big}one more").trim_end()
+    );
+    fsck(&server);
+}
+
+/// A pkt-line.
+fn pkt(payload: &[u8]) -> Vec<u8> {
+    let mut v = format!("{:04x}", payload.len() + 4).into_bytes();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Sends commands (the first with `caps`) and `pack` to `packd receive-pack`; returns its
+/// report (the output after the advertisement).
+fn raw_push(server: &Repo, commands: &[String], caps: &str, pack: Option<&[u8]>) -> String {
+    let mut input = Vec::new();
+    for (i, c) in commands.iter().enumerate() {
+        let line = if i == 0 {
+            format!("{c}\0{caps}\n")
+        } else {
+            format!("{c}\n")
+        };
+        input.extend(pkt(line.as_bytes()));
+    }
+    input.extend_from_slice(b"0000");
+    if let Some(p) = pack {
+        input.extend_from_slice(p);
+    }
+    let run = server.packd(&["receive-pack", "."], Some(&input));
+    run.assert_no_crash();
+    let out = run.out();
+    let advert_end = out.find("0000").expect("advertisement flush");
+    out[advert_end + 4..].to_string()
+}
+
+fn empty_pack() -> Vec<u8> {
+    PackWriter::new().finish().0
+}
+
+fn pack_files(repo: &Repo) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn atomic_batch_with_a_stale_ref_moves_nothing() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["main", "main:refs/heads/b"]).assert_success();
+    let one = rev(&client, "HEAD~1");
+    let two = rev(&client, "HEAD");
+    let before = refs(&server);
+    let commands = [
+        format!("{two} {one} refs/heads/main"),
+        format!("{one} {one} refs/heads/b"), // stale: b is at `two`
+        format!("{ZERO} {one} refs/heads/new"),
+    ];
+    let report = raw_push(
+        &server,
+        &commands,
+        "report-status atomic",
+        Some(&empty_pack()),
+    );
+    assert!(report.contains("unpack ok"), "{report}");
+    assert!(report.contains("ng refs/heads/b stale info"), "{report}");
+    assert!(
+        report.contains("ng refs/heads/main atomic transaction failed"),
+        "{report}"
+    );
+    assert!(report.contains("ng refs/heads/new"), "{report}");
+    assert_eq!(refs(&server), before);
+
+    // Without atomic the others go through.
+    let report = raw_push(&server, &commands, "report-status", Some(&empty_pack()));
+    assert!(report.contains("ok refs/heads/main"), "{report}");
+    assert!(report.contains("ng refs/heads/b stale info"), "{report}");
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert_eq!(rev(&server, "refs/heads/main"), one);
+    fsck(&server);
+
+    // Over side-band-64k the report comes in band 1.
+    let report = raw_push(
+        &server,
+        &[format!("{one} {two} refs/heads/main")],
+        "report-status side-band-64k",
+        Some(&empty_pack()),
+    );
+    assert!(report.contains("\x01000eunpack ok\n"), "{report:?}");
+    assert_eq!(rev(&server, "refs/heads/main"), two);
+}
+
+#[test]
+fn bad_packs_are_refused_and_leave_nothing() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["main"]).assert_success();
+    let head = rev(&server, "refs/heads/main");
+    let tree = server.git_str(&["rev-parse", "main^{tree}"]);
+    let packs_before = pack_files(&server);
+    let refs_before = refs(&server);
+
+    let commit_to = |tree_hex: &str, parent: &str| {
+        format!(
+            "tree {tree_hex}\nparent {parent}\nauthor A <a@b> 1700000001 +0000\ncommitter A <a@b> 1700000001 +0000\n\nbad\n"
+        )
+    };
+    let mut cases: Vec<(&str, Vec<u8>, String)> = Vec::new();
+
+    // A commit whose tree is missing.
+    let mut w = PackWriter::new();
+    let missing = hex(&sha1(b"no such tree"));
+    let (c, _) = w.object(OBJ_COMMIT, commit_to(&missing, &head).as_bytes());
+    cases.push(("missing object", w.finish().0, hex(&c)));
+
+    // A malformed tree (unsorted entries).
+    let mut w = PackWriter::new();
+    let (blob, _) = w.object(OBJ_BLOB, b"x\n");
+    let mut t = Vec::new();
+    for name in ["b", "a"] {
+        t.extend_from_slice(format!("100644 {name}\0").as_bytes());
+        t.extend_from_slice(&blob);
+    }
+    let (bad_tree, _) = w.object(OBJ_TREE, &t);
+    let (c, _) = w.object(OBJ_COMMIT, commit_to(&hex(&bad_tree), &head).as_bytes());
+    cases.push(("not sorted", w.finish().0, hex(&c)));
+
+    // A malformed commit (no author).
+    let mut w = PackWriter::new();
+    let (c, _) = w.object(
+        OBJ_COMMIT,
+        format!("tree {tree}\nparent {head}\n\nno author\n").as_bytes(),
+    );
+    cases.push(("author", w.finish().0, hex(&c)));
+
+    // A wrong trailer checksum.
+    let mut w = PackWriter::new();
+    let (c, _) = w.object(OBJ_COMMIT, commit_to(&tree, &head).as_bytes());
+    let mut bytes = w.finish().0;
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    cases.push(("", bytes, hex(&c)));
+
+    // A truncated pack.
+    let mut w = PackWriter::new();
+    let (c, _) = w.object(OBJ_COMMIT, commit_to(&tree, &head).as_bytes());
+    let bytes = w.finish().0;
+    cases.push(("", bytes[..bytes.len() - 30].to_vec(), hex(&c)));
+
+    // The new tip is in neither the pack nor the repository.
+    cases.push(("missing object", empty_pack(), hex(&sha1(b"nowhere"))));
+
+    for (what, pack, new) in &cases {
+        let report = raw_push(
+            &server,
+            &[format!("{head} {new} refs/heads/main")],
+            "report-status",
+            Some(pack),
+        );
+        assert!(report.contains("unpack "), "{report}");
+        assert!(!report.contains("unpack ok"), "{report}");
+        assert!(report.contains(what), "expected '{what}' in {report}");
+        assert!(report.contains("ng refs/heads/main"), "{report}");
+        assert_eq!(pack_files(&server), packs_before, "after {what}");
+        assert_eq!(refs(&server), refs_before);
+        fsck(&server);
+    }
+}
+
+#[test]
+fn push_over_http_with_allow_push() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    let root = server.git_dir.parent().unwrap();
+    let srv = Server::start(&sb, root, &["--allow-push"]);
+    let url = srv.http_url("srv.git");
+    client
+        .git_run(&["push", &url, "main"], None)
+        .assert_success();
+    assert_eq!(rev(&server, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&server);
+    client.git(&["commit", "-q", "--allow-empty", "-m", "more"]);
+    client
+        .git_run(&["push", &url, "main", "main:refs/heads/x"], None)
+        .assert_success();
+    assert_eq!(rev(&server, "refs/heads/x"), rev(&client, "HEAD"));
+    client
+        .git_run(&["push", "--atomic", &url, ":refs/heads/x"], None)
+        .assert_success();
+    assert!(!refs(&server).contains("refs/heads/x"));
+    fsck(&server);
+    // Cloning back what was pushed.
+    let back = sb.path().join("back");
+    sb.git_in(sb.path(), &["clone", "-q", &url, back.to_str().unwrap()]);
+    assert_eq!(
+        sb.git_in(&back, &["rev-parse", "origin/main"]),
+        client.git(&["rev-parse", "HEAD"])
+    );
+    drop(srv);
+
+    // Without --allow-push the push is refused and nothing changes.
+    let srv = Server::start(&sb, root, &[]);
+    let before = refs(&server);
+    client.git(&["commit", "-q", "--allow-empty", "-m", "refused"]);
+    let run = client.git_run(&["push", &srv.http_url("srv.git"), "main"], None);
+    assert!(!run.success());
+    assert_eq!(refs(&server), before);
+}
