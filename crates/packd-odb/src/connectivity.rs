@@ -21,6 +21,7 @@
 //! only after every link of every object in it was found in the pack or in the repository, so
 //! the union stays closed. Nothing else in packd writes objects into a repository.
 
+use crate::existence::ExistenceCheck;
 use crate::parse::{parse_commit, tag_target, tree_entries};
 use crate::{ObjectDb, ObjectId, ObjectKind};
 use rayon::prelude::*;
@@ -222,15 +223,23 @@ pub fn check_incoming(
     tips: &[ObjectId],
 ) -> Result<u64, CheckError> {
     let ids = incoming.all_ids(crate::IdOrder::Storage)?;
+    // The quarantine holds one pack and no loose objects: its lookups never touch the disk.
+    // The repository's loose objects are looked up adaptively (see `crate::existence`).
+    let in_repo = ExistenceCheck::new(repo);
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
-        Ok(incoming.contains(id)? || repo.contains(id)?)
+        Ok(incoming.locate_packed(id)?.is_some() || in_repo.contains(id)?)
     };
     ids.par_iter()
         .try_for_each(|id| -> Result<(), CheckError> {
             let object = incoming
                 .read(id)?
                 .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
-            if let Some(existing) = repo.read(id)? {
+            let existing = if in_repo.contains(id)? {
+                repo.read(id)?
+            } else {
+                None
+            };
+            if let Some(existing) = existing {
                 if existing.kind != object.kind || existing.data != object.data {
                     return Err(CheckError::Collision(*id));
                 }
@@ -252,6 +261,11 @@ pub fn check_incoming(
             return Err(CheckError::MissingTip(*tip));
         }
     }
+    let (stats, probes) = in_repo.counts();
+    tracing::debug!(
+        "checked {} incoming objects: {stats} loose lookups on disk, {probes} from a listing",
+        ids.len()
+    );
     Ok(ids.len() as u64)
 }
 

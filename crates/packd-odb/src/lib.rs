@@ -15,6 +15,7 @@ pub mod config;
 pub mod connectivity;
 pub mod delta;
 mod error;
+pub mod existence;
 pub mod graph;
 pub mod hash;
 pub mod id_set;

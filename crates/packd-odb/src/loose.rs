@@ -147,6 +147,12 @@ impl LooseStore {
     }
 
     /// Every loose object id, in directory order.
+    /// Appends the ids of the loose objects whose first byte is `first` (one fan-out directory).
+    pub fn ids_with_first_byte(&self, first: u8, out: &mut Vec<ObjectId>) -> Result<()> {
+        self.ids_in(&format!("{first:02x}"), out, |_| true)
+    }
+
+    /// Appends the ids of every loose object.
     pub fn all_ids(&self, out: &mut Vec<ObjectId>) -> Result<()> {
         for dir in self.storage.list("")? {
             let b = dir.as_bytes();

@@ -178,6 +178,20 @@ impl ObjectDb {
 
     /// Where `id` is stored, if anywhere.
     pub fn locate(&self, id: &ObjectId) -> Result<Option<Location>> {
+        if let Some(found) = self.locate_packed(id)? {
+            return Ok(Some(found));
+        }
+        for (n, source) in self.sources.iter().enumerate() {
+            if source.loose.contains(id) {
+                return Ok(Some(Location::Loose(n)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where `id` is stored in a pack, if it is: lookups in indexes already in memory, no file
+    /// system access (loose objects cost a `stat` each; see [`crate::existence`]).
+    pub fn locate_packed(&self, id: &ObjectId) -> Result<Option<Location>> {
         for source in &self.sources {
             if let Some((midx, map)) = &source.midx {
                 if let Some(i) = midx.find(id) {
@@ -198,12 +212,31 @@ impl ObjectDb {
                 }
             }
         }
-        for (n, source) in self.sources.iter().enumerate() {
-            if source.loose.contains(id) {
-                return Ok(Some(Location::Loose(n)));
-            }
-        }
         Ok(None)
+    }
+
+    /// Whether `id` is stored loose in one of the objects directories (a `stat` each).
+    pub fn contains_loose(&self, id: &ObjectId) -> bool {
+        self.sources.iter().any(|s| s.loose.contains(id))
+    }
+
+    /// The ids of the loose objects whose first byte is `first` (one fan-out directory of each
+    /// objects directory).
+    pub fn loose_ids_with_first_byte(&self, first: u8) -> Result<Vec<ObjectId>> {
+        let mut ids = Vec::new();
+        for source in &self.sources {
+            source.loose.ids_with_first_byte(first, &mut ids)?;
+        }
+        Ok(ids)
+    }
+
+    /// The ids of every loose object, listing each objects directory's 256 fan-out directories.
+    pub fn loose_ids(&self) -> Result<Vec<ObjectId>> {
+        let mut ids = Vec::new();
+        for source in &self.sources {
+            source.loose.all_ids(&mut ids)?;
+        }
+        Ok(ids)
     }
 
     /// Whether the object exists.
