@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Push benchmark, packd receive-pack against git receive-pack on the same pushes (issue 5):
-# (a) 8 commits into the synthetic repository with 100,000 spike refs and with 10 refs;
+# (a) 8 commits into the synthetic repository with 100,000 spike refs (packed, and hidden from
+# pushes by transfer.hideRefs=refs/pull as a code host does) and with 10 refs;
 # (b) 1, 8, 32 and 128 days of a real repository's history; (c) a 1,000-object push into a
 # repository with 0 and with 256x250 loose objects. Receiver CPU (user+sys) from GNU time
 # wrapped around each side's receive-pack (`git push --receive-pack='wrap RECEIVER'`).

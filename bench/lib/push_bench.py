@@ -157,6 +157,10 @@ def case_a(packd, synthetic, work):
                 stream.append(f"commit refs/pull/{n}/head\ncommitter S <s@example.com> "
                               f"{1700000000 + n} +0000\ndata {len(msg)}\n{msg}from {base}\n\n")
             fast_import(path, "".join(stream).encode())
+            # A code host keeps its refs packed (fast-import leaves them loose: 100,000 files),
+            # and hides its read-only refs/pull/* from pushes (both servers honour it).
+            git(path, "pack-refs", "--all")
+            git(path, "config", "transfer.hideRefs", "refs/pull")
             open(os.path.join(path, ".done"), "w").close()
         client = os.path.join(work, "push-a-client.git")
         if not os.path.exists(os.path.join(client, ".done")):

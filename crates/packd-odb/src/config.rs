@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Default, Clone)]
 pub struct Config {
     values: HashMap<String, String>,
+    /// Every value of each key, in file order (for multi-valued keys such as `transfer.hideRefs`).
+    all: HashMap<String, Vec<String>>,
 }
 
 impl Config {
@@ -100,15 +102,33 @@ impl Config {
                 Some(eq) => (rest[..eq].trim(), parse_value(&rest[eq + 1..])),
                 None => (rest, "true".to_string()),
             };
-            self.values
-                .insert(format!("{section}.{}", key.to_ascii_lowercase()), value);
+            let full = format!("{section}.{}", key.to_ascii_lowercase());
+            self.all
+                .entry(full.clone())
+                .or_default()
+                .push(value.clone());
+            self.values.insert(full, value);
         }
         Ok(())
     }
 
     /// The value of `key` (`section.key`, case-insensitive in section and key).
     pub fn get(&self, key: &str) -> Option<&str> {
-        let lower = match key.rfind('.') {
+        self.values.get(&Self::normalize(key)).map(|s| s.as_str())
+    }
+
+    /// Every value of `key`, in the order the files give them (the last one is what
+    /// [`Config::get`] returns).
+    pub fn get_all(&self, key: &str) -> Vec<&str> {
+        self.all
+            .get(&Self::normalize(key))
+            .map(|v| v.iter().map(|s| s.as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    /// `key` with its section and name lower-cased (a subsection keeps its case).
+    fn normalize(key: &str) -> String {
+        match key.rfind('.') {
             Some(dot) => {
                 let (head, name) = key.split_at(dot);
                 let head = match head.find('.') {
@@ -118,8 +138,7 @@ impl Config {
                 format!("{head}{}", name.to_ascii_lowercase())
             }
             None => key.to_ascii_lowercase(),
-        };
-        self.values.get(&lower).map(|s| s.as_str())
+        }
     }
 
     /// A size value with git's optional `k`, `m`, `g` suffix.

@@ -18,6 +18,7 @@ mod error;
 pub mod existence;
 pub mod graph;
 pub mod hash;
+pub mod hide_refs;
 pub mod id_set;
 pub mod loose;
 mod object;

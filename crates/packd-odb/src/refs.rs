@@ -167,36 +167,45 @@ impl<'a> RefReader<'a> {
 
     /// Every ref under `prefix` (e.g. `refs/heads/`, or `refs/` for all) with the id it points
     /// at, loose refs winning over packed ones, sorted by name. Symbolic refs are followed.
+    ///
+    /// A host's refs are mostly packed (100,000 `refs/pull/*` in one `packed-refs`): that file
+    /// is read once, in its own sorted order, and merged with the few loose refs, rather than
+    /// each name being looked up again.
     pub fn list(&self, prefix: &str) -> Result<Vec<(String, ObjectId)>> {
-        // Read packed-refs once: looking each name up in it again would cost refs x refs.
-        let mut packed_ids = std::collections::HashMap::new();
-        let mut names = std::collections::BTreeSet::new();
-        let packed = self.common_dir.join("packed-refs");
-        match std::fs::read_to_string(&packed) {
+        let mut packed: Vec<(String, ObjectId)> = Vec::new();
+        let packed_path = self.common_dir.join("packed-refs");
+        match std::fs::read_to_string(&packed_path) {
             Ok(text) => {
+                let mut sorted = false;
                 for line in text.lines() {
+                    if let Some(traits) = line.strip_prefix("# pack-refs with:") {
+                        sorted = traits.split_whitespace().any(|t| t == "sorted");
+                        continue;
+                    }
                     if line.starts_with('#') || line.starts_with('^') {
                         continue;
                     }
                     if let Some((hex, name)) = line.split_once(' ') {
                         if name.starts_with(prefix) {
-                            names.insert(name.to_string());
                             if let Some(id) = ObjectId::from_hex(hex) {
-                                packed_ids.insert(name.to_string(), id);
+                                packed.push((name.to_string(), id));
                             }
                         }
                     }
+                }
+                if !sorted {
+                    packed.sort_by(|a, b| a.0.cmp(&b.0));
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {
                 return Err(Error::Io {
-                    path: packed.display().to_string(),
+                    path: packed_path.display().to_string(),
                     source,
                 })
             }
         }
-        let mut loose = std::collections::HashSet::new();
+        let mut loose_names = Vec::new();
         let mut stack = vec!["refs".to_string()];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(self.common_dir.join(&dir)) else {
@@ -209,21 +218,28 @@ impl<'a> RefReader<'a> {
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     stack.push(name);
                 } else if name.starts_with(prefix) && !name.ends_with(".lock") {
-                    loose.insert(name.clone());
-                    names.insert(name);
+                    loose_names.push(name);
                 }
             }
         }
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let id = match packed_ids.get(&name) {
-                Some(id) if !loose.contains(&name) => Some(*id),
-                _ => self.resolve_full(&name)?,
-            };
-            if let Some(id) = id {
-                out.push((name, id));
+        loose_names.sort();
+        let mut loose = Vec::with_capacity(loose_names.len());
+        for name in loose_names {
+            if let Some(id) = self.resolve_full(&name)? {
+                loose.push((name, id));
             }
         }
+        // Merge the two sorted lists; a loose ref replaces a packed one of the same name.
+        let mut out = Vec::with_capacity(packed.len() + loose.len());
+        let mut packed = packed.into_iter().peekable();
+        for (name, id) in loose {
+            while let Some(p) = packed.next_if(|p| p.0 < name) {
+                out.push(p);
+            }
+            packed.next_if(|p| p.0 == name);
+            out.push((name, id));
+        }
+        out.extend(packed);
         Ok(out)
     }
 

@@ -23,6 +23,7 @@
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
+use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::{index_pack, IngestOptions};
 use packd_odb::quarantine::Quarantine;
@@ -122,7 +123,11 @@ impl ReceivePack {
     /// `# service=git-receive-pack` line and flush before this.
     pub fn advertise(&self, out: &mut dyn Write) -> Result<(), ProtocolError> {
         let repo = self.open()?;
-        let refs = repo.refs().list("refs/")?;
+        let hidden = HiddenRefs::from_config(repo.config(), "receive");
+        let mut refs = repo.refs().list("refs/")?;
+        if !hidden.is_empty() {
+            refs.retain(|(name, _)| !hidden.is_hidden(name));
+        }
         let caps = format!("{CAPABILITIES} agent={}", agent());
         if refs.is_empty() {
             pkt_line::write_text(
@@ -334,9 +339,15 @@ impl ReceivePack {
         };
 
         let rules = Rules::read(repo);
+        let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let mut results: Vec<Result<(), String>> = commands
             .iter()
-            .map(|c| rules.check(c, incoming.as_ref(), repo.objects()))
+            .map(|c| {
+                if hidden.is_hidden(&c.name) {
+                    return Err("deny updating a hidden ref".to_string());
+                }
+                rules.check(c, incoming.as_ref(), repo.objects())
+            })
             .collect();
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {

@@ -389,3 +389,44 @@ fn push_over_http_with_allow_push() {
     assert!(!run.success());
     assert_eq!(refs(&server), before);
 }
+
+#[test]
+fn hidden_refs_are_not_advertised_and_not_updated() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(
+        &client,
+        &server,
+        &[
+            "main:main",
+            "main:refs/pull/1/head",
+            "main:refs/pull/2/head",
+        ],
+    )
+    .assert_success();
+    server.git(&["config", "--add", "transfer.hideRefs", "refs/pull"]);
+    server.git(&["config", "--add", "transfer.hideRefs", "!refs/pull/2"]);
+    // The advertisement (what `packd receive-pack` says before reading commands).
+    let mut cmd = std::process::Command::new(common::PACKD);
+    cmd.arg("receive-pack").arg(&server.git_dir);
+    let run = common::run_cmd(cmd, Some(b"0000"), common::PACKD_TIMEOUT);
+    run.assert_success();
+    let advertised = run.out();
+    assert!(advertised.contains("refs/heads/main"), "{advertised}");
+    assert!(!advertised.contains("refs/pull/1/head"), "{advertised}");
+    assert!(advertised.contains("refs/pull/2/head"), "{advertised}");
+    // A push to a hidden ref is refused; the others go through.
+    std::fs::write(client.path.join("f"), "three\n").unwrap();
+    client.git(&["commit", "-q", "-am", "three"]);
+    let before = rev(&server, "refs/pull/1/head");
+    let run = push(&client, &server, &["main:refs/pull/1/head", "main:main"]);
+    assert!(!run.success());
+    assert!(
+        run.err().contains("deny updating a hidden ref"),
+        "{}",
+        run.err()
+    );
+    assert_eq!(rev(&server, "refs/pull/1/head"), before);
+    assert_eq!(rev(&server, "main"), rev(&client, "main"));
+    fsck(&server);
+}

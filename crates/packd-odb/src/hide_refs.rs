@@ -1,0 +1,86 @@
+//! Hidden refs (`transfer.hideRefs`, `receive.hideRefs`, `uploadpack.hideRefs`): refs a server
+//! leaves out of its advertisements, and refuses pushes to. A code host hides its
+//! `refs/pull/*`: they are read-only to clients, and advertising 100,000 of them to every push
+//! would make the push's cost follow the number of refs.
+//!
+//! Each value is a ref prefix (matching the name itself or anything under it); a leading `!`
+//! un-hides; the last matching value wins, as in git.
+
+use crate::config::Config;
+
+/// The hiding rules in force for one service.
+#[derive(Debug, Clone, Default)]
+pub struct HiddenRefs {
+    /// (un-hide, prefix), in configuration order.
+    rules: Vec<(bool, String)>,
+}
+
+impl HiddenRefs {
+    /// The rules for `service` (`"receive"` or `"uploadpack"`): `transfer.hideRefs` then
+    /// `<service>.hideRefs`.
+    pub fn from_config(config: &Config, service: &str) -> HiddenRefs {
+        let mut rules = Vec::new();
+        for key in [
+            "transfer.hideRefs".to_string(),
+            format!("{service}.hideRefs"),
+        ] {
+            for value in config.get_all(&key) {
+                let (unhide, prefix) = match value.strip_prefix('!') {
+                    Some(rest) => (true, rest),
+                    None => (false, value),
+                };
+                let prefix = prefix.trim_end_matches('/');
+                if !prefix.is_empty() {
+                    rules.push((unhide, prefix.to_string()));
+                }
+            }
+        }
+        HiddenRefs { rules }
+    }
+
+    /// Whether any ref is hidden at all.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether the ref `name` is hidden.
+    pub fn is_hidden(&self, name: &str) -> bool {
+        for (unhide, prefix) in self.rules.iter().rev() {
+            let matches = name == prefix
+                || (name.starts_with(prefix.as_str())
+                    && name.as_bytes().get(prefix.len()) == Some(&b'/'));
+            if matches {
+                return !unhide;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_matching_rule_wins() {
+        let mut config = Config::default();
+        config
+            .parse(
+                "[transfer]\n\thideRefs = refs/pull\n\thideRefs = !refs/pull/keep\n\
+                 [receive]\n\thideRefs = refs/meta/\n",
+                "test",
+            )
+            .unwrap();
+        let hidden = HiddenRefs::from_config(&config, "receive");
+        assert!(hidden.is_hidden("refs/pull/1/head"));
+        assert!(hidden.is_hidden("refs/pull"));
+        assert!(!hidden.is_hidden("refs/pull/keep"));
+        assert!(!hidden.is_hidden("refs/pull/keep/x"));
+        assert!(!hidden.is_hidden("refs/pullx"));
+        assert!(hidden.is_hidden("refs/meta/config"));
+        assert!(!hidden.is_hidden("refs/heads/main"));
+        let upload = HiddenRefs::from_config(&config, "uploadpack");
+        assert!(!upload.is_hidden("refs/meta/config"));
+        assert!(upload.is_hidden("refs/pull/2/head"));
+    }
+}
