@@ -3,8 +3,8 @@
 # (a) 8 commits into the synthetic repository with 100,000 spike refs (packed, and hidden from
 # pushes by transfer.hideRefs=refs/pull as a code host does) and with 10 refs;
 # (b) 1, 8, 32 and 128 days of a real repository's history; (c) a 1,000-object push into a
-# repository with 0 and with 256x250 loose objects. Receiver CPU (user+sys) from GNU time
-# wrapped around each side's receive-pack (`git push --receive-pack='wrap RECEIVER'`).
+# repository with 0 and with 256x250 loose objects. Receiver CPU (user+sys, from wait4 in a
+# wrapper around each side's receive-pack: `git push --receive-pack='wrap RECEIVER'`).
 #
 # Usage: bench/push.sh REPO      e.g. bench/push.sh /work/.mirror/git+git/repo
 #        (RUNS=5, CASES="a b c", PACKD=target/release/packd)
@@ -18,7 +18,6 @@ data=$here/data
 mkdir -p "$data/results"
 [[ $# -eq 1 ]] || { echo "usage: bench/push.sh REPO" >&2; exit 2; }
 [[ -x $packd ]] || (cd "$root" && cargo build --release)
-[[ -x /usr/bin/time ]] || { echo "bench/push.sh needs GNU time (/usr/bin/time)" >&2; exit 2; }
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
 # shellcheck source=lib/copies.sh
 source "$here/lib/copies.sh"

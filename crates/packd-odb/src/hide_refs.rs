@@ -43,6 +43,21 @@ impl HiddenRefs {
         self.rules.is_empty()
     }
 
+    /// The prefixes under which every ref is hidden (no un-hide rule overlaps them): a listing
+    /// may skip them whole.
+    pub fn hidden_prefixes(&self) -> Vec<&str> {
+        let overlaps = |a: &str, b: &str| {
+            a == b
+                || (a.starts_with(b) && a.as_bytes().get(b.len()) == Some(&b'/'))
+                || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
+        };
+        self.rules
+            .iter()
+            .filter(|(unhide, p)| !unhide && !self.rules.iter().any(|(u, q)| *u && overlaps(p, q)))
+            .map(|(_, p)| p.as_str())
+            .collect()
+    }
+
     /// Whether the ref `name` is hidden.
     pub fn is_hidden(&self, name: &str) -> bool {
         for (unhide, prefix) in self.rules.iter().rev() {
@@ -79,6 +94,7 @@ mod tests {
         assert!(!hidden.is_hidden("refs/pullx"));
         assert!(hidden.is_hidden("refs/meta/config"));
         assert!(!hidden.is_hidden("refs/heads/main"));
+        assert_eq!(hidden.hidden_prefixes(), vec!["refs/meta"]);
         let upload = HiddenRefs::from_config(&config, "uploadpack");
         assert!(!upload.is_hidden("refs/meta/config"));
         assert!(upload.is_hidden("refs/pull/2/head"));

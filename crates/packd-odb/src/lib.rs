@@ -24,6 +24,7 @@ pub mod loose;
 mod object;
 pub mod odb;
 pub mod pack;
+pub mod packed_refs;
 pub mod parse;
 pub mod quarantine;
 pub mod refs;

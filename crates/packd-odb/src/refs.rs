@@ -8,6 +8,7 @@
 //! ```
 
 use crate::hash::ObjectId;
+use crate::packed_refs::PackedRefs;
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -141,28 +142,7 @@ impl<'a> RefReader<'a> {
     }
 
     fn packed(&self, name: &str) -> Result<Option<ObjectId>> {
-        let path = self.common_dir.join("packed-refs");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
-        };
-        for line in text.lines() {
-            if line.starts_with('#') || line.starts_with('^') {
-                continue;
-            }
-            if let Some((hex, refname)) = line.split_once(' ') {
-                if refname == name {
-                    return Ok(ObjectId::from_hex(hex));
-                }
-            }
-        }
-        Ok(None)
+        Ok(PackedRefs::read(self.common_dir)?.and_then(|p| p.find(name)))
     }
 
     /// Every ref under `prefix` (e.g. `refs/heads/`, or `refs/` for all) with the id it points
@@ -172,39 +152,21 @@ impl<'a> RefReader<'a> {
     /// is read once, in its own sorted order, and merged with the few loose refs, rather than
     /// each name being looked up again.
     pub fn list(&self, prefix: &str) -> Result<Vec<(String, ObjectId)>> {
-        let mut packed: Vec<(String, ObjectId)> = Vec::new();
-        let packed_path = self.common_dir.join("packed-refs");
-        match std::fs::read_to_string(&packed_path) {
-            Ok(text) => {
-                let mut sorted = false;
-                for line in text.lines() {
-                    if let Some(traits) = line.strip_prefix("# pack-refs with:") {
-                        sorted = traits.split_whitespace().any(|t| t == "sorted");
-                        continue;
-                    }
-                    if line.starts_with('#') || line.starts_with('^') {
-                        continue;
-                    }
-                    if let Some((hex, name)) = line.split_once(' ') {
-                        if name.starts_with(prefix) {
-                            if let Some(id) = ObjectId::from_hex(hex) {
-                                packed.push((name.to_string(), id));
-                            }
-                        }
-                    }
-                }
-                if !sorted {
-                    packed.sort_by(|a, b| a.0.cmp(&b.0));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(Error::Io {
-                    path: packed_path.display().to_string(),
-                    source,
-                })
-            }
-        }
+        self.list_skipping(prefix, &[])
+    }
+
+    /// Like [`RefReader::list`], leaving out every ref under each of `skip` (ref prefixes, such
+    /// as hidden `refs/pull`): the packed ones are not even parsed.
+    pub fn list_skipping(&self, prefix: &str, skip: &[&str]) -> Result<Vec<(String, ObjectId)>> {
+        let hidden = |name: &str| {
+            skip.iter().any(|p| {
+                name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
+            })
+        };
+        let packed = match PackedRefs::read(self.common_dir)? {
+            Some(p) => p.entries(prefix, skip),
+            None => Vec::new(),
+        };
         let mut loose_names = Vec::new();
         let mut stack = vec!["refs".to_string()];
         while let Some(dir) = stack.pop() {
@@ -217,7 +179,7 @@ impl<'a> RefReader<'a> {
                 };
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     stack.push(name);
-                } else if name.starts_with(prefix) && !name.ends_with(".lock") {
+                } else if name.starts_with(prefix) && !name.ends_with(".lock") && !hidden(&name) {
                     loose_names.push(name);
                 }
             }

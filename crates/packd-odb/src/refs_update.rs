@@ -125,19 +125,9 @@ fn take_packed_lock(common: &Path) -> Result<Lock, String> {
 
 /// The packed value of `name`, if packed.
 fn packed_value(common: &Path, name: &str) -> Result<Option<ObjectId>, String> {
-    let text = match std::fs::read_to_string(common.join("packed-refs")) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read packed-refs: {e}")),
-    };
-    for line in text.lines() {
-        if let Some((hex, refname)) = line.split_once(' ') {
-            if refname == name && !line.starts_with('#') && !line.starts_with('^') {
-                return Ok(ObjectId::from_hex(hex));
-            }
-        }
-    }
-    Ok(None)
+    crate::packed_refs::PackedRefs::read(common)
+        .map(|p| p.and_then(|p| p.find(name)))
+        .map_err(|e| format!("cannot read packed-refs: {e}"))
 }
 
 /// The current value of `name`: its loose file, else its packed-refs line.

@@ -124,7 +124,9 @@ impl ReceivePack {
     pub fn advertise(&self, out: &mut dyn Write) -> Result<(), ProtocolError> {
         let repo = self.open()?;
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
-        let mut refs = repo.refs().list("refs/")?;
+        let mut refs = repo
+            .refs()
+            .list_skipping("refs/", &hidden.hidden_prefixes())?;
         if !hidden.is_empty() {
             refs.retain(|(name, _)| !hidden.is_hidden(name));
         }
