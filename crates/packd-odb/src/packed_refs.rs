@@ -15,10 +15,33 @@ use crate::hash::ObjectId;
 use crate::{Error, Result};
 use std::path::Path;
 
-/// A `packed-refs` file's text.
-#[derive(Debug, Clone)]
+/// The bytes of a `packed-refs` file: mapped (a large file is searched, not read whole), or
+/// given.
+enum Text {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Text {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Text::Mapped(m) => m,
+            Text::Owned(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.len())
+    }
+}
+
+/// A `packed-refs` file.
+#[derive(Debug)]
 pub struct PackedRefs {
-    text: String,
+    text: Text,
     sorted: bool,
     /// Where the first ref line starts (after the header).
     first: usize,
@@ -28,27 +51,42 @@ impl PackedRefs {
     /// Reads `common_dir/packed-refs`; `None` when there is none.
     pub fn read(common_dir: &Path) -> Result<Option<PackedRefs>> {
         let path = common_dir.join("packed-refs");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
+        let io = |source| Error::Io {
+            path: path.display().to_string(),
+            source,
         };
-        Ok(Some(PackedRefs::from_text(text)))
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        let text = if len < 64 * 1024 {
+            let mut v = Vec::with_capacity(len as usize);
+            std::io::Read::read_to_end(&mut &file, &mut v).map_err(io)?;
+            Text::Owned(v)
+        } else {
+            // SAFETY: git replaces packed-refs by renaming a new file over it, never by writing
+            // in place, so the mapped file does not change under us.
+            Text::Mapped(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        };
+        Ok(Some(PackedRefs::new(text)))
     }
 
-    /// The file's text, parsed lazily.
+    /// A `packed-refs` file's text, parsed lazily.
     pub fn from_text(text: String) -> PackedRefs {
+        PackedRefs::new(Text::Owned(text.into_bytes()))
+    }
+
+    fn new(text: Text) -> PackedRefs {
         let mut first = 0;
         let mut sorted = false;
-        while text[first..].starts_with('#') {
+        while text[first..].starts_with(b"#") {
             let end = line_end(&text, first);
-            if let Some(traits) = text[first..end].strip_prefix("# pack-refs with:") {
-                sorted = traits.split_whitespace().any(|t| t == "sorted");
+            if let Some(traits) = text[first..end].strip_prefix(b"# pack-refs with:") {
+                sorted = traits
+                    .split(|&b| b == b' ' || b == b'\t' || b == b'\r')
+                    .any(|t| t == b"sorted");
             }
             first = next_line(&text, first);
         }
@@ -61,23 +99,34 @@ impl PackedRefs {
 
     /// The ref line starting at `s`: (id, name), `None` for a malformed line.
     fn entry_at(&self, s: usize) -> Option<(ObjectId, &str)> {
-        let line = &self.text[s..line_end(&self.text, s)];
+        let line = std::str::from_utf8(&self.text[s..line_end(&self.text, s)]).ok()?;
         let (hex, name) = line.split_once(' ')?;
         Some((ObjectId::from_hex(hex)?, name.trim_end_matches('\r')))
     }
 
-    fn name_at(&self, s: usize) -> &str {
+    fn name_at(&self, s: usize) -> &[u8] {
         let line = &self.text[s..line_end(&self.text, s)];
-        line.split_once(' ')
-            .map_or("", |(_, n)| n.trim_end_matches('\r'))
+        match line.iter().position(|&b| b == b' ') {
+            Some(sp) => {
+                let name = &line[sp + 1..];
+                name.strip_suffix(b"\r").unwrap_or(name)
+            }
+            None => b"",
+        }
     }
 
     /// The start of the ref line whose block (the line and its `^` lines) holds `pos`.
     fn ref_line_start(&self, pos: usize) -> usize {
         let t = &self.text;
-        let mut s = t[..pos].rfind('\n').map_or(0, |i| i + 1);
-        while s > self.first && t[s..].starts_with('^') {
-            s = t[..s - 1].rfind('\n').map_or(0, |i| i + 1);
+        let mut s = t[..pos]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        while s > self.first && t[s..].starts_with(b"^") {
+            s = t[..s - 1]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
         }
         s.max(self.first)
     }
@@ -85,7 +134,7 @@ impl PackedRefs {
     /// The start of the ref line after the one at `s` (skipping its `^` lines).
     fn next_ref_line(&self, s: usize) -> usize {
         let mut e = next_line(&self.text, s);
-        while self.text[e..].starts_with('^') {
+        while self.text[e..].starts_with(b"^") {
             e = next_line(&self.text, e);
         }
         e
@@ -98,7 +147,7 @@ impl PackedRefs {
             let mid = lo + (hi - lo) / 2;
             // At or before `mid`, so below `hi`: each step narrows the range.
             let s = self.ref_line_start(mid).max(lo);
-            if self.name_at(s) < key {
+            if self.name_at(s) < key.as_bytes() {
                 lo = self.next_ref_line(s);
             } else {
                 hi = s;
@@ -134,7 +183,7 @@ impl PackedRefs {
         if !self.sorted {
             let mut s = self.first;
             while s < self.text.len() {
-                if !self.text[s..].starts_with('^') && !self.text[s..].starts_with('#') {
+                if !self.text[s..].starts_with(b"^") && !self.text[s..].starts_with(b"#") {
                     if let Some((id, name)) = self.entry_at(s) {
                         if name.starts_with(prefix) && !hidden(name) {
                             out.push((name.to_string(), id));
@@ -181,12 +230,18 @@ impl PackedRefs {
     }
 }
 
-fn line_end(text: &str, s: usize) -> usize {
-    text[s..].find('\n').map_or(text.len(), |i| s + i)
+fn line_end(text: &[u8], s: usize) -> usize {
+    text[s..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(text.len(), |i| s + i)
 }
 
-fn next_line(text: &str, s: usize) -> usize {
-    text[s..].find('\n').map_or(text.len(), |i| s + i + 1)
+fn next_line(text: &[u8], s: usize) -> usize {
+    text[s..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(text.len(), |i| s + i + 1)
 }
 
 #[cfg(test)]
