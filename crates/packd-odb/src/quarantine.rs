@@ -36,6 +36,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 impl Quarantine {
     /// Creates `objects_dir/incoming-<unique>/pack`.
     pub fn create(objects_dir: &Path) -> Result<Quarantine> {
+        sweep_abandoned(objects_dir);
         use std::sync::atomic::{AtomicU32, Ordering};
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let nanos = std::time::SystemTime::now()
@@ -121,6 +122,45 @@ impl Quarantine {
 impl Drop for Quarantine {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the quarantines of receivers that died without cleaning up (killed mid-push): those
+/// whose process is gone (Linux: no `/proc/<pid>`), or, where that cannot be known, older than
+/// a day. Nothing in them was ever visible to readers, so removing them loses nothing.
+fn sweep_abandoned(objects_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(objects_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("incoming-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let proc_root = Path::new("/proc/self");
+        let abandoned = if proc_root.exists() {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(24 * 3600))
+        };
+        if abandoned {
+            tracing::info!(
+                "removing the abandoned quarantine {}",
+                entry.path().display()
+            );
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

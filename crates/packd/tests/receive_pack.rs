@@ -430,3 +430,54 @@ fn hidden_refs_are_not_advertised_and_not_updated() {
     assert_eq!(rev(&server, "main"), rev(&client, "main"));
     fsck(&server);
 }
+
+#[test]
+fn a_receiver_killed_mid_push_leaves_the_old_refs_and_a_clean_repository() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["main:main"]).assert_success();
+    let old = rev(&server, "main");
+    let packs_before = pack_files(&server);
+    // A new commit with enough data that its pack takes a while to arrive.
+    for i in 0..50 {
+        let body: String = (0..2000).map(|j| format!("{i} {j} line\n")).collect();
+        std::fs::write(client.path.join(format!("big{i}.txt")), body).unwrap();
+    }
+    client.git(&["add", "."]);
+    client.git(&["commit", "-q", "-m", "big"]);
+    let new = rev(&client, "main");
+    let pack = client.git_stdin(
+        &["pack-objects", "--revs", "--stdout", "-q"],
+        format!("{new}\n^{old}\n").as_bytes(),
+    );
+    assert!(pack.len() > 10_000, "pack of {} bytes", pack.len());
+
+    let mut child = std::process::Command::new(common::PACKD)
+        .arg("receive-pack")
+        .arg(&server.git_dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut input = pkt(format!("{old} {new} refs/heads/main\0report-status\n").as_bytes());
+    input.extend_from_slice(b"0000");
+    // Half of the pack: the receiver is inside index-pack, with a quarantine, when killed.
+    input.extend_from_slice(&pack[..pack.len() / 2]);
+    use std::io::Write as _;
+    stdin.write_all(&input).unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    drop(stdin);
+
+    assert_eq!(rev(&server, "main"), old, "the ref moved");
+    assert_eq!(pack_files(&server), packs_before, "a pack was installed");
+    server.git(&["fsck", "--strict", "--no-progress", "--no-dangling"]);
+    // The next push cleans what the killed one left and goes through.
+    push(&client, &server, &["main:main"]).assert_success();
+    assert_eq!(rev(&server, "main"), new);
+    fsck(&server);
+}
