@@ -12,6 +12,7 @@
 //! sockets, URLs, path checks, limits, timeouts and the access log.
 
 pub mod access_log;
+pub mod auth;
 pub mod conn;
 pub mod daemon;
 pub mod http;
