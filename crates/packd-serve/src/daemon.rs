@@ -3,7 +3,8 @@
 //! upload-pack talks over the same connection ([`Mode::Stateful`]). Each connection is served
 //! on a blocking thread with socket read and write timeouts of the idle timeout. Pushes
 //! (`git-receive-pack`, unless the server allows them) and anything else are refused with an
-//! `ERR` pkt-line.
+//! `ERR` pkt-line. With `--auth-file` every request is refused that way: git:// carries no
+//! credentials.
 
 use crate::access_log::{self, LogLine};
 use crate::Shared;
@@ -203,6 +204,14 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
     };
     log.repo = request.path.clone();
     log.service = request.service.clone();
+    if shared.auth.is_some() {
+        let message = "authentication required: this server controls access (--auth-file), \
+                       which git:// cannot do; use its HTTP address";
+        send_err(&mut writer, message);
+        log.note = message.into();
+        access_log::write(&log);
+        return;
+    }
     match request.service.as_str() {
         "git-upload-pack" => {}
         "git-receive-pack" if shared.allow_push => {

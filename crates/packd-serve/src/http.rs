@@ -7,10 +7,17 @@
 //! through a bounded channel into the response body, so memory stays bounded and a client that
 //! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
 //! cancel flag. Dumb HTTP and pushes are refused with 403 and a plain-text reason.
+//!
+//! With `--auth-file` ([`crate::auth`]) every request first passes [`gate`]: without valid
+//! basic-auth credentials, or without a read right on the repository, the answer is 401 with
+//! `WWW-Authenticate: Basic realm="packd"` (git then asks for, or retries with, credentials);
+//! a user who may read but not write gets 403 for a push. Pushes are open to users with a write
+//! right, `--allow-push` or not.
 
 mod push;
 
 use crate::access_log::{self, LogLine};
+use crate::auth::{self, Right};
 use crate::conn::{Activity, BusyGuard, IdleIo};
 use crate::paths::PathError;
 use crate::Shared;
@@ -235,6 +242,27 @@ async fn handle(
         note: String::new(),
         start,
     };
+    let push_allowed = shared.allow_push || shared.auth.is_some();
+    if let Some(refused) = gate(&shared, &req, &route(&path)).await {
+        match route(&path) {
+            Route::InfoRefs(repo) => {
+                log.repo = repo.to_string();
+                log.service = query_param(req.uri().query(), "service")
+                    .unwrap_or("")
+                    .to_string();
+            }
+            Route::UploadPack(repo) => {
+                log.repo = repo.to_string();
+                log.service = "git-upload-pack".into();
+            }
+            Route::ReceivePack(repo) => {
+                log.repo = repo.to_string();
+                log.service = "git-receive-pack".into();
+            }
+            Route::Dumb | Route::Unknown => {}
+        }
+        return finish(refused, log);
+    }
     let resp = match route(&path) {
         Route::InfoRefs(repo) => {
             log.repo = repo.to_string();
@@ -246,7 +274,7 @@ async fn handle(
                 match service {
                     "" => text(StatusCode::FORBIDDEN, DUMB_REFUSED),
                     "git-upload-pack" => info_refs(&shared, repo, &req).await,
-                    "git-receive-pack" if shared.allow_push => push::info_refs(&shared, repo).await,
+                    "git-receive-pack" if push_allowed => push::info_refs(&shared, repo).await,
                     "git-receive-pack" => match lookup(&shared, repo).await {
                         Err(e) => e.response(),
                         Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
@@ -261,7 +289,7 @@ async fn handle(
         Route::ReceivePack(repo) => {
             log.repo = repo.to_string();
             log.service = "git-receive-pack".into();
-            if !shared.allow_push {
+            if !push_allowed {
                 match lookup(&shared, repo).await {
                     Err(e) => e.response(),
                     Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
@@ -301,7 +329,11 @@ async fn handle(
             "not a git URL: packd serves /<repository>/info/refs and /<repository>/git-upload-pack",
         ),
     };
-    let mut resp = resp;
+    finish(resp, log)
+}
+
+/// Stamps a whole (not streamed) response and writes its access log line.
+fn finish(mut resp: Response<Body>, mut log: LogLine) -> Response<Body> {
     resp.headers_mut()
         .insert(header::SERVER, HeaderValue::from_static("packd"));
     log.status = resp.status().as_u16().to_string();
@@ -313,6 +345,90 @@ async fn handle(
     }
     access_log::write(&log);
     resp
+}
+
+/// Body of the 401 answers: the same whatever was wrong.
+const AUTH_REQUIRED: &str = "authentication required\n";
+
+/// A 401 asking for basic auth; `note` (for the log only) says why.
+fn unauthorized(note: String) -> Response<Body> {
+    let mut resp = text(StatusCode::UNAUTHORIZED, AUTH_REQUIRED);
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"packd\""),
+    );
+    resp.extensions_mut().insert(Note(note));
+    resp
+}
+
+/// With `--auth-file`: the refusal of a request whose credentials are missing or wrong, or
+/// whose user lacks the right it needs on the repository; `None` lets it through (and always
+/// does without `--auth-file`).
+async fn gate(
+    shared: &Arc<Shared>,
+    req: &Request<Incoming>,
+    route: &Route<'_>,
+) -> Option<Response<Body>> {
+    let users = shared.auth.clone()?;
+    let (repo, right) = match route {
+        Route::InfoRefs(repo) => {
+            let push = query_param(req.uri().query(), "service") == Some("git-receive-pack");
+            (Some(*repo), if push { Right::Write } else { Right::Read })
+        }
+        Route::UploadPack(repo) => (Some(*repo), Right::Read),
+        Route::ReceivePack(repo) => (Some(*repo), Right::Write),
+        Route::Dumb | Route::Unknown => (None, Right::Read),
+    };
+    let Some((name, token)) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(auth::parse_basic)
+    else {
+        return Some(unauthorized("refused: authentication required".into()));
+    };
+    let repo = repo.map(str::to_string);
+    let shared = shared.clone();
+    // Argon2 is slow by design and the path lookup touches the disk: off the async threads.
+    let verdict = tokio::task::spawn_blocking(move || {
+        let Some(user) = users.authenticate(&name, &token) else {
+            return Some(unauthorized("refused: authentication failed".into()));
+        };
+        let repo = repo?;
+        let may = |right| match shared.root.resolve_raw(&repo) {
+            Ok(git_dir) => git_dir
+                .strip_prefix(shared.root.path())
+                .is_ok_and(|rel| user.allows(rel, right)),
+            // Not there (or refused): the user learns so only where they could read it.
+            Err(_) => crate::paths::percent_decode(&repo)
+                .and_then(|d| crate::paths::check_relative(&d))
+                .is_ok_and(|rel| user.allows(&rel, right)),
+        };
+        let who = user.name();
+        if !may(Right::Read) {
+            return Some(unauthorized(format!(
+                "refused: user '{}' may not read this repository",
+                who.escape_debug()
+            )));
+        }
+        if right == Right::Write && !may(Right::Write) {
+            return Some(text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "refused: user '{}' may not push to this repository",
+                    who.escape_debug()
+                ),
+            ));
+        }
+        None
+    })
+    .await;
+    verdict.unwrap_or_else(|e| {
+        Some(text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e}"),
+        ))
+    })
 }
 
 /// `GET <repo>/info/refs?service=git-upload-pack`.

@@ -68,6 +68,10 @@ pub struct Config {
     /// Accept pushes (receive-pack) from anyone who can reach the server; otherwise they are
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
+    /// Users allowed in (`--auth-file`): every HTTP request then needs basic auth and the
+    /// user's right on the repository, pushes are open to users with a write right, and
+    /// git:// (which cannot authenticate) refuses everything.
+    pub auth: Option<Arc<auth::AuthFile>>,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -102,6 +106,8 @@ pub struct Shared {
     pub limits: Limits,
     /// Whether pushes are accepted.
     pub allow_push: bool,
+    /// Users allowed in, when access is controlled (see [`Config::auth`]).
+    pub auth: Option<Arc<auth::AuthFile>>,
 }
 
 /// A bound server, not yet accepting.
@@ -139,6 +145,7 @@ impl Server {
                 cache: repos::RepoCache::new(config.cache_capacity, config.upload_pack.clone()),
                 limits: config.limits,
                 allow_push: config.allow_push,
+                auth: config.auth.clone(),
             }),
         })
     }

@@ -4,10 +4,12 @@
 
 use anyhow::{Context, Result};
 use packd_protocol::UploadPackOptions;
+use packd_serve::auth::AuthFile;
 use packd_serve::{Config, Limits, Server};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `packd serve`.
@@ -15,14 +17,15 @@ use std::time::Duration;
 #[command(
     after_help = "Repositories: a request for /NAME serves ROOT/NAME, else ROOT/NAME.git \
     (bare, or a work tree with .git); paths that leave ROOT (.., absolute, symlinks out) are \
-    refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP is refused, and pushes unless --allow-push is given. \
+    refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP is refused, and pushes unless --allow-push is given \
+    (or --auth-file, to users with a write right). \
     One access log line per request goes to stderr (PACKD_LOG sets the filter; default \
     warn,packd_serve::access=info)."
 )]
 pub struct Args {
     /// Directory whose repositories are served.
-    #[arg(long, value_name = "DIR")]
-    root: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "hash_token")]
+    root: Option<PathBuf>,
 
     /// Address for smart HTTP (port 0 picks a free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
@@ -49,6 +52,17 @@ pub struct Args {
     #[arg(long)]
     allow_push: bool,
 
+    /// Control access: every HTTP request needs basic auth of a user of FILE (lines
+    /// `user:PHC-hash:rights`, rights `read:PREFIX`/`write:PREFIX` comma-separated, `*` for
+    /// all; see `--hash-token`). Users with a write right may push; git:// refuses everything.
+    #[arg(long, value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+
+    /// Read a token on stdin, print its PHC hash (the middle field of an --auth-file line)
+    /// and exit.
+    #[arg(long, hide = true)]
+    hash_token: bool,
+
     /// Most repositories kept open (indexes and bitmaps loaded) between requests.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_open_repos: usize,
@@ -56,8 +70,23 @@ pub struct Args {
 
 /// Runs `packd serve` until the process is stopped.
 pub fn run(args: &Args) -> Result<ExitCode> {
+    if args.hash_token {
+        let mut token = String::new();
+        std::io::stdin()
+            .read_line(&mut token)
+            .context("reading the token on stdin")?;
+        let token = token.trim_end_matches(['\n', '\r']);
+        anyhow::ensure!(!token.is_empty(), "no token on stdin");
+        println!("{}", packd_serve::auth::hash_token(token)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let root = args.root.clone().context("--root is required")?;
+    let auth = match &args.auth_file {
+        Some(path) => Some(Arc::new(AuthFile::load(path)?)),
+        None => None,
+    };
     let config = Config {
-        root: args.root.clone(),
+        root,
         listen: args.listen.clone(),
         git_daemon: args.git_daemon.clone(),
         limits: Limits {
@@ -68,6 +97,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),
         allow_push: args.allow_push,
+        auth,
     };
     let server = Server::bind(&config)?;
     let mut out = std::io::stdout().lock();
