@@ -68,6 +68,9 @@ pub struct Config {
     /// Accept pushes (receive-pack) from anyone who can reach the server; otherwise they are
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
+    /// A push to a path with no repository creates an empty bare one there
+    /// (`--create-on-push`); otherwise it gets 404.
+    pub create_on_push: bool,
     /// Users allowed in (`--auth-file`): every HTTP request then needs basic auth and the
     /// user's right on the repository, pushes are open to users with a write right, and
     /// git:// (which cannot authenticate) refuses everything.
@@ -106,6 +109,8 @@ pub struct Shared {
     pub limits: Limits,
     /// Whether pushes are accepted.
     pub allow_push: bool,
+    /// Whether a push may create its repository.
+    pub create_on_push: bool,
     /// Users allowed in, when access is controlled (see [`Config::auth`]).
     pub auth: Option<Arc<auth::AuthFile>>,
 }
@@ -145,6 +150,7 @@ impl Server {
                 cache: repos::RepoCache::new(config.cache_capacity, config.upload_pack.clone()),
                 limits: config.limits,
                 allow_push: config.allow_push,
+                create_on_push: config.create_on_push,
                 auth: config.auth.clone(),
             }),
         })

@@ -52,6 +52,11 @@ pub struct Args {
     #[arg(long)]
     allow_push: bool,
 
+    /// A push to a path under the root with no repository creates an empty bare repository
+    /// there (otherwise: 404).
+    #[arg(long)]
+    create_on_push: bool,
+
     /// Control access: every HTTP request needs basic auth of a user of FILE (lines
     /// `user:PHC-hash:rights`, rights `read:PREFIX`/`write:PREFIX` comma-separated, `*` for
     /// all; see `--hash-token`). Users with a write right may push; git:// refuses everything.
@@ -97,6 +102,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),
         allow_push: args.allow_push,
+        create_on_push: args.create_on_push,
         auth,
     };
     let server = Server::bind(&config)?;

@@ -481,3 +481,32 @@ fn a_receiver_killed_mid_push_leaves_the_old_refs_and_a_clean_repository() {
     assert_eq!(rev(&server, "main"), new);
     fsck(&server);
 }
+
+#[test]
+fn create_on_push_makes_the_repository_only_when_enabled() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    let root = server.git_dir.parent().unwrap();
+    // Without --create-on-push: 404, nothing created.
+    let srv = Server::start(&sb, root, &["--allow-push"]);
+    let run = client.git_run(&["push", &srv.http_url("team/new.git"), "main"], None);
+    assert!(!run.success());
+    assert!(!root.join("team").exists());
+    drop(srv);
+    // With it: a bare repository appears, takes the push, and git finds it sound.
+    let srv = Server::start(&sb, root, &["--allow-push", "--create-on-push"]);
+    client
+        .git_run(&["push", &srv.http_url("team/new.git"), "main"], None)
+        .assert_success();
+    let created = Repo {
+        path: root.join("team/new.git"),
+        git_dir: root.join("team/new.git"),
+        home: server.home.clone(),
+    };
+    assert_eq!(rev(&created, "refs/heads/main"), rev(&client, "HEAD"));
+    fsck(&created);
+    // Paths out of the root are still refused (git's client folds a plain `..` away itself).
+    let run = client.git_run(&["push", &srv.http_url("%2e%2e/escape.git"), "main"], None);
+    assert!(!run.success(), "{}", run.err());
+    assert!(!root.parent().unwrap().join("escape.git").exists());
+}

@@ -11,7 +11,8 @@
 //! The body is read whole (bounded by `max_request_bytes`), then receive-pack runs on a
 //! blocking thread and its report is sent back in one piece.
 
-use super::{full, gunzip, lookup, no_cache, read_body, text, Body, BodyError};
+use super::{full, gunzip, lookup, no_cache, read_body, text, Body, BodyError, Lookup};
+use crate::paths::PathError;
 use crate::Shared;
 use hyper::body::Incoming;
 use hyper::header;
@@ -34,11 +35,39 @@ async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Res
     }
 }
 
+/// The repository a push goes to; with `--create-on-push`, created when the path has none.
+async fn push_target(
+    shared: &Arc<Shared>,
+    repo: &str,
+) -> Result<std::path::PathBuf, Response<Body>> {
+    match lookup(shared, repo).await {
+        Ok((git_dir, _)) => Ok(git_dir),
+        Err(Lookup::Path(PathError::NotFound(_))) if shared.create_on_push => {
+            let shared = shared.clone();
+            let raw = repo.to_string();
+            let created = tokio::task::spawn_blocking(move || {
+                let decoded = crate::paths::percent_decode(&raw)?;
+                shared.root.create_bare(&decoded)
+            })
+            .await;
+            match created {
+                Ok(Ok(git_dir)) => Ok(git_dir),
+                Ok(Err(e)) => Err(Lookup::Path(e).response()),
+                Err(e) => Err(text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("internal error: {e}"),
+                )),
+            }
+        }
+        Err(e) => Err(e.response()),
+    }
+}
+
 /// `GET <repo>/info/refs?service=git-receive-pack`.
 pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body> {
-    let git_dir = match lookup(shared, repo).await {
-        Ok((git_dir, _)) => git_dir,
-        Err(e) => return e.response(),
+    let git_dir = match push_target(shared, repo).await {
+        Ok(git_dir) => git_dir,
+        Err(resp) => return resp,
     };
     blocking(move || {
         let mut out = b"001f# service=git-receive-pack\n0000".to_vec();
@@ -78,9 +107,9 @@ pub(super) async fn receive_pack(
             .and_then(|v| v.to_str().ok()),
         Some("gzip") | Some("x-gzip")
     );
-    let git_dir = match lookup(shared, repo).await {
-        Ok((git_dir, _)) => git_dir,
-        Err(e) => return e.response(),
+    let git_dir = match push_target(shared, repo).await {
+        Ok(git_dir) => git_dir,
+        Err(resp) => return resp,
     };
     let body = match read_body(req.into_body(), limit, shared.limits.idle_timeout).await {
         Ok(b) => b,
