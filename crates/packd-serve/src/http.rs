@@ -537,6 +537,14 @@ pub fn gunzip(data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// The value of header `name` as text; empty when absent or not text.
+pub(super) fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> &str {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
 /// `POST <repo>/git-upload-pack`: on success the streaming response (its log line is written
 /// when upload-pack ends); otherwise the error response and the log line to write.
 async fn upload_pack(
@@ -547,12 +555,7 @@ async fn upload_pack(
     guard: BusyGuard,
 ) -> Result<Response<Body>, (Response<Body>, LogLine)> {
     let limit = shared.limits.max_request_bytes;
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type != REQUEST {
+    if header_str(&req, header::CONTENT_TYPE) != REQUEST {
         return Err((
             text(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

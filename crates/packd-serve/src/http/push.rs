@@ -11,7 +11,7 @@
 //! The body is read whole (bounded by `max_request_bytes`), then receive-pack runs on a
 //! blocking thread and its report is sent back in one piece.
 
-use super::{full, gunzip, lookup, no_cache, read_body, text, Body, BodyError, Lookup};
+use super::{full, gunzip, header_str, lookup, no_cache, read_body, text, Body, BodyError, Lookup};
 use crate::paths::PathError;
 use crate::Shared;
 use hyper::body::Incoming;
@@ -90,22 +90,15 @@ pub(super) async fn receive_pack(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let limit = shared.limits.max_request_bytes;
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type != REQUEST {
+    if header_str(&req, header::CONTENT_TYPE) != REQUEST {
         return text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("expected Content-Type: {REQUEST}"),
         );
     }
     let gzip = matches!(
-        req.headers()
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok()),
-        Some("gzip") | Some("x-gzip")
+        header_str(&req, header::CONTENT_ENCODING),
+        "gzip" | "x-gzip"
     );
     let git_dir = match push_target(shared, repo).await {
         Ok(git_dir) => git_dir,
