@@ -19,6 +19,12 @@
 //! objects checked ([`packd_odb::connectivity`]), each command checked against the repository's
 //! rules, the objects migrated into `objects/pack` (fsynced), and only then are refs moved
 //! (all-or-nothing with `atomic`). A push that fails anywhere before migration leaves nothing.
+//!
+//! Progress: when the client asked for `side-band-64k` and not for `quiet` (git asks for
+//! `quiet` when its stderr is not a terminal and `--progress` was not given), the long phases
+//! are reported on band 2 as git's receive-pack does, which git shows as `remote: ...` lines:
+//! `Resolving deltas: 100% (n/n), done.` and `Checking connectivity: n, done.`. Each message is
+//! flushed at once, so that a transport that streams its output shows it as it happens.
 
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
@@ -31,6 +37,7 @@ use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Limits on what one push may send.
 #[derive(Debug, Clone)]
@@ -81,6 +88,80 @@ struct Asked {
     side_band: bool,
     atomic: bool,
     push_options: bool,
+    quiet: bool,
+}
+
+/// Progress messages on side-band 2, shaped like git's progress meter: `stage:  p% (d/t)\r`
+/// at most once a second while a stage runs, `stage: 100% (t/t), done.\n` when it ends.
+/// Silent when the client did not ask for a side band or asked for `quiet`; a failed write
+/// (the client hung up) silences it too, the report's write then says what went wrong.
+struct Progress<'w> {
+    out: Option<&'w mut dyn Write>,
+    stage: String,
+    last: Option<Instant>,
+    ended: bool,
+}
+
+/// Least time between two progress messages of one stage.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl<'w> Progress<'w> {
+    fn new(out: Option<&'w mut dyn Write>) -> Progress<'w> {
+        Progress {
+            out,
+            stage: String::new(),
+            last: None,
+            ended: false,
+        }
+    }
+
+    fn send(&mut self, message: &str) {
+        let Some(out) = self.out.as_mut() else {
+            return;
+        };
+        let max = sideband::Sideband::Large.max_payload();
+        let sent = sideband::write_band(*out, sideband::BAND_PROGRESS, message.as_bytes(), max)
+            .and_then(|()| out.flush());
+        if sent.is_err() {
+            self.out = None;
+        }
+    }
+
+    /// `done` of `total` items of `stage` are done (index-pack's progress callback).
+    fn update(&mut self, stage: &str, done: u64, total: u64) {
+        // The client shows its own "Writing objects" for the transfer, as with git.
+        if self.out.is_none() || stage == "Receiving objects" || total == 0 {
+            return;
+        }
+        if stage != self.stage {
+            self.stage = stage.to_string();
+            self.last = None;
+            self.ended = false;
+        }
+        if self.ended {
+            return;
+        }
+        let done = done.min(total);
+        let end = done == total;
+        let now = Instant::now();
+        if !end
+            && self
+                .last
+                .is_some_and(|t| now.duration_since(t) < PROGRESS_EVERY)
+        {
+            return;
+        }
+        self.last = Some(now);
+        self.ended = end;
+        let percent = done.saturating_mul(100) / total;
+        let tail = if end { ", done.\n" } else { "\r" };
+        self.send(&format!("{stage}: {percent:3}% ({done}/{total}){tail}"));
+    }
+
+    /// A stage without a known total has ended after `count` items.
+    fn finished(&mut self, stage: &str, count: u64) {
+        self.send(&format!("{stage}: {count}, done.\n"));
+    }
 }
 
 const CAPABILITIES: &str = "report-status report-status-v2 delete-refs side-band-64k quiet \
@@ -183,6 +264,7 @@ impl ReceivePack {
                         "side-band-64k" => asked.side_band = true,
                         "atomic" => asked.atomic = true,
                         "push-options" => asked.push_options = true,
+                        "quiet" => asked.quiet = true,
                         c if c.starts_with("object-format=") && c != "object-format=sha1" => {
                             return Err(ProtocolError::Refused(format!(
                                 "unsupported {c}: this repository uses sha1"
@@ -257,8 +339,17 @@ impl ReceivePack {
         }
         let repo = self.open()?;
         let wants_pack = commands.iter().any(|c| c.new.is_some());
-        let (unpack, results) =
-            self.receive(&repo, input, &commands, &asked, wants_pack, &mut stats);
+        let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
+        let (unpack, results) = self.receive(
+            &repo,
+            input,
+            &commands,
+            &asked,
+            wants_pack,
+            &mut stats,
+            &mut progress,
+        );
+        drop(progress);
         stats.unpack_error = unpack.clone().err();
         stats.updated = results.iter().filter(|r| r.is_ok()).count();
         if asked.report_status {
@@ -294,6 +385,7 @@ impl ReceivePack {
 
     /// Takes the pack in, checks everything, migrates and updates refs. Returns the unpack
     /// status and one result per command.
+    #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         repo: &Repository,
@@ -302,6 +394,7 @@ impl ReceivePack {
         asked: &Asked,
         wants_pack: bool,
         stats: &mut PushStats,
+        progress: &mut Progress<'_>,
     ) -> (Result<(), String>, Vec<Result<(), String>>) {
         let unpacker = |e: String| {
             let n = commands.len();
@@ -322,7 +415,7 @@ impl ReceivePack {
                 &quarantine.pack_dir(),
                 Some(repo.objects()),
                 &options,
-                &mut |_, _, _| {},
+                &mut |stage, done, total| progress.update(stage, done, total),
             ) {
                 Ok(ingested) => stats.objects = ingested.objects as u64,
                 Err(e) => return unpacker(e.to_string()),
@@ -332,8 +425,9 @@ impl ReceivePack {
                 Err(e) => return unpacker(e.to_string()),
             };
             let tips: Vec<ObjectId> = commands.iter().filter_map(|c| c.new).collect();
-            if let Err(e) = check_incoming(&incoming, repo.objects(), &tips) {
-                return unpacker(e.to_string());
+            match check_incoming(&incoming, repo.objects(), &tips) {
+                Ok(checked) => progress.finished("Checking connectivity", checked),
+                Err(e) => return unpacker(e.to_string()),
             }
             Some(incoming)
         } else {

@@ -6,7 +6,8 @@
 //! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: 64 KiB chunks go
 //! through a bounded channel into the response body, so memory stays bounded and a client that
 //! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
-//! cancel flag. Dumb HTTP and pushes are refused with 403 and a plain-text reason.
+//! cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
+//! unless they are allowed; an allowed push streams its body into receive-pack ([`push`]).
 //!
 //! With `--auth-file` ([`crate::auth`]) every request first passes [`gate`]: without valid
 //! basic-auth credentials, or without a read right on the repository, the answer is 401 with
@@ -300,7 +301,15 @@ async fn handle(
                     "use POST for git-receive-pack",
                 )
             } else {
-                push::receive_pack(&shared, repo, req).await
+                let repo = repo.to_string();
+                match push::receive_pack(&shared, &repo, req, log, guard).await {
+                    // receive-pack's thread writes the log line when the push is done.
+                    Ok(resp) => return resp,
+                    Err((resp, l)) => {
+                        log = l;
+                        resp
+                    }
+                }
             }
         }
         Route::UploadPack(repo) => {

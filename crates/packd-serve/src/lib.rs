@@ -85,8 +85,13 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Connections served at once (HTTP and git:// together); more get 503 or are closed.
     pub max_connections: usize,
-    /// Largest request body accepted, before and after gzip.
+    /// Largest request body accepted, before and after gzip. For a push this bounds the
+    /// commands and push options that precede the pack; the pack has its own limit.
     pub max_request_bytes: u64,
+    /// Largest pack one push may send (after gzip). The pack is streamed to receive-pack as it
+    /// arrives, so this bounds disk use, not memory; a larger one is refused with git's
+    /// `unpack` report and nothing is kept.
+    pub max_push_bytes: u64,
 }
 
 impl Default for Limits {
@@ -95,6 +100,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(60),
             max_connections: 256,
             max_request_bytes: 100 * 1024 * 1024,
+            max_push_bytes: 4 * 1024 * 1024 * 1024,
         }
     }
 }

@@ -85,17 +85,22 @@ impl Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG").unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("warn,packd_serve::access=info")
             }),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .init();
-    let cli = Cli::parse();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if matches!(cli.command, Command::Serve(_)) {
+        // A server's log (the access log) needs times: RFC 3339, UTC.
+        logs.with_timer(tracing_subscriber::fmt::time::SystemTime)
+            .init();
+    } else {
+        logs.without_time().init();
+    }
     let result = match &cli.command {
         Command::CatFile(args) => cli.repository().and_then(|repo| {
             let code = cat_file::run(&repo, args);

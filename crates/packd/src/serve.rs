@@ -43,9 +43,17 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_connections: usize,
 
-    /// Largest request body accepted, compressed and inflated (k/m/g suffixes).
+    /// Largest request body accepted, compressed and inflated (k/m/g suffixes); for a push,
+    /// the commands and push options before the pack (see --max-push-bytes).
     #[arg(long, value_name = "BYTES", default_value = "100m", value_parser = crate::parse_size)]
     max_request_bytes: u64,
+
+    /// Largest pack one push may send over HTTP (k/m/g suffixes). The pack is streamed into
+    /// receive-pack as it arrives (memory stays bounded whatever its size); a larger one is
+    /// refused with git's "unpack" error and nothing is kept. The commands before the pack stay
+    /// bounded by --max-request-bytes.
+    #[arg(long, value_name = "BYTES", default_value = "4g", value_parser = crate::parse_size)]
+    max_push_bytes: u64,
 
     /// Accept pushes (git-receive-pack over HTTP and git://) from anyone who can reach the
     /// server: for loopback use. Without it pushes are refused.
@@ -98,6 +106,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,
+            max_push_bytes: args.max_push_bytes,
         },
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),

@@ -1,4 +1,4 @@
-//! Pushes over smart HTTP, when the server runs with `--allow-push`:
+//! Pushes over smart HTTP, when the server runs with `--allow-push` (or `--auth-file`):
 //!
 //! ```text
 //! GET  /<repo>/info/refs?service=git-receive-pack
@@ -6,23 +6,53 @@
 //!      "001f# service=git-receive-pack\n" "0000" <receive-pack advertisement>
 //! POST /<repo>/git-receive-pack   (Content-Type: application/x-git-receive-pack-request)
 //!      body: commands, push options, pack    (a lone "0000" is git's probe: empty answer)
-//!      200 application/x-git-receive-pack-result   report-status
+//!      200 application/x-git-receive-pack-result   side-band progress, report-status
 //! ```
-//! The body is read whole (bounded by `max_request_bytes`), then receive-pack runs on a
-//! blocking thread and its report is sent back in one piece.
+//!
+//! The body is streamed: receive-pack runs on a blocking thread and reads the request body as
+//! it arrives ([`BodyReader`] pulls hyper's frames, each within the idle timeout; gzip is
+//! inflated on the way), so memory stays bounded whatever the size of the pack. The commands
+//! and push options before the pack are read first and bounded by `max_request_bytes` (413
+//! beyond); the pack may be as large as `max_push_bytes`, beyond which index-pack stops and git
+//! is told why in the `unpack` report. The rest of a refused body is read and discarded (at
+//! most `max_push_bytes`, or 64 MiB, more) so that git, still sending, gets to read that
+//! report.
+//!
+//! A client that hangs up mid-body makes the next read fail: receive-pack then fails like any
+//! bad pack, its quarantine is removed and no ref moves.
+//!
+//! The response starts with receive-pack's first output (its progress, or the report) and is
+//! streamed from then on through the same bounded channel as upload-pack's; a push that fails
+//! before it wrote anything gets a plain-text error status instead. The access log line is
+//! written by the push's thread when it is done.
 
-use super::{full, gunzip, header_str, lookup, no_cache, read_body, text, Body, BodyError, Lookup};
+use super::{full, lookup, no_cache, text, Body, ChannelWriter, Lookup, CHUNK, QUEUED_CHUNKS};
+use crate::access_log::{self, LogLine};
+use crate::conn::BusyGuard;
 use crate::paths::PathError;
 use crate::Shared;
+use bytes::{Buf, Bytes};
+use http_body::Frame;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header;
+use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use packd_protocol::{ReceivePack, ReceivePackOptions};
+use packd_odb::pack::data::input::InputLimits;
+use packd_protocol::{pkt_line, ReceivePack, ReceivePackOptions};
+use std::io::{Read, Write};
+use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 const ADVERTISEMENT: &str = "application/x-git-receive-pack-advertisement";
 const REQUEST: &str = "application/x-git-receive-pack-request";
 const RESULT: &str = "application/x-git-receive-pack-result";
+/// Of a refused push, at least this much more is read (and dropped) so that git gets to read
+/// the refusal; then at most `max_push_bytes` more.
+const DRAIN_AT_LEAST: u64 = 64 << 20;
 
 /// Runs `work` on a blocking thread; an internal error becomes a 500.
 async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Response<Body> {
@@ -83,54 +113,473 @@ pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body
     .await
 }
 
-/// `POST <repo>/git-receive-pack`.
+/// The request body as a blocking [`Read`], for receive-pack's thread: each read takes the
+/// next frame from hyper (waiting at most the idle timeout for it), so no more than a frame is
+/// held here. More than `limit` bytes in all, a timeout, or a broken connection make the read
+/// fail, and every read after it.
+struct BodyReader {
+    body: Incoming,
+    handle: tokio::runtime::Handle,
+    idle: Duration,
+    chunk: Bytes,
+    /// Bytes taken from the body so far.
+    received: u64,
+    limit: u64,
+    ended: bool,
+    failed: Option<(std::io::ErrorKind, String)>,
+}
+
+impl BodyReader {
+    fn new(body: Incoming, handle: tokio::runtime::Handle, idle: Duration, limit: u64) -> Self {
+        BodyReader {
+            body,
+            handle,
+            idle,
+            chunk: Bytes::new(),
+            received: 0,
+            limit,
+            ended: false,
+            failed: None,
+        }
+    }
+
+    fn fail(&mut self, kind: std::io::ErrorKind, message: String) -> std::io::Error {
+        self.failed = Some((kind, message.clone()));
+        std::io::Error::new(kind, message)
+    }
+
+    /// Takes the next data frame into `chunk`; `false` at the end of the body.
+    fn next_chunk(&mut self) -> std::io::Result<bool> {
+        use std::io::ErrorKind;
+        if let Some((kind, message)) = &self.failed {
+            return Err(std::io::Error::new(*kind, message.clone()));
+        }
+        while self.chunk.is_empty() {
+            if self.ended {
+                return Ok(false);
+            }
+            let idle = self.idle;
+            let body = &mut self.body;
+            let frame = self
+                .handle
+                .block_on(async move { tokio::time::timeout(idle, body.frame()).await });
+            match frame {
+                Err(_) => {
+                    return Err(self.fail(
+                        ErrorKind::TimedOut,
+                        format!("the client sent nothing for {idle:?}"),
+                    ))
+                }
+                Ok(None) => self.ended = true,
+                Ok(Some(Err(e))) => {
+                    return Err(self.fail(
+                        ErrorKind::ConnectionAborted,
+                        format!("reading the request body: {e}"),
+                    ))
+                }
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.received = self.received.saturating_add(data.len() as u64);
+                        if self.received > self.limit {
+                            let limit = self.limit;
+                            return Err(self.fail(
+                                ErrorKind::InvalidData,
+                                format!(
+                                    "request body larger than the server's limit of {limit} bytes"
+                                ),
+                            ));
+                        }
+                        self.chunk = data;
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads the rest of the body and throws it away, at most `max` bytes; whether the body
+    /// ended (a client still sending can then read the answer).
+    fn drain(&mut self, max: u64) -> bool {
+        let mut dropped = 0u64;
+        loop {
+            let len = self.chunk.len() as u64;
+            dropped = dropped.saturating_add(len);
+            self.chunk = Bytes::new();
+            if dropped > max {
+                return false;
+            }
+            match self.next_chunk() {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+impl Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() || !self.next_chunk()? {
+            return Ok(0);
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk.advance(n);
+        Ok(n)
+    }
+}
+
+/// The body as sent, or inflated on the way when it is gzip.
+enum Input {
+    Plain(BodyReader),
+    Gzip(Box<flate2::read::GzDecoder<BodyReader>>),
+}
+
+impl Input {
+    fn raw(&mut self) -> &mut BodyReader {
+        match self {
+            Input::Plain(r) => r,
+            Input::Gzip(r) => r.get_mut(),
+        }
+    }
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Input::Plain(r) => r.read(buf),
+            Input::Gzip(r) => r.read(buf),
+        }
+    }
+}
+
+/// Why the part of a push body before the pack was not taken.
+#[derive(Debug)]
+enum HeadError {
+    TooLarge(u64),
+    Io(std::io::Error),
+}
+
+/// Reads as much of `input` as fills `buf`; fewer bytes only at its end.
+fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads the pkt-lines that open a push body — the command list and, when its first line asks
+/// for `push-options`, the options — through their flush packets, at most `limit` bytes.
+/// They are returned as read, for receive-pack to parse; what follows is the pack. Anything
+/// that is not a well-formed pkt-line stops the scan early (receive-pack reports it).
+fn read_head(input: &mut dyn Read, limit: u64) -> Result<Vec<u8>, HeadError> {
+    let mut head = Vec::new();
+    let mut sections = 1;
+    let mut first = true;
+    loop {
+        let mut len = [0u8; 4];
+        let got = read_full(input, &mut len).map_err(HeadError::Io)?;
+        head.extend_from_slice(&len[..got]);
+        if got < len.len() {
+            return Ok(head);
+        }
+        let Some(n) = pkt_line::parse_length(&len) else {
+            return Ok(head);
+        };
+        match n {
+            0 => {
+                sections -= 1;
+                if sections == 0 {
+                    return Ok(head);
+                }
+            }
+            1..=4 => return Ok(head),
+            n => {
+                let payload = n - 4;
+                if head.len() as u64 + payload as u64 > limit {
+                    return Err(HeadError::TooLarge(limit));
+                }
+                let start = head.len();
+                head.resize(start + payload, 0);
+                let got = read_full(input, &mut head[start..]).map_err(HeadError::Io)?;
+                if got < payload {
+                    head.truncate(start + got);
+                    return Ok(head);
+                }
+                if first {
+                    first = false;
+                    let line = &head[start..];
+                    let caps = line
+                        .iter()
+                        .position(|&b| b == 0)
+                        .map_or(&line[..0], |nul| &line[nul + 1..]);
+                    let asks_options = caps
+                        .split(|&b| b == b' ' || b == b'\n')
+                        .any(|c| c == b"push-options");
+                    if asks_options {
+                        sections += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `POST <repo>/git-receive-pack`: on success the response, streamed from receive-pack's thread
+/// (which writes the log line); otherwise the error response and the log line to write.
 pub(super) async fn receive_pack(
     shared: &Arc<Shared>,
     repo: &str,
     req: Request<Incoming>,
-) -> Response<Body> {
-    let limit = shared.limits.max_request_bytes;
-    if header_str(&req, header::CONTENT_TYPE) != REQUEST {
-        return text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("expected Content-Type: {REQUEST}"),
-        );
+    mut log: LogLine,
+    guard: BusyGuard,
+) -> Result<Response<Body>, (Response<Body>, LogLine)> {
+    let head_limit = shared.limits.max_request_bytes;
+    let pack_limit = shared.limits.max_push_bytes;
+    if super::header_str(&req, header::CONTENT_TYPE) != REQUEST {
+        let why = format!("expected Content-Type: {REQUEST}");
+        return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log));
     }
-    let gzip = matches!(
-        header_str(&req, header::CONTENT_ENCODING),
-        "gzip" | "x-gzip"
-    );
+    let gzip = match req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?"))
+    {
+        None | Some("identity") => false,
+        Some("gzip") | Some("x-gzip") => true,
+        Some(other) => {
+            let why = format!("unsupported Content-Encoding '{}'", other.escape_debug());
+            return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log));
+        }
+    };
+    // Raw bytes: the two parts' limits, plus room for what gzip adds.
+    let body_limit = head_limit
+        .saturating_add(pack_limit)
+        .saturating_add(pack_limit / 64)
+        .saturating_add(1 << 20);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > body_limit) {
+        let why = format!(
+            "push larger than the server's limits ({head_limit} bytes of commands, \
+             {pack_limit} bytes of pack)"
+        );
+        return Err((text(StatusCode::PAYLOAD_TOO_LARGE, why), log));
+    }
     let git_dir = match push_target(shared, repo).await {
         Ok(git_dir) => git_dir,
-        Err(resp) => return resp,
+        Err(resp) => return Err((resp, log)),
     };
-    let body = match read_body(req.into_body(), limit, shared.limits.idle_timeout).await {
-        Ok(b) => b,
-        Err(e) => return e.response(limit),
-    };
-    blocking(move || {
-        let body = if gzip {
-            match gunzip(&body, limit) {
-                Ok(b) => b,
-                Err(e) => return BodyError::BadGzip(e).response(limit),
-            }
+
+    let (tx, mut rx) = mpsc::channel(QUEUED_CHUNKS);
+    let idle = shared.limits.idle_timeout;
+    let handle = tokio::runtime::Handle::current();
+    let body = req.into_body();
+    let work = tokio::task::spawn_blocking(move || {
+        let raw = BodyReader::new(body, handle.clone(), idle, body_limit);
+        let mut input = if gzip {
+            Input::Gzip(Box::new(flate2::read::GzDecoder::new(raw)))
         } else {
-            body
+            Input::Plain(raw)
         };
-        let options = ReceivePackOptions::default();
-        let mut out = Vec::new();
-        let mut input: &[u8] = &body;
-        match ReceivePack::new(&git_dir, options).serve(&mut input, &mut out) {
+        let head = match read_head(&mut input, head_limit) {
+            Ok(head) => head,
+            Err(HeadError::TooLarge(limit)) => {
+                let why = format!(
+                    "push commands and options larger than the server's limit of {limit} bytes"
+                );
+                return Some(super::finish(text(StatusCode::PAYLOAD_TOO_LARGE, why), log));
+            }
+            Err(HeadError::Io(e)) => {
+                let status = if e.kind() == std::io::ErrorKind::TimedOut {
+                    StatusCode::REQUEST_TIMEOUT
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                return Some(super::finish(text(status, e.to_string()), log));
+            }
+        };
+        let options = ReceivePackOptions {
+            limits: InputLimits {
+                max_bytes: pack_limit,
+                ..InputLimits::default()
+            },
+            ..ReceivePackOptions::default()
+        };
+        let mut writer = ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+            handle,
+            idle,
+            cancel: Arc::new(AtomicBool::new(false)),
+            sent: 0,
+        };
+        let result = {
+            let mut stream = Read::chain(&head[..], &mut input);
+            ReceivePack::new(&git_dir, options).serve(&mut stream, &mut writer)
+        };
+        // A push refused before its pack ended: take (and drop) what the client still sends,
+        // so that it reads the report instead of a broken connection.
+        let raw = input.raw();
+        let mut note = match raw.failed.clone() {
+            Some((_, why)) => Some(format!("client gone: {why}")),
+            None if result.is_ok() && !raw.drain(pack_limit.max(DRAIN_AT_LEAST)) => {
+                Some("the client was still sending after the push was refused".to_string())
+            }
+            None => None,
+        };
+        let flushed = writer.flush();
+        if let Err(e) = &flushed {
+            note.get_or_insert_with(|| format!("client gone: {e}"));
+        }
+        if writer.sent == 0 && flushed.is_ok() {
+            // Nothing written: git's probe (a lone flush), or a request receive-pack refused.
+            let resp = match &result {
+                Ok(_) => {
+                    let mut resp = full(StatusCode::OK, RESULT, Vec::new());
+                    no_cache(&mut resp);
+                    resp
+                }
+                Err(e) => text(StatusCode::BAD_REQUEST, format!("receive-pack: {e}")),
+            };
+            return Some(super::finish(resp, log));
+        }
+        log.status = if writer.sent > 0 { "200" } else { "000" }.into();
+        log.bytes = writer.sent;
+        match &result {
             Ok(stats) => {
+                log.objects = stats.objects;
                 if let Some(e) = &stats.unpack_error {
                     tracing::info!("{}: push refused: {e}", git_dir.display());
+                    log.note = format!("push refused: {e}");
                 }
-                let mut resp = full(StatusCode::OK, RESULT, out);
-                no_cache(&mut resp);
-                resp
             }
-            Err(e) => text(StatusCode::BAD_REQUEST, format!("receive-pack: {e}")),
+            Err(e) => log.note = format!("receive-pack failed: {e}"),
         }
-    })
-    .await
+        if let Some(note) = note {
+            log.note = if log.note.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", log.note)
+            };
+        }
+        access_log::write(&log);
+        None
+        // Dropping the writer (and its sender) ends the response body.
+    });
+
+    // The response starts with receive-pack's first output; until then the push may still
+    // fail with an error status.
+    let Some(first) = rx.recv().await else {
+        return Ok(match work.await {
+            Ok(Some(resp)) => resp,
+            Ok(None) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the push's answer was lost",
+            ),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal error: {e}"),
+            ),
+        });
+    };
+    let stream = PushBody {
+        first: Some(first),
+        rx,
+        _guard: guard,
+    };
+    let mut resp = Response::new(stream.boxed());
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(RESULT));
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("packd"));
+    no_cache(&mut resp);
+    Ok(resp)
+}
+
+/// The response body fed by receive-pack's thread: the chunk that started the response, then
+/// the rest as it comes.
+struct PushBody {
+    first: Option<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
+    /// Keeps the connection marked busy (not idle) while the push runs.
+    _guard: BusyGuard,
+}
+
+impl http_body::Body for PushBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(s: &str) -> Vec<u8> {
+        format!("{:04x}{s}", s.len() + 4).into_bytes()
+    }
+
+    #[test]
+    fn head_stops_at_the_pack() {
+        let zero = "0".repeat(40);
+        let one = "1".repeat(40);
+        let mut body = pkt(&format!("{zero} {one} refs/heads/main\0report-status\n"));
+        body.extend_from_slice(b"0000PACKrest");
+        let head = read_head(&mut &body[..], 1000).unwrap();
+        assert_eq!(head, &body[..body.len() - 8]);
+    }
+
+    #[test]
+    fn head_includes_push_options() {
+        let zero = "0".repeat(40);
+        let one = "1".repeat(40);
+        let mut body = pkt(&format!(
+            "{zero} {one} refs/heads/main\0push-options quiet\n"
+        ));
+        body.extend_from_slice(b"0000");
+        body.extend(pkt("ci.skip\n"));
+        body.extend_from_slice(b"0000PACK");
+        let head = read_head(&mut &body[..], 1000).unwrap();
+        assert_eq!(head, &body[..body.len() - 4]);
+    }
+
+    #[test]
+    fn head_bounded_and_probe() {
+        let zero = "0".repeat(40);
+        let mut body = Vec::new();
+        for i in 0..100 {
+            body.extend(pkt(&format!("{zero} {zero} refs/heads/b{i}\n")));
+        }
+        body.extend_from_slice(b"0000");
+        assert!(matches!(
+            read_head(&mut &body[..], 500),
+            Err(HeadError::TooLarge(500))
+        ));
+        assert_eq!(read_head(&mut &b"0000"[..], 10).unwrap(), b"0000");
+        assert_eq!(read_head(&mut &b"00"[..], 10).unwrap(), b"00");
+        assert_eq!(read_head(&mut &b"zzzzPACK"[..], 10).unwrap(), b"zzzz");
+    }
 }
