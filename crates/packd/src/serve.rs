@@ -19,8 +19,8 @@ use std::time::Duration;
     (bare, or a work tree with .git); paths that leave ROOT (.., absolute, symlinks out) are \
     refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP is refused, and pushes unless --allow-push is given \
     (or --auth-file, to users with a write right). \
-    One access log line per request goes to stderr (PACKD_LOG sets the filter; default \
-    warn,packd_serve::access=info)."
+    One access log line per request goes to stderr, stamped with its RFC 3339 UTC time \
+    (PACKD_LOG sets the filter; default warn,packd_serve::access=info)."
 )]
 pub struct Args {
     /// Directory whose repositories are served.

@@ -165,6 +165,12 @@ fn pack_over_max_push_bytes_is_refused_and_leaves_nothing() {
     assert_eq!(refs(&server), before_refs);
     assert_eq!(server.packs(), before_packs);
     fsck(&server);
+    let help = server.packd(&["serve", "--help"], None);
+    assert!(
+        help.out().contains("--max-push-bytes <BYTES>") && help.out().contains("[default: 4g]"),
+        "{}",
+        help.out()
+    );
 }
 
 /// Sends a push of `pack`'s first `send` bytes (of a body declaring all of it) and hangs up.
