@@ -173,8 +173,9 @@ fn pack_over_max_push_bytes_is_refused_and_leaves_nothing() {
     );
 }
 
-/// Sends a push of `pack`'s first `send` bytes (of a body declaring all of it) and hangs up.
-fn hang_up_mid_body(addr: &str, tip: &str, pack: &[u8], send: usize) {
+/// Sends a push of `pack`'s first `send` bytes (of a body declaring all of it), waits `wait`
+/// and hangs up.
+fn hang_up_mid_body(addr: &str, tip: &str, pack: &[u8], send: usize, wait: Duration) {
     let mut body = pkt(&format!(
         "{ZERO} {tip} refs/heads/main\0report-status side-band-64k\n"
     ));
@@ -191,7 +192,7 @@ fn hang_up_mid_body(addr: &str, tip: &str, pack: &[u8], send: usize) {
     .unwrap();
     s.write_all(&body).unwrap();
     s.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(wait);
     drop(s);
 }
 
@@ -206,7 +207,13 @@ fn client_gone_mid_body_leaves_no_quarantine() {
         b"refs/heads/main\n",
     );
     assert!(pack.len() > 3 << 20);
-    hang_up_mid_body(&srv.http, &tip, &pack, pack.len() / 2);
+    hang_up_mid_body(
+        &srv.http,
+        &tip,
+        &pack,
+        pack.len() / 2,
+        Duration::from_millis(200),
+    );
     let log = wait_for_log(&srv, "client gone");
     assert!(log.contains("client gone"), "{log}");
     assert_eq!(refs(&server), "");
@@ -274,4 +281,29 @@ fn commands_over_the_request_limit_get_413_and_gzip_bodies_stream() {
     assert!(text.contains("ok refs/heads/main"), "{text}");
     assert_eq!(server.git_str(&["rev-parse", "refs/heads/main"]), tip);
     fsck(&server);
+}
+
+#[test]
+fn client_stalled_mid_body_times_out_and_leaves_no_quarantine() {
+    let sb = Sandbox::new();
+    let (root, server, client) = setup(&sb, 1);
+    let srv = Server::start(&sb, &root, &["--allow-push", "--idle-timeout", "1"]);
+    let tip = client.git_str(&["rev-parse", "refs/heads/main"]);
+    let pack = client.git_stdin(
+        &["pack-objects", "--stdout", "--revs"],
+        b"refs/heads/main\n",
+    );
+    // Stalls well past the idle timeout before hanging up.
+    hang_up_mid_body(
+        &srv.http,
+        &tip,
+        &pack,
+        pack.len() / 3,
+        Duration::from_secs(3),
+    );
+    let log = wait_for_log(&srv, "client gone");
+    assert!(log.contains("the client sent nothing for 1s"), "{log}");
+    assert_eq!(refs(&server), "");
+    assert_eq!(quarantines(&server), Vec::<String>::new());
+    assert!(server.packs().is_empty());
 }
