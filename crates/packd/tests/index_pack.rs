@@ -248,3 +248,83 @@ fn bad_packs_are_refused_with_file_and_offset() {
     let run = refused(&sb, "garbage.git", b"GARBAGE, not a pack at all");
     assert!(run.err().contains("not a pack"), "{}", run.err());
 }
+
+/// A repository whose pack holds large objects (several MiB: streamed to a hashing thread in
+/// chunks) and thousands of small ones (many batches), with deltas against the large ones.
+fn large_and_many_repo(sb: &Sandbox) -> Repo {
+    let repo = sb.init_bare("large.git");
+    let mut rng = Rng::new(0x1a49e);
+    let noise = rng.bytes(3 << 20);
+    let mut text = String::new();
+    while text.len() < (5 << 20) / 2 {
+        text.push_str(&random_line(&mut rng));
+        text.push('\n');
+    }
+    let mut fi = FastImport::new();
+    let mut changes = vec![
+        inline("noise.bin", noise.clone()),
+        inline("big.txt", text.clone()),
+    ];
+    for i in 0..3000 {
+        let body = format!("file {i}\n{}\n", random_line(&mut rng)).repeat(12);
+        changes.push(inline(&format!("d{}/f{i}.txt", i % 40), body));
+    }
+    let first = fi.commit("refs/heads/main", None, "large and many\n", &changes);
+    // Second versions of the large ones, stored as deltas against them.
+    let mut noise2 = noise;
+    noise2.extend_from_slice(b"appended");
+    let text2 = text.replacen("a", "A", 1);
+    fi.commit(
+        "refs/heads/main",
+        Some(&format!(":{first}")),
+        "edit\n",
+        &[inline("noise.bin", noise2), inline("big.txt", text2)],
+    );
+    repo.fast_import(&fi.finish());
+    repo.git(&["repack", "-adf"]);
+    repo
+}
+
+#[test]
+fn large_and_many_objects_index_like_git_and_a_bad_large_one_is_refused() {
+    let sb = Sandbox::new();
+    let repo = large_and_many_repo(&sb);
+    let pack = git_pack(&repo, &["--delta-base-offset"]);
+    let a = sb.path().join("a.pack");
+    let b = sb.path().join("b.pack");
+    std::fs::write(&a, &pack).unwrap();
+    std::fs::write(&b, &pack).unwrap();
+    sb.git_in(sb.path(), &["index-pack", a.to_str().unwrap()]);
+    sb.packd_in(sb.path(), &["index-pack", b.to_str().unwrap()], None)
+        .assert_success();
+    let git_idx = std::fs::read(a.with_extension("idx")).unwrap();
+    let packd_idx = std::fs::read(b.with_extension("idx")).unwrap();
+    assert_same_bytes("large and many idx", &git_idx, &packd_idx);
+
+    // From stdin too, into a repository: the same index.
+    let dst = sb.init_bare("dst.git");
+    let run = dst.packd(&["index-pack", "--stdin"], Some(&pack));
+    run.assert_success();
+    let hex = run.out().trim().trim_start_matches("pack\t").to_string();
+    let idx = std::fs::read(dst.pack_dir().join(format!("pack-{hex}.idx"))).unwrap();
+    assert_same_bytes("large and many idx (stdin)", &git_idx, &idx);
+
+    // Corrupt the middle of the largest whole object's zlib data (trailer fixed): refused, with
+    // that object's offset, nothing left.
+    let entries = verify_pack_entries(&repo, &a.with_extension("idx"));
+    let big = entries
+        .iter()
+        .filter(|e| e.base.is_none())
+        .max_by_key(|e| e.size)
+        .expect("a whole object");
+    assert!(big.size > 2 << 20, "{big:?}");
+    let mut bad = pack[..pack.len() - 20].to_vec();
+    let at = (big.offset + big.size_in_pack / 2) as usize;
+    for byte in &mut bad[at..at + 64] {
+        *byte ^= 0x5a;
+    }
+    let sum = sha1(&bad);
+    bad.extend_from_slice(&sum);
+    let run = refused(&sb, "bad-large.git", &bad);
+    assert!(mentions_offset(&run.err(), big.offset), "{}", run.err());
+}

@@ -13,6 +13,7 @@ use crate::hash::ObjectId;
 use crate::{Error, ObjectKind, Result};
 use sha1::Digest;
 use std::io::{Read, Write};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TrySendError};
 
 /// One entry of a streamed pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,12 +149,194 @@ impl Stream<'_> {
     }
 }
 
-fn kind_name(kind: ObjectKind) -> &'static str {
-    kind.name()
+/// Most inflated bytes gathered into one batch of whole objects for a hashing thread; an object
+/// declaring more is streamed to one thread in chunks of this size instead.
+const BATCH: usize = 1 << 20;
+
+/// Messages a hashing thread's queue holds. With [`BATCH`], this bounds the inflated bytes in
+/// flight whatever the pack's size: about `(QUEUE + 2) * 2 * BATCH` per hashing thread.
+const QUEUE: usize = 4;
+
+/// Work for a hashing thread. A thread's messages arrive in the order sent, so an object
+/// streamed as `Begin`, `Chunk`s and `Finish` is hashed in order.
+enum Job {
+    /// Whole objects, one after the other in `data`.
+    Batch(Batch),
+    /// The start of a large object of `kind` declaring `size` bytes, entry `entry`.
+    Begin {
+        entry: u32,
+        kind: ObjectKind,
+        size: u64,
+    },
+    /// The next bytes of the object begun.
+    Chunk(Vec<u8>),
+    /// The object begun is complete.
+    Finish,
+}
+
+/// Whole objects inflated back to back.
+struct Batch {
+    data: Vec<u8>,
+    /// (entry, kind, end of its data in `data`); each starts where the previous ends.
+    objects: Vec<(u32, ObjectKind, usize)>,
+}
+
+/// What a hashing thread found: (entry, its id, or `None` for a collision attack).
+type Hashed = Vec<(u32, Option<ObjectId>)>;
+
+/// The git object header, `"<kind> <size>\0"`.
+fn object_header(kind: ObjectKind, size: u64) -> Vec<u8> {
+    format!("{} {size}\0", kind.name()).into_bytes()
+}
+
+fn digest(hasher: sha1dc::Hasher) -> Option<ObjectId> {
+    hasher
+        .finalize()
+        .ok()
+        .and_then(|d| ObjectId::from_bytes(d.as_ref()))
+}
+
+/// Hashes the objects of a batch into `out`, then hands its buffer back to `pool`.
+fn hash_batch(batch: Batch, out: &mut Hashed, pool: &Sender<Vec<u8>>) {
+    let mut start = 0;
+    for &(entry, kind, end) in &batch.objects {
+        let data = &batch.data[start..end];
+        start = end;
+        let mut h = sha1dc::Hasher::new();
+        h.update(&object_header(kind, data.len() as u64));
+        h.update(data);
+        out.push((entry, digest(h)));
+    }
+    let _ = pool.send(batch.data);
+}
+
+/// A hashing thread: computes the ids of the whole objects it is sent until its queue closes.
+fn hash_worker(jobs: Receiver<Job>, pool: Sender<Vec<u8>>) -> Hashed {
+    let mut out = Vec::new();
+    let mut current: Option<(u32, sha1dc::Hasher)> = None;
+    for job in jobs {
+        match job {
+            Job::Batch(batch) => hash_batch(batch, &mut out, &pool),
+            Job::Begin { entry, kind, size } => {
+                let mut h = sha1dc::Hasher::new();
+                h.update(&object_header(kind, size));
+                current = Some((entry, h));
+            }
+            Job::Chunk(chunk) => {
+                if let Some((_, h)) = &mut current {
+                    h.update(&chunk);
+                }
+                let _ = pool.send(chunk);
+            }
+            Job::Finish => {
+                if let Some((entry, h)) = current.take() {
+                    out.push((entry, digest(h)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The parse thread's side of the hashing threads: gathers whole objects into batches and hands
+/// them out in turn. When every queue is full, the parse thread hashes a batch itself rather than
+/// wait, so no core idles whichever of inflating and hashing is slower.
+struct Hashers {
+    queues: Vec<SyncSender<Job>>,
+    /// The queue the next batch or large object goes to.
+    next: usize,
+    /// Buffers handed back by the hashing threads, for reuse.
+    pool: Receiver<Vec<u8>>,
+    /// For the parse thread's own hashing.
+    pool_back: Sender<Vec<u8>>,
+    batch: Batch,
+    /// Ids hashed on the parse thread.
+    own: Hashed,
+    /// A hashing thread is gone (it panicked): the ids would be incomplete.
+    broken: bool,
+}
+
+impl Hashers {
+    fn buffer(&mut self) -> Vec<u8> {
+        match self.pool.try_recv() {
+            Ok(mut b) => {
+                b.clear();
+                b
+            }
+            Err(_) => Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// Sends `job` to the next queue, waiting for room only when `wait`; gives it back otherwise.
+    fn send(&mut self, job: Job, wait: bool) -> Option<Job> {
+        let mut job = job;
+        for _ in 0..self.queues.len() {
+            let q = self.next;
+            self.next = (self.next + 1) % self.queues.len();
+            match self.queues[q].try_send(job) {
+                Ok(()) => return None,
+                Err(TrySendError::Full(j)) => job = j,
+                Err(TrySendError::Disconnected(j)) => {
+                    self.broken = true;
+                    job = j;
+                }
+            }
+        }
+        if !wait {
+            return Some(job);
+        }
+        let q = self.next;
+        self.next = (self.next + 1) % self.queues.len();
+        match self.queues[q].send(job) {
+            Ok(()) => None,
+            Err(e) => {
+                self.broken = true;
+                Some(e.0)
+            }
+        }
+    }
+
+    /// Hands the current batch out (or hashes it here when every thread is busy).
+    fn flush(&mut self) {
+        if self.batch.objects.is_empty() {
+            return;
+        }
+        let data = self.buffer();
+        let batch = std::mem::replace(
+            &mut self.batch,
+            Batch {
+                data,
+                objects: Vec::new(),
+            },
+        );
+        if let Some(Job::Batch(batch)) = self.send(Job::Batch(batch), false) {
+            let pool = self.pool_back.clone();
+            hash_batch(batch, &mut self.own, &pool);
+        }
+    }
+
+    /// Starts a large object on one thread; it owns it until `Finish`.
+    fn begin(&mut self, entry: u32, kind: ObjectKind, size: u64) -> usize {
+        self.flush();
+        let q = self.next;
+        self.next = (self.next + 1) % self.queues.len();
+        self.send_to(q, Job::Begin { entry, kind, size });
+        q
+    }
+
+    fn send_to(&mut self, q: usize, job: Job) {
+        if self.queues[q].send(job).is_err() {
+            self.broken = true;
+        }
+    }
 }
 
 /// Reads a whole pack from `input`, copying its bytes to `out`; `name` names it in errors.
 /// `progress` is told (entries read, count) as it goes.
+///
+/// The calling thread reads, inflates (which finds where each entry ends) and checksums; the ids
+/// of whole objects are computed by other threads (all cores but this one, at least one) fed
+/// through bounded queues, so memory stays bounded whatever the pack's size.
 pub fn read_pack(
     input: &mut dyn Read,
     out: &mut dyn Write,
@@ -161,6 +344,132 @@ pub fn read_pack(
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
 ) -> Result<InputPack> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1))
+        .unwrap_or(1)
+        .clamp(1, 16);
+    std::thread::scope(|scope| {
+        let (pool_back, pool) = channel();
+        let mut queues = Vec::with_capacity(threads);
+        let mut workers = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (tx, rx) = sync_channel(QUEUE);
+            let back = pool_back.clone();
+            queues.push(tx);
+            workers.push(scope.spawn(move || hash_worker(rx, back)));
+        }
+        let mut hashers = Hashers {
+            queues,
+            next: 0,
+            pool,
+            pool_back,
+            batch: Batch {
+                data: Vec::with_capacity(BATCH),
+                objects: Vec::new(),
+            },
+            own: Vec::new(),
+            broken: false,
+        };
+        let parsed = parse(input, out, name, limits, progress, &mut hashers);
+        // Even after an error: an object read before it may carry a collision attack, which
+        // is then the error reported, as when reading on one thread.
+        hashers.flush();
+        let Hashers {
+            queues,
+            mut own,
+            mut broken,
+            ..
+        } = hashers;
+        drop(queues);
+        for w in workers {
+            match w.join() {
+                Ok(ids) => own.extend(ids),
+                Err(_) => broken = true,
+            }
+        }
+        // The first object (in pack order) carrying a collision attack, if any.
+        let collision = own
+            .iter()
+            .filter(|(_, id)| id.is_none())
+            .map(|&(entry, _)| entry)
+            .min();
+        let (mut pack, error) = match parsed {
+            Ok(pack) => (pack, None),
+            Err((entries, e)) => (
+                InputPack {
+                    version: 0,
+                    entries,
+                    checksum: [0; 20],
+                    len: 0,
+                },
+                Some(e),
+            ),
+        };
+        if let Some(entry) = collision {
+            // Found before any later error would have been, as when reading on one thread.
+            if let Some(e) = pack.entries.get(entry as usize) {
+                return Err(Error::corrupt(
+                    name,
+                    e.offset,
+                    "the object carries a SHA-1 collision attack",
+                ));
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        for (entry, id) in own {
+            if let Some(e) = pack.entries.get_mut(entry as usize) {
+                e.id = id;
+            }
+        }
+        if broken
+            || pack
+                .entries
+                .iter()
+                .any(|e| matches!(e.kind, EntryKind::Base(_)) && e.id.is_none())
+        {
+            return Err(Error::corrupt(
+                name,
+                0,
+                "a hashing thread failed: some objects have no id",
+            ));
+        }
+        Ok(pack)
+    })
+}
+
+/// The parse itself (see [`read_pack`]): on failure, the entries read so far and the error.
+fn parse(
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    name: &str,
+    limits: &InputLimits,
+    progress: &mut dyn FnMut(u32, u32),
+    hashers: &mut Hashers,
+) -> std::result::Result<InputPack, (Vec<InputEntry>, Error)> {
+    let mut entries = Vec::new();
+    match parse_into(input, out, name, limits, progress, hashers, &mut entries) {
+        Ok((version, checksum, len)) => Ok(InputPack {
+            version,
+            entries,
+            checksum,
+            len,
+        }),
+        Err(e) => Err((entries, e)),
+    }
+}
+
+/// Parses into `entries`; returns (version, checksum, length).
+fn parse_into(
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    name: &str,
+    limits: &InputLimits,
+    progress: &mut dyn FnMut(u32, u32),
+    hashers: &mut Hashers,
+    entries: &mut Vec<InputEntry>,
+) -> Result<(u32, [u8; 20], u64)> {
     let mut s = Stream {
         name,
         input,
@@ -191,7 +500,7 @@ pub fn read_pack(
             ),
         ));
     }
-    let mut entries = Vec::with_capacity(count.min(1 << 20) as usize);
+    entries.reserve(count.min(1 << 20) as usize);
     let mut inflater = flate2::Decompress::new(true);
     let mut scratch = vec![0u8; 64 * 1024];
     for n in 0..count {
@@ -244,15 +553,23 @@ pub fn read_pack(
             }
         };
         let header_len = (s.offset - offset) as u32;
-        let mut hasher = match kind {
-            EntryKind::Base(k) => {
-                let mut h = sha1dc::Hasher::new();
-                h.update(format!("{} {size}\0", kind_name(k)).as_bytes());
-                Some(h)
-            }
-            _ => None,
+        // Where the inflated bytes go: whole objects to the hashers (small ones into the
+        // current batch, large ones streamed to one thread in chunks), deltas nowhere.
+        let mut sink = match kind {
+            EntryKind::Base(_) if size <= BATCH as u64 => Sink::Batch,
+            EntryKind::Base(k) => Sink::Stream {
+                queue: hashers.begin(n, k, size),
+                chunk: hashers.buffer(),
+            },
+            _ => Sink::Discard,
         };
-        // Inflate to find the stream's end; whole objects are hashed as they come.
+        let batch_start = hashers.batch.data.len();
+        if let Sink::Batch = sink {
+            // Room for the declared size and one byte more, to see an entry that inflates to
+            // more than it declares. Bounded: size <= BATCH here.
+            hashers.batch.data.reserve(size as usize + 1);
+        }
+        // Inflate to find the stream's end.
         inflater.reset(true);
         let mut produced = 0u64;
         loop {
@@ -261,15 +578,26 @@ pub fn read_pack(
             }
             let before_in = inflater.total_in();
             let before_out = inflater.total_out();
-            let status = inflater
-                .decompress(
-                    &s.buf[s.pos..s.filled],
-                    &mut scratch,
+            let input = &s.buf[s.pos..s.filled];
+            let status = match &mut sink {
+                Sink::Batch => inflater.decompress_vec(
+                    input,
+                    &mut hashers.batch.data,
                     flate2::FlushDecompress::None,
-                )
-                .map_err(|e| {
-                    s.corrupt(offset, format!("the entry's data is not valid zlib: {e}"))
-                })?;
+                ),
+                Sink::Stream { queue, chunk } => {
+                    if chunk.len() == chunk.capacity() {
+                        let next = hashers.buffer();
+                        let full = std::mem::replace(chunk, next);
+                        hashers.send_to(*queue, Job::Chunk(full));
+                    }
+                    inflater.decompress_vec(input, chunk, flate2::FlushDecompress::None)
+                }
+                Sink::Discard => {
+                    inflater.decompress(input, &mut scratch, flate2::FlushDecompress::None)
+                }
+            }
+            .map_err(|e| s.corrupt(offset, format!("the entry's data is not valid zlib: {e}")))?;
             let used = (inflater.total_in() - before_in) as usize;
             let made = (inflater.total_out() - before_out) as usize;
             s.consume(used)?;
@@ -279,9 +607,6 @@ pub fn read_pack(
                     offset,
                     format!("the entry inflates to more than the {size} bytes it declares"),
                 ));
-            }
-            if let Some(h) = &mut hasher {
-                h.update(&scratch[..made]);
             }
             match status {
                 flate2::Status::StreamEnd => break,
@@ -297,16 +622,23 @@ pub fn read_pack(
                 format!("the entry inflates to {produced} bytes, not the {size} it declares"),
             ));
         }
-        let id = match hasher {
-            Some(h) => Some(
-                h.finalize()
-                    .map(|d| ObjectId::from_bytes(d.as_ref()).expect("20 bytes"))
-                    .map_err(|_| {
-                        s.corrupt(offset, "the object carries a SHA-1 collision attack")
-                    })?,
-            ),
-            None => None,
-        };
+        match sink {
+            Sink::Batch => {
+                let end = hashers.batch.data.len();
+                debug_assert_eq!((end - batch_start) as u64, size);
+                if let EntryKind::Base(k) = kind {
+                    hashers.batch.objects.push((n, k, end));
+                }
+                if end >= BATCH {
+                    hashers.flush();
+                }
+            }
+            Sink::Stream { queue, chunk } => {
+                hashers.send_to(queue, Job::Chunk(chunk));
+                hashers.send_to(queue, Job::Finish);
+            }
+            Sink::Discard => {}
+        }
         let crc32 = std::mem::replace(&mut s.crc, crc32fast::Hasher::new()).finalize();
         entries.push(InputEntry {
             offset,
@@ -315,7 +647,7 @@ pub fn read_pack(
             header_len,
             end: s.offset,
             crc32,
-            id,
+            id: None,
         });
     }
     progress(count, count);
@@ -339,10 +671,15 @@ pub fn read_pack(
         path: name.to_string(),
         source,
     })?;
-    Ok(InputPack {
-        version,
-        entries,
-        checksum: trailer,
-        len: s.offset,
-    })
+    Ok((version, trailer, s.offset))
+}
+
+/// Where an entry's inflated bytes go.
+enum Sink {
+    /// Into the current batch of small whole objects.
+    Batch,
+    /// Streamed to hashing thread `queue`, `chunk` being filled.
+    Stream { queue: usize, chunk: Vec<u8> },
+    /// Nowhere (a delta: resolved later).
+    Discard,
 }
