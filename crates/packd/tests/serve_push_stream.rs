@@ -9,7 +9,7 @@ mod serve_support;
 
 use common::{FastImport, Repo, Rng, Sandbox};
 use serve_support::{http, pkt, Server};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -306,4 +306,89 @@ fn client_stalled_mid_body_times_out_and_leaves_no_quarantine() {
     assert_eq!(refs(&server), "");
     assert_eq!(quarantines(&server), Vec::<String>::new());
     assert!(server.packs().is_empty());
+}
+
+/// A TCP relay between git and the server that passes `cut_after` bytes from git upstream,
+/// then stops reading, tells `cut` and, once told on `go`, closes the server's side.
+fn cutting_relay(
+    upstream: String,
+    cut_after: u64,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (cut_tx, cut_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let sent = Arc::new(AtomicU64::new(0));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(&upstream) else {
+                return;
+            };
+            let (mut back_from, mut back_to) =
+                (server.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back_from, &mut back_to);
+            });
+            let (sent, cut_tx, go_rx) = (sent.clone(), cut_tx.clone(), go_rx.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                loop {
+                    let n = match client.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if server.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                    if sent.fetch_add(n as u64, Ordering::SeqCst) + n as u64 > cut_after {
+                        let _ = cut_tx.send(());
+                        let _ = go_rx.lock().unwrap().recv();
+                        let _ = server.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, cut_rx, go_tx)
+}
+
+#[test]
+fn git_killed_mid_push_leaves_no_quarantine() {
+    let sb = Sandbox::new();
+    let (root, server, client) = setup(&sb, 5);
+    let srv = Server::start(&sb, &root, &["--allow-push"]);
+    let (relay, cut, go) = cutting_relay(srv.http.clone(), 2 << 20);
+    let mut git = client.git_cmd();
+    git.args(["push", &format!("http://{relay}/srv.git"), "main"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut git = git.spawn().unwrap();
+    cut.recv_timeout(Duration::from_secs(60))
+        .expect("git never sent 2 MiB");
+    git.kill().unwrap();
+    let _ = git.wait();
+    go.send(()).unwrap();
+    let log = wait_for_log(&srv, "client gone");
+    assert!(log.contains("client gone"), "{log}");
+    assert_eq!(refs(&server), "");
+    assert!(server.packs().is_empty());
+
+    // The next push lands, and nothing of the killed one is left.
+    client
+        .git_run(&["push", &srv.http_url("srv.git"), "main"], None)
+        .assert_success();
+    assert_eq!(
+        server.git_str(&["rev-parse", "refs/heads/main"]),
+        client.git_str(&["rev-parse", "refs/heads/main"])
+    );
+    fsck(&server);
 }
