@@ -431,6 +431,7 @@ pub(super) async fn receive_pack(
         // so that it reads the report instead of a broken connection.
         let raw = input.raw();
         let mut note = match raw.failed.clone() {
+            Some((std::io::ErrorKind::InvalidData, why)) => Some(why),
             Some((_, why)) => Some(format!("client gone: {why}")),
             None if result.is_ok() && !raw.drain(pack_limit.max(DRAIN_AT_LEAST)) => {
                 Some("the client was still sending after the push was refused".to_string())
