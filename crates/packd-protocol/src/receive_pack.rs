@@ -481,3 +481,45 @@ impl ReceivePack {
         (Ok(()), results)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bands(out: &[u8]) -> Vec<String> {
+        let mut rest = out;
+        let mut messages = Vec::new();
+        while rest.len() >= 5 {
+            let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
+            assert_eq!(rest[4], sideband::BAND_PROGRESS);
+            messages.push(String::from_utf8(rest[5..len].to_vec()).unwrap());
+            rest = &rest[len..];
+        }
+        assert!(rest.is_empty());
+        messages
+    }
+
+    #[test]
+    fn progress_like_git() {
+        let mut out = Vec::new();
+        let mut p = Progress::new(Some(&mut out));
+        p.update("Receiving objects", 1, 10);
+        p.update("Resolving deltas", 0, 10);
+        p.update("Resolving deltas", 5, 10); // within a second of the last: skipped
+        p.update("Resolving deltas", 10, 10);
+        p.update("Resolving deltas", 10, 10); // ended already
+        p.finished("Checking connectivity", 10);
+        drop(p);
+        assert_eq!(
+            bands(&out),
+            [
+                "Resolving deltas:   0% (0/10)\r",
+                "Resolving deltas: 100% (10/10), done.\n",
+                "Checking connectivity: 10, done.\n",
+            ]
+        );
+        let mut quiet = Progress::new(None);
+        quiet.update("Resolving deltas", 10, 10);
+        quiet.finished("Checking connectivity", 10);
+    }
+}

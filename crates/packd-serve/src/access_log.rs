@@ -1,6 +1,8 @@
 //! The access log: one `info` line per request on the [`TARGET`] tracing target, with the
 //! remote address, method (or `git` for git://), repository path, service or command, status,
-//! bytes sent, objects in the pack, duration, and the reason of a refusal or failure.
+//! bytes sent, objects in the pack, duration, and the reason of a refusal or failure. The time
+//! of each line is the subscriber's: `packd serve` stamps its log lines with RFC 3339 UTC times
+//! (`2026-11-23T11:15:13.485096Z INFO packd_serve::access: remote=...`).
 
 use std::net::SocketAddr;
 use std::time::Instant;
