@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use packd_odb::pack::data::input::InputLimits;
-use packd_odb::pack::ingest::{index_pack, IngestOptions};
+use packd_odb::pack::ingest::{index_pack, index_pack_file, IngestOptions};
 use packd_odb::{Repository, RepositoryOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -73,22 +73,12 @@ pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
                 bail!("--fix-thin needs --stdin");
             }
             let pack = dir.join(pack);
-            let mut file = std::fs::File::open(&pack)
-                .with_context(|| format!("cannot open {}", pack.display()))?;
-            let scratch = tempdir_next_to(&pack)?;
-            let result = index_pack(&mut file, &scratch, None, &options, &mut progress);
-            let ingested = match result {
-                Ok(i) => i,
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&scratch);
-                    return Err(e.into());
-                }
-            };
-            // The copy served for resolving; the index goes next to the original.
+            if !pack.is_file() {
+                bail!("cannot open {}: not a file", pack.display());
+            }
+            // Read and resolved where it is; the index goes next to it.
             let idx = pack.with_extension("idx");
-            std::fs::rename(&ingested.idx_path, &idx)
-                .with_context(|| format!("cannot write {}", idx.display()))?;
-            let _ = std::fs::remove_dir_all(&scratch);
+            let ingested = index_pack_file(&pack, &idx, &options, &mut progress)?;
             println!("{}", ingested.hex);
             if args.rev_index {
                 write_rev(
@@ -110,14 +100,6 @@ pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
     drop(repo_for_rev);
     println!("pack\t{}", ingested.hex);
     Ok(ExitCode::SUCCESS)
-}
-
-/// A scratch directory beside `pack` for the copy made while indexing.
-fn tempdir_next_to(pack: &Path) -> Result<PathBuf> {
-    let parent = pack.parent().unwrap_or(Path::new("."));
-    let dir = parent.join(format!(".packd-index-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
 }
 
 fn write_rev(path: &Path, order: &[u32], hex: &str) -> Result<()> {

@@ -327,4 +327,14 @@ fn large_and_many_objects_index_like_git_and_a_bad_large_one_is_refused() {
     bad.extend_from_slice(&sum);
     let run = refused(&sb, "bad-large.git", &bad);
     assert!(mentions_offset(&run.err(), big.offset), "{}", run.err());
+
+    // The same pack as a file indexed in place: refused with the offset, nothing written.
+    let dir = sb.path().join("in-place");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("bad.pack"), &bad).unwrap();
+    let run = sb.packd_in(&dir, &["index-pack", "bad.pack"], None);
+    assert!(!run.success());
+    run.assert_no_crash();
+    assert!(mentions_offset(&run.err(), big.offset), "{}", run.err());
+    assert_eq!(files(&dir), vec!["bad.pack".to_string()]);
 }

@@ -214,6 +214,89 @@ pub fn index_pack(
     })
 }
 
+/// Indexes the pack file at `pack_path` where it is (as `git index-pack FILE` does): reads and
+/// checks it, resolves its deltas from the file itself (no copy is made), and writes its index to
+/// `idx_path` atomically. A thin pack is refused (its bases would have to be appended, which
+/// needs a copy: see [`index_pack`]). Fails leaving no file behind.
+pub fn index_pack_file(
+    pack_path: &Path,
+    idx_path: &Path,
+    options: &IngestOptions,
+    progress: &mut dyn FnMut(&str, u64, u64),
+) -> Result<Ingested> {
+    let display = pack_path.display().to_string();
+    let mut file = File::open(pack_path).map_err(io(pack_path))?;
+    let parsed = read_pack(
+        &mut file,
+        &mut std::io::sink(),
+        &display,
+        &options.limits,
+        &mut |n, total| progress("Indexing objects", n as u64, total as u64),
+    )?;
+    drop(file);
+    let dir = pack_path.parent().unwrap_or(Path::new("."));
+    let file_name = pack_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::BadName(format!("{display}: not a usable file name")))?;
+    let storage = LocalStorage::new(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    });
+    let blob = storage.open(file_name)?;
+    progress("Resolving deltas", 0, parsed.entries.len() as u64);
+    let resolved = resolve(blob.as_ref(), &parsed.entries, None)?;
+    drop(blob);
+    progress(
+        "Resolving deltas",
+        parsed.entries.len() as u64,
+        parsed.entries.len() as u64,
+    );
+    let mut index: Vec<IndexEntry> = parsed
+        .entries
+        .iter()
+        .zip(&resolved.objects)
+        .map(|(e, (id, _))| IndexEntry {
+            id: *id,
+            offset: e.offset,
+            crc32: e.crc32,
+        })
+        .collect();
+    let objects = u32::try_from(index.len())
+        .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
+    let idx_bytes = encode_v2(&mut index, &parsed.checksum);
+    let mut by_offset: Vec<(u64, u32)> = index
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.offset, i as u32))
+        .collect();
+    by_offset.sort_unstable();
+    let idx_dir = idx_path.parent().unwrap_or(Path::new("."));
+    let idx_tmp = idx_dir.join(temp_name("idx"));
+    let idx_guard = TempFile(Some(idx_tmp.clone()));
+    let mut f = File::create(&idx_tmp).map_err(io(&idx_tmp))?;
+    f.write_all(&idx_bytes).map_err(io(&idx_tmp))?;
+    f.sync_all().map_err(io(&idx_tmp))?;
+    drop(f);
+    std::fs::rename(&idx_tmp, idx_path).map_err(io(idx_path))?;
+    std::mem::forget(idx_guard);
+    Ok(Ingested {
+        hex: hex(&parsed.checksum),
+        pack_path: pack_path.to_path_buf(),
+        idx_path: idx_path.to_path_buf(),
+        objects,
+        appended: 0,
+        deltas: parsed
+            .entries
+            .iter()
+            .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
+            .count() as u32,
+        existed: false,
+        pack_order: by_offset.into_iter().map(|(_, i)| i).collect(),
+    })
+}
+
 /// Appends `bases` (read from `odb`) as whole objects to the pack at `path` (`len` bytes,
 /// `count` entries), rewriting its object count and trailer. Returns the new checksum and the
 /// appended entries.
