@@ -67,18 +67,64 @@ impl Default for InputLimits {
 
 const BUFFER: usize = 1 << 20;
 
-/// The input, buffered; every byte consumed is hashed and copied to the output.
+/// The input, buffered. Every byte consumed is checksummed (CRC-32 of the current entry) here;
+/// the pack's SHA-1 and the copy to the output are left to a writer thread, which is handed each
+/// buffer once it is consumed ([`writer`]).
 struct Stream<'a> {
     name: &'a str,
     input: &'a mut dyn Read,
-    out: &'a mut dyn Write,
     buf: Vec<u8>,
     pos: usize,
     filled: usize,
+    /// `buf[..sent]` has been handed to the writer.
+    sent: usize,
     offset: u64,
-    hash: sha1::Sha1,
     crc: crc32fast::Hasher,
     limit: u64,
+    /// The writer's queue, and the buffers it hands back.
+    writes: SyncSender<WriteJob>,
+    spare: Receiver<Vec<u8>>,
+}
+
+/// Work for the writer thread.
+enum WriteJob {
+    /// Bytes of the pack, to hash and copy.
+    Bytes(Vec<u8>),
+    /// Everything before the trailer has been sent: reply with its SHA-1; later bytes are only
+    /// copied.
+    Digest(SyncSender<[u8; 20]>),
+}
+
+/// The writer thread: hashes the pack's bytes (up to the trailer) and copies them to `out`,
+/// handing each buffer back through `spare`. Returns the first write error; after one, it still
+/// drains its queue so that the reader never waits on it.
+fn writer(
+    jobs: Receiver<WriteJob>,
+    spare: Sender<Vec<u8>>,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
+    let mut hash = Some(sha1::Sha1::new());
+    let mut result = Ok(());
+    for job in jobs {
+        match job {
+            WriteJob::Bytes(bytes) => {
+                if let Some(h) = &mut hash {
+                    h.update(&bytes);
+                }
+                if result.is_ok() {
+                    result = out.write_all(&bytes);
+                }
+                let _ = spare.send(bytes);
+            }
+            WriteJob::Digest(reply) => {
+                if let Some(h) = hash.take() {
+                    let _ = reply.send(h.finalize().into());
+                }
+            }
+        }
+    }
+    result?;
+    out.flush()
 }
 
 impl Stream<'_> {
@@ -86,13 +132,55 @@ impl Stream<'_> {
         Error::corrupt(self.name, offset, what)
     }
 
+    fn writer_gone(&self) -> Error {
+        Error::Io {
+            path: self.name.to_string(),
+            source: std::io::Error::other("the pack's writer thread stopped"),
+        }
+    }
+
+    /// Hands the bytes consumed and not yet sent to the writer.
+    fn send_consumed(&mut self) -> Result<()> {
+        if self.sent >= self.pos {
+            return Ok(());
+        }
+        let bytes = if self.sent == 0 && self.pos == self.filled {
+            // The whole buffer: hand it over and take a spare one.
+            let mut next = self.spare.try_recv().unwrap_or_default();
+            next.resize(BUFFER, 0);
+            let mut full = std::mem::replace(&mut self.buf, next);
+            full.truncate(self.filled);
+            self.pos = 0;
+            self.filled = 0;
+            full
+        } else {
+            self.buf[self.sent..self.pos].to_vec()
+        };
+        self.sent = self.pos;
+        self.writes
+            .send(WriteJob::Bytes(bytes))
+            .map_err(|_| self.writer_gone())
+    }
+
+    /// The SHA-1 of every byte consumed so far, from the writer.
+    fn digest(&mut self) -> Result<[u8; 20]> {
+        self.send_consumed()?;
+        let (tx, rx) = sync_channel(1);
+        self.writes
+            .send(WriteJob::Digest(tx))
+            .map_err(|_| self.writer_gone())?;
+        rx.recv().map_err(|_| self.writer_gone())
+    }
+
     /// Makes at least one unread byte available; false at the end of the input.
     fn fill(&mut self) -> Result<bool> {
         if self.pos < self.filled {
             return Ok(true);
         }
+        self.send_consumed()?;
         self.pos = 0;
         self.filled = 0;
+        self.sent = 0;
         loop {
             match self.input.read(&mut self.buf) {
                 Ok(0) => return Ok(false),
@@ -111,15 +199,10 @@ impl Stream<'_> {
         }
     }
 
-    /// Takes `n` unread bytes (hashing, checksumming and copying them).
+    /// Takes `n` unread bytes (checksumming them; the writer hashes and copies them later).
     fn consume(&mut self, n: usize) -> Result<()> {
         let bytes = &self.buf[self.pos..self.pos + n];
-        self.hash.update(bytes);
         self.crc.update(bytes);
-        self.out.write_all(bytes).map_err(|source| Error::Io {
-            path: self.name.to_string(),
-            source,
-        })?;
         self.pos += n;
         self.offset += n as u64;
         if self.offset > self.limit {
@@ -334,12 +417,13 @@ impl Hashers {
 /// Reads a whole pack from `input`, copying its bytes to `out`; `name` names it in errors.
 /// `progress` is told (entries read, count) as it goes.
 ///
-/// The calling thread reads, inflates (which finds where each entry ends) and checksums; the ids
-/// of whole objects are computed by other threads (all cores but this one, at least one) fed
-/// through bounded queues, so memory stays bounded whatever the pack's size.
+/// The calling thread reads, inflates (which finds where each entry ends) and computes the CRC-32
+/// of each entry; a writer thread computes the pack's SHA-1 and copies the bytes to `out`; the
+/// ids of whole objects are computed by hashing threads (all cores but this one, at least one).
+/// All are fed through bounded queues, so memory stays bounded whatever the pack's size.
 pub fn read_pack(
     input: &mut dyn Read,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     name: &str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
@@ -370,7 +454,21 @@ pub fn read_pack(
             own: Vec::new(),
             broken: false,
         };
-        let parsed = parse(input, out, name, limits, progress, &mut hashers);
+        let (writes, write_jobs) = sync_channel(QUEUE);
+        let (spare_back, spare) = channel();
+        let written = scope.spawn(move || writer(write_jobs, spare_back, out));
+        let parsed = parse(input, (writes, spare), name, limits, progress, &mut hashers);
+        // The reader's queue is closed (`parse` dropped it): the writer ends.
+        let written = match written.join() {
+            Ok(r) => r.map_err(|source| Error::Io {
+                path: name.to_string(),
+                source,
+            }),
+            Err(_) => Err(Error::Io {
+                path: name.to_string(),
+                source: std::io::Error::other("the pack's writer thread failed"),
+            }),
+        };
         // Even after an error: an object read before it may carry a collision attack, which
         // is then the error reported, as when reading on one thread.
         hashers.flush();
@@ -418,6 +516,7 @@ pub fn read_pack(
         if let Some(e) = error {
             return Err(e);
         }
+        written?;
         for (entry, id) in own {
             if let Some(e) = pack.entries.get_mut(entry as usize) {
                 e.id = id;
@@ -442,7 +541,7 @@ pub fn read_pack(
 /// The parse itself (see [`read_pack`]): on failure, the entries read so far and the error.
 fn parse(
     input: &mut dyn Read,
-    out: &mut dyn Write,
+    out: (SyncSender<WriteJob>, Receiver<Vec<u8>>),
     name: &str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
@@ -463,7 +562,7 @@ fn parse(
 /// Parses into `entries`; returns (version, checksum, length).
 fn parse_into(
     input: &mut dyn Read,
-    out: &mut dyn Write,
+    (writes, spare): (SyncSender<WriteJob>, Receiver<Vec<u8>>),
     name: &str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
@@ -473,14 +572,15 @@ fn parse_into(
     let mut s = Stream {
         name,
         input,
-        out,
         buf: vec![0u8; BUFFER],
         pos: 0,
         filled: 0,
+        sent: 0,
         offset: 0,
-        hash: sha1::Sha1::new(),
         crc: crc32fast::Hasher::new(),
         limit: limits.max_bytes,
+        writes,
+        spare,
     };
     let magic: [u8; 4] = s.bytes("the header")?;
     if &magic != b"PACK" {
@@ -651,7 +751,7 @@ fn parse_into(
         });
     }
     progress(count, count);
-    let computed: [u8; 20] = std::mem::take(&mut s.hash).finalize().into();
+    let computed = s.digest()?;
     let trailer_at = s.offset;
     let mut trailer = [0u8; 20];
     for b in trailer.iter_mut() {
@@ -667,10 +767,7 @@ fn parse_into(
             "the pack's trailing checksum does not match its contents",
         ));
     }
-    s.out.flush().map_err(|source| Error::Io {
-        path: name.to_string(),
-        source,
-    })?;
+    s.send_consumed()?;
     Ok((version, trailer, s.offset))
 }
 
