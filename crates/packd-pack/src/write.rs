@@ -59,25 +59,39 @@ const MAX_SEARCH_SIZE: usize = 16 << 20;
 const MAX_HEADER: u64 = 64;
 
 /// The client's stream: buffers, counts and hashes what is written.
+///
+/// Reused entries that follow one another in a read window are not copied one by one: they
+/// are held as one pending range of the window ([`Output::write_shared`]) and written, and
+/// hashed, in one piece when something else comes (a clone is mostly such runs).
 struct Output<'a> {
     out: &'a mut dyn Write,
     buf: Vec<u8>,
     /// The running checksum; `None` when the stream is a pack file copied whole, whose trailer
     /// is already known.
     hash: Option<Sha1>,
+    /// Bytes counted as written, the pending range included.
     written: u64,
+    /// A range of a window's buffer not yet written: (buffer, from, to).
+    pending: Option<(Bytes, usize, usize)>,
 }
 
 impl Output<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<(), PackError> {
+        self.write_pending()?;
+        self.written += bytes.len() as u64;
+        self.put(bytes)
+    }
+
+    /// Hashes and writes `bytes`, buffering small pieces.
+    fn put(&mut self, bytes: &[u8]) -> Result<(), PackError> {
         if let Some(hash) = &mut self.hash {
             hash.update(bytes);
         }
-        self.written += bytes.len() as u64;
-        if self.buf.len() + bytes.len() > OUT_BUFFER {
-            self.flush()?;
+        let direct = bytes.len() >= OUT_BUFFER / 4;
+        if direct || self.buf.len() + bytes.len() > OUT_BUFFER {
+            self.flush_buffer()?;
         }
-        if bytes.len() >= OUT_BUFFER {
+        if direct {
             self.out.write_all(bytes)?;
         } else {
             self.buf.extend_from_slice(bytes);
@@ -85,7 +99,30 @@ impl Output<'_> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), PackError> {
+    /// Writes `buffer[from..to]`, joined to the pending range when it continues it in the
+    /// same buffer.
+    fn write_shared(&mut self, buffer: &Bytes, from: usize, to: usize) -> Result<(), PackError> {
+        self.written += (to - from) as u64;
+        if let Some((held, _, end)) = &mut self.pending {
+            // The same buffer (held alive by `held`, so no other buffer can have its address).
+            if held.as_ptr() == buffer.as_ptr() && held.len() == buffer.len() && *end == from {
+                *end = to;
+                return Ok(());
+            }
+        }
+        self.write_pending()?;
+        self.pending = Some((buffer.clone(), from, to));
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), PackError> {
+        if let Some((held, from, to)) = self.pending.take() {
+            self.put(&held[from..to])?;
+        }
+        Ok(())
+    }
+
+    fn flush_buffer(&mut self) -> Result<(), PackError> {
         if !self.buf.is_empty() {
             self.out.write_all(&self.buf)?;
             self.buf.clear();
@@ -95,6 +132,7 @@ impl Output<'_> {
 
     /// Writes the trailer: `known` when the stream is a copied pack file, else the checksum.
     fn finish(mut self, known: Option<&[u8]>) -> Result<u64, PackError> {
+        self.write_pending()?;
         let digest = match (self.hash.take(), known) {
             (Some(hash), _) => hash.finalize().to_vec(),
             (None, Some(known)) => known.to_vec(),
@@ -106,7 +144,7 @@ impl Output<'_> {
         };
         self.written += digest.len() as u64;
         self.buf.extend_from_slice(&digest);
-        self.flush()?;
+        self.flush_buffer()?;
         self.out.flush()?;
         Ok(self.written)
     }
@@ -131,11 +169,24 @@ impl Window {
         range: std::ops::Range<u64>,
         ahead: impl FnOnce() -> u64,
     ) -> Result<Bytes, PackError> {
+        let (from, to) = self.locate(rank, pack, range, ahead)?;
+        Ok(self.bytes.slice(from..to))
+    }
+
+    /// Like [`Window::get`], but answers where the range lies in the window's buffer
+    /// (`self.bytes`), without making a slice.
+    fn locate(
+        &mut self,
+        rank: u32,
+        pack: &Pack,
+        range: std::ops::Range<u64>,
+        ahead: impl FnOnce() -> u64,
+    ) -> Result<(usize, usize), PackError> {
         let end_of_window = self.start + self.bytes.len() as u64;
         if rank == self.rank && range.start >= self.start && range.end <= end_of_window {
             let from = (range.start - self.start) as usize;
             let to = (range.end - self.start) as usize;
-            return Ok(self.bytes.slice(from..to));
+            return Ok((from, to));
         }
         let data = pack.data();
         let trailer = data.len().saturating_sub(20);
@@ -146,7 +197,7 @@ impl Window {
         self.rank = rank;
         self.start = range.start;
         self.bytes = bytes;
-        Ok(self.bytes.slice(0..(range.end - range.start) as usize))
+        Ok((0, (range.end - range.start) as usize))
     }
 }
 
@@ -166,6 +217,8 @@ struct Cursor<'a> {
     rank: u32,
     offsets: &'a [u64],
     positions: &'a [u32],
+    /// The CRC-32 of each entry in this order (`None`: the index has none).
+    crcs: Option<&'a [u32]>,
     at: usize,
 }
 
@@ -175,6 +228,7 @@ impl<'a> Cursor<'a> {
             rank,
             offsets: pack.sorted_offsets()?,
             positions: pack.positions_in_pack_order()?,
+            crcs: pack.crcs_in_pack_order()?,
             at: 0,
         })
     }
@@ -229,6 +283,7 @@ impl PackServer {
             buf: Vec::with_capacity(OUT_BUFFER),
             hash: (!whole_pack).then(Sha1::new),
             written: 0,
+            pending: None,
         };
         let mut head = Vec::with_capacity(12);
         head.extend_from_slice(b"PACK");
@@ -274,6 +329,7 @@ impl PackServer {
             let at = cursor.seek(pack, item.offset)?;
             let end = cursor.offsets[at + 1];
             let index_pos = cursor.positions[at];
+            let expected_crc = cursor.crcs.and_then(|crcs| crcs.get(at).copied());
             // Where the entries to send that follow this one closely end: one read serves
             // them, skipping gaps shorter than a read costs, within a window's reach.
             let ahead = || {
@@ -293,8 +349,11 @@ impl PackServer {
             // A small entry is read whole; a large one in pieces, twice (the CRC is checked
             // before anything is sent).
             let small = end - item.offset <= WINDOW;
+            // Where a small entry lies in the window's buffer.
+            let mut in_window = (0, 0);
             let head_bytes = if small {
-                window.get(item.rank, pack, item.offset..end, ahead)?
+                in_window = window.locate(item.rank, pack, item.offset..end, ahead)?;
+                window.bytes.slice(in_window.0..in_window.1)
             } else {
                 window.get(item.rank, pack, item.offset..item.offset + MAX_HEADER, || 0)?
             };
@@ -349,7 +408,6 @@ impl PackServer {
                 )?;
                 continue;
             };
-            let expected_crc = pack.index().crc32(index_pos);
             let data_start = item.offset + entry.header_len as u64;
             let crc = if small {
                 crc32fast::hash(&head_bytes)
@@ -374,10 +432,16 @@ impl PackServer {
                 )
                 .into());
             }
-            output.write(&header)?;
             if small {
-                output.write(&head_bytes[entry.header_len..])?;
+                let (from, to) = in_window;
+                if header[..] == head_bytes[..entry.header_len] {
+                    output.write_shared(&window.bytes, from, to)?;
+                } else {
+                    output.write(&header)?;
+                    output.write_shared(&window.bytes, from + entry.header_len, to)?;
+                }
             } else {
+                output.write(&header)?;
                 let mut at = data_start;
                 while at < end {
                     let piece_end = end.min(at + WINDOW);

@@ -62,10 +62,17 @@ pub fn write_band(out: &mut dyn Write, band: u8, data: &[u8], max: usize) -> std
 
 /// A writer that sends what is written to it as band-1 packets (or raw), sending queued
 /// progress messages on band 2 in between.
+///
+/// Data is copied once on its way through: small writes are gathered into a buffer that keeps
+/// room for the packet header in front, and a write of a whole packet's worth goes out with
+/// its header straight from the caller's bytes.
 pub struct SidebandWriter<'a> {
     out: &'a mut dyn Write,
     mode: Sideband,
+    /// The packet being gathered: `head` bytes of room for its header, then its payload.
     buf: Vec<u8>,
+    /// Header bytes in front of the payload: 5 (length and band), or 0 without side-band.
+    head: usize,
     progress: Option<&'a Receiver<Vec<u8>>>,
 }
 
@@ -76,10 +83,12 @@ impl<'a> SidebandWriter<'a> {
         mode: Sideband,
         progress: Option<&'a Receiver<Vec<u8>>>,
     ) -> SidebandWriter<'a> {
+        let head = if mode == Sideband::None { 0 } else { 5 };
         SidebandWriter {
             out,
             mode,
-            buf: Vec::new(),
+            buf: vec![0; head],
+            head,
             progress,
         }
     }
@@ -94,30 +103,52 @@ impl<'a> SidebandWriter<'a> {
         Ok(())
     }
 
+    /// The packet header for `payload` bytes of data.
+    fn header(payload: usize) -> [u8; 5] {
+        let mut head = [0u8; 5];
+        head[..4].copy_from_slice(format!("{:04x}", payload + 5).as_bytes());
+        head[4] = BAND_DATA;
+        head
+    }
+
     fn send_buffered(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
+        let payload = self.buf.len() - self.head;
+        if payload == 0 {
             return Ok(());
         }
         self.forward_progress()?;
-        match self.mode {
-            Sideband::None => self.out.write_all(&self.buf)?,
-            mode => write_band(self.out, BAND_DATA, &self.buf, mode.max_payload())?,
+        if self.head > 0 {
+            self.buf[..5].copy_from_slice(&Self::header(payload));
         }
-        self.buf.clear();
+        self.out.write_all(&self.buf)?;
+        self.buf.truncate(self.head);
         Ok(())
+    }
+
+    fn max_payload(&self) -> usize {
+        match self.mode {
+            Sideband::None => 64 * 1024,
+            mode => mode.max_payload(),
+        }
     }
 }
 
 impl Write for SidebandWriter<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let max = match self.mode {
-            Sideband::None => 64 * 1024,
-            mode => mode.max_payload(),
-        };
-        let room = max - self.buf.len();
+        let max = self.max_payload();
+        if self.buf.len() == self.head && data.len() >= max {
+            // A whole packet's worth: its header, then the caller's bytes.
+            self.forward_progress()?;
+            if self.head > 0 {
+                self.out.write_all(&Self::header(max))?;
+            }
+            self.out.write_all(&data[..max])?;
+            return Ok(max);
+        }
+        let room = max - (self.buf.len() - self.head);
         let take = data.len().min(room);
         self.buf.extend_from_slice(&data[..take]);
-        if self.buf.len() >= max {
+        if self.buf.len() - self.head >= max {
             self.send_buffered()?;
         }
         Ok(take)

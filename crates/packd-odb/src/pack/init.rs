@@ -71,6 +71,7 @@ impl Pack {
             hash,
             reverse: OnceLock::new(),
             rank: OnceLock::new(),
+            crcs: OnceLock::new(),
         })
     }
 }
@@ -183,6 +184,18 @@ impl Pack {
     /// Index positions of all entries in pack (offset) order.
     pub fn positions_in_pack_order(&self) -> Result<&[u32]> {
         Ok(&self.reverse_index()?.positions)
+    }
+
+    /// The CRC-32 of every entry in pack (offset) order, or `None` for a v1 index, which has
+    /// none. Reading entries front to back (a clone) then checks each against a table read in
+    /// order instead of jumping around the index's CRC table.
+    pub fn crcs_in_pack_order(&self) -> Result<Option<&[u32]>> {
+        if let Some(crcs) = self.crcs.get() {
+            return Ok(crcs.as_deref());
+        }
+        let positions = self.positions_in_pack_order()?;
+        let crcs: Option<Vec<u32>> = positions.iter().map(|&p| self.index.crc32(p)).collect();
+        Ok(self.crcs.get_or_init(|| crcs).as_deref())
     }
 
     /// The pack position (rank by offset) of the object at index position `index_pos`: the bit

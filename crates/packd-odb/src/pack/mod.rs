@@ -32,6 +32,8 @@ pub struct Pack {
     reverse: OnceLock<ReverseIndex>,
     /// Pack positions without a full sort, built on first use when `reverse` is not there yet.
     rank: OnceLock<Option<rank::RankIndex>>,
+    /// The index's CRC-32s in pack order (`None`: a v1 index has none), built on first use.
+    crcs: OnceLock<Option<Vec<u32>>>,
 }
 
 /// A pack's entries in offset order: what a `.rev` file holds, built in memory.
