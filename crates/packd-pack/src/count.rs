@@ -52,6 +52,18 @@ pub(crate) struct Planned {
     pub had: Had,
 }
 
+impl Default for Planned {
+    /// Nothing to send (a plan answered from the clone cache).
+    fn default() -> Planned {
+        Planned {
+            packs: Vec::new(),
+            items: Vec::new(),
+            loose: Vec::new(),
+            had: Had::Ids(IdSet::default()),
+        }
+    }
+}
+
 impl Planned {
     /// The position in `items` of the entry at `offset` of the pack of rank `rank`.
     pub fn find(&self, rank: u32, offset: u64) -> Option<usize> {

@@ -11,7 +11,11 @@
 //!              ──> PackPlan (objects in write order, what the client has)
 //!              ──> write (reuse on-disk entries; whole objects where no delta is valid)
 //! ```
+//!
+//! A clone (no haves, no shallow) may instead be answered from the [`clone_cache`], where the
+//! packs of earlier identical clones are kept.
 
+pub mod clone_cache;
 mod count;
 mod delta_encode;
 mod walk;
@@ -114,6 +118,8 @@ pub struct PackPlan {
     planned: count::Planned,
     ofs_delta: bool,
     thin: bool,
+    /// Whether the pack comes from, or goes into, the clone cache.
+    cache: Option<clone_cache::CacheUse>,
 }
 
 impl std::fmt::Debug for PackPlan {
@@ -148,6 +154,8 @@ pub struct PackServer {
     /// Bits of the bitmap index by name-hash, ascending, built on first use: versions of one
     /// path, the candidates for a delta when an object's own delta base cannot be sent.
     by_name_hash: std::sync::OnceLock<std::collections::HashMap<u32, Vec<u32>>>,
+    /// Where clone packs are kept, if they are.
+    clone_cache: Option<clone_cache::CloneCacheConfig>,
 }
 
 impl PackServer {
@@ -159,7 +167,15 @@ impl PackServer {
             repo,
             bitmap,
             by_name_hash: std::sync::OnceLock::new(),
+            clone_cache: None,
         })
+    }
+
+    /// Keeps the packs of clones in `cache`, so that an identical clone later is a file copy
+    /// (see [`clone_cache`]). A budget of 0 bytes keeps none.
+    pub fn with_clone_cache(mut self, cache: clone_cache::CloneCacheConfig) -> PackServer {
+        self.clone_cache = (cache.max_bytes > 0).then_some(cache);
+        self
     }
 
     /// The repository served.
@@ -187,16 +203,39 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackPlan, PackError> {
+        let mut cache = None;
+        if let Some(config) = &self.clone_cache {
+            if let Some(key) = clone_cache::key(&self.repo, request)? {
+                if let Some(cached) = config.lookup(&key) {
+                    progress.finish("Enumerating objects", cached.stats.objects as u64);
+                    return Ok(PackPlan {
+                        shallow: Vec::new(),
+                        object_count: cached.stats.objects,
+                        planned: count::Planned::default(),
+                        ofs_delta: request.ofs_delta,
+                        thin: request.thin,
+                        cache: Some(clone_cache::CacheUse::Hit(cached)),
+                    });
+                }
+                cache = Some(clone_cache::CacheUse::Fill(key));
+            }
+        }
         let (shallow, keep) = walk::shallow_updates(&self.repo, request, cancel)?;
         let planned = self.count(request, keep.as_ref(), progress, cancel)?;
         let object_count = u32::try_from(planned.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+        if let (Some(config), Some(clone_cache::CacheUse::Fill(_))) = (&self.clone_cache, &cache) {
+            if object_count < config.min_objects {
+                cache = None;
+            }
+        }
         Ok(PackPlan {
             shallow,
             object_count,
             planned,
             ofs_delta: request.ofs_delta,
             thin: request.thin,
+            cache,
         })
     }
 
@@ -208,14 +247,41 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
-        self.write_planned(
-            &plan.planned,
-            plan.ofs_delta,
-            plan.thin,
-            out,
-            progress,
-            cancel,
-        )
+        let filling = match (&self.clone_cache, &plan.cache) {
+            (_, Some(clone_cache::CacheUse::Hit(cached))) => {
+                return clone_cache::send(cached, out, progress, cancel);
+            }
+            (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
+                config.start(key).map(|f| (config, f))
+            }
+            _ => None,
+        };
+        let Some((config, mut filling)) = filling else {
+            return self.write_planned(
+                &plan.planned,
+                plan.ofs_delta,
+                plan.thin,
+                out,
+                progress,
+                cancel,
+            );
+        };
+        let stats = {
+            let mut tee = clone_cache::Tee {
+                out,
+                filling: &mut filling,
+            };
+            self.write_planned(
+                &plan.planned,
+                plan.ofs_delta,
+                plan.thin,
+                &mut tee,
+                progress,
+                cancel,
+            )?
+        };
+        config.finish(filling, &stats);
+        Ok(stats)
     }
 }
 

@@ -9,6 +9,7 @@
 //! least recently.
 
 use packd_odb::{Repository, RepositoryOptions};
+use packd_pack::clone_cache::CloneCacheConfig;
 use packd_pack::PackServer;
 use packd_protocol::{UploadPack, UploadPackOptions};
 use parking_lot::Mutex;
@@ -124,7 +125,8 @@ impl RepoCache {
         // Opened outside the lock: other repositories keep being served meanwhile. Two first
         // requests to one repository may both open it; the later insert wins, which is harmless.
         let repo = Arc::new(Repository::open(git_dir, &RepositoryOptions::default())?);
-        let packs = Arc::new(PackServer::open(repo)?);
+        let cache = CloneCacheConfig::in_repository(&repo, self.options.clone_cache_bytes);
+        let packs = Arc::new(PackServer::open(repo)?.with_clone_cache(cache));
         let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
         let mut inner = self.inner.lock();
         inner.tick += 1;

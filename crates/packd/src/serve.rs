@@ -55,6 +55,13 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "4g", value_parser = crate::parse_size)]
     max_push_bytes: u64,
 
+    /// Room for clone packs in each repository (k/m/g suffixes; 0 turns it off). The pack sent
+    /// to a clone (no haves, not shallow) of 10,000 objects or more is kept in
+    /// `<git dir>/packd-cache/clone/`, and an identical clone later (same wants, filter and
+    /// tags) is sent from it as a file copy; the least recently used go first.
+    #[arg(long, value_name = "BYTES", default_value = "1g", value_parser = crate::parse_size)]
+    clone_cache_bytes: u64,
+
     /// Accept pushes (git-receive-pack over HTTP and git://) from anyone who can reach the
     /// server: for loopback use. Without it pushes are refused.
     #[arg(long)]
@@ -109,7 +116,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             max_push_bytes: args.max_push_bytes,
         },
         cache_capacity: args.max_open_repos.max(1),
-        upload_pack: UploadPackOptions::default(),
+        upload_pack: UploadPackOptions {
+            clone_cache_bytes: args.clone_cache_bytes,
+            ..UploadPackOptions::default()
+        },
         allow_push: args.allow_push,
         create_on_push: args.create_on_push,
         auth,

@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use packd_odb::{Repository, RepositoryOptions};
+use packd_pack::clone_cache::CloneCacheConfig;
 use packd_pack::PackServer;
 use packd_protocol::{Mode, ProtocolVersion, UploadPack, UploadPackOptions};
 use std::io::{Read, Write};
@@ -35,6 +36,11 @@ pub struct Args {
     /// The repository: a bare repository, a git directory, or a work tree.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
+
+    /// Room for clone packs in the repository (k/m/g suffixes; 0 turns it off): see
+    /// `packd serve --clone-cache-bytes`.
+    #[arg(long, value_name = "BYTES", default_value = "1g", value_parser = crate::parse_size)]
+    clone_cache_bytes: u64,
 }
 
 /// Opens the repository at `dir` as git upload-pack does: the directory itself, its `.git`,
@@ -115,8 +121,17 @@ impl<W: Write> Write for ActiveWriter<'_, W> {
 pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     let dir = workdir.join(&args.dir);
     let repo = Arc::new(open_repository(&dir)?);
-    let packs = Arc::new(PackServer::open(repo).context("cannot open the repository's packs")?);
-    let upload = UploadPack::new(packs, UploadPackOptions::default());
+    let cache = CloneCacheConfig::in_repository(&repo, args.clone_cache_bytes);
+    let packs = Arc::new(
+        PackServer::open(repo)
+            .context("cannot open the repository's packs")?
+            .with_clone_cache(cache),
+    );
+    let options = UploadPackOptions {
+        clone_cache_bytes: args.clone_cache_bytes,
+        ..UploadPackOptions::default()
+    };
+    let upload = UploadPack::new(packs, options);
     let version = ProtocolVersion::from_git_protocol(std::env::var("GIT_PROTOCOL").ok().as_deref());
     let mode = if args.stateless_rpc {
         Mode::Stateless

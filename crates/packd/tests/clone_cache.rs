@@ -1,0 +1,225 @@
+//! The clone cache (`--clone-cache-bytes`) with the real git client through
+//! `packd upload-pack`: a repeated clone is sent from the kept pack, new history or new tags
+//! make a new one, fetches with haves never touch it, the budget is kept, and a damaged kept
+//! pack is not used.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A repository of a little over 10,000 objects (the cache keeps clones of 10,000 or more):
+/// one commit of 10,050 small files, a second commit, and an annotated tag.
+fn big_enough(sb: &Sandbox) -> Repo {
+    let repo = sb.init_bare("src.git");
+    let mut stream = Vec::new();
+    stream.extend_from_slice(
+        b"commit refs/heads/main\ncommitter A <a@example.com> 1700000000 +0000\ndata 6\nfirst\n",
+    );
+    for i in 0..10_050 {
+        let body = format!("file {i}\n");
+        stream.extend_from_slice(
+            format!(
+                "M 644 inline d{}/f{i}.txt\ndata {}\n{body}\n",
+                i % 50,
+                body.len()
+            )
+            .as_bytes(),
+        );
+    }
+    stream.extend_from_slice(
+        b"\ncommit refs/heads/main\ncommitter A <a@example.com> 1700000100 +0000\ndata 7\nsecond\n\
+          M 644 inline extra.txt\ndata 6\nextra\n\n\
+          tag v1\nfrom refs/heads/main\ntagger A <a@example.com> 1700000200 +0000\ndata 4\nv1!\n\n",
+    );
+    repo.fast_import(&stream);
+    repo
+}
+
+fn cache_dir(repo: &Repo) -> PathBuf {
+    repo.path.join("packd-cache").join("clone")
+}
+
+/// The names in the cache directory with this suffix.
+fn cached(repo: &Repo, suffix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(cache_dir(repo)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `git clone --bare` from `repo` through packd upload-pack with `extra` options.
+fn clone(sb: &Sandbox, repo: &Repo, dest: &str, version: u8, extra: &str) -> PathBuf {
+    let dest = sb.path().join(dest);
+    let mut cmd = sb.git_cmd(sb.path());
+    cmd.arg("-c")
+        .arg(format!("protocol.version={version}"))
+        .args(["clone", "-q", "--bare", "--no-local"])
+        .arg(format!("--upload-pack={PACKD} upload-pack {extra}"))
+        .arg(&repo.path)
+        .arg(&dest);
+    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    let fsck = sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None);
+    fsck.assert_success();
+    dest
+}
+
+fn refs(sb: &Sandbox, dir: &Path) -> String {
+    String::from_utf8(sb.git_in(dir, &["for-each-ref", "--format=%(objectname) %(refname)"]))
+        .unwrap()
+}
+
+fn object_count(sb: &Sandbox, dir: &Path) -> usize {
+    sb.git_in(dir, &["cat-file", "--batch-all-objects", "--batch-check"])
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count()
+}
+
+/// Sets `path`'s modification time far in the past, so that a use (which renews it) shows.
+fn age(path: &Path) {
+    let file = std::fs::File::options().append(true).open(path).unwrap();
+    file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+        .unwrap();
+}
+
+fn recently_used(path: &Path) -> bool {
+    let modified = std::fs::metadata(path).unwrap().modified().unwrap();
+    modified > SystemTime::now() - Duration::from_secs(3600)
+}
+
+#[test]
+fn a_repeated_clone_is_sent_from_the_kept_pack() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    let packs = cached(&repo, ".pack");
+    assert_eq!(packs.len(), 1, "one pack kept after the first clone");
+    assert_eq!(cached(&repo, ".meta").len(), 1);
+    // The kept pack is the one the client received, byte for byte.
+    let received = std::fs::read_dir(first.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    assert_same_bytes(
+        "kept pack",
+        &std::fs::read(&received).unwrap(),
+        &std::fs::read(&packs[0]).unwrap(),
+    );
+    age(&packs[0]);
+    for (version, name) in [(2u8, "second.git"), (0, "third.git")] {
+        let again = clone(&sb, &repo, name, version, "");
+        assert!(
+            recently_used(&packs[0]),
+            "protocol v{version}: the kept pack was not used"
+        );
+        assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+        assert_eq!(object_count(&sb, &again), object_count(&sb, &first));
+        age(&packs[0]);
+    }
+    assert_eq!(
+        cached(&repo, ".pack").len(),
+        1,
+        "no second pack for the same clone"
+    );
+}
+
+#[test]
+fn new_history_or_a_new_tag_makes_a_new_pack_and_fetches_leave_the_cache_alone() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    assert_eq!(cached(&repo, ".pack").len(), 1);
+    // A new annotated tag on old history changes what include-tag sends.
+    repo.git(&["tag", "-a", "-m", "old one", "v0", "main~1"]);
+    let tagged = clone(&sb, &repo, "tagged.git", 2, "");
+    assert_eq!(refs(&sb, &tagged), refs(&sb, &repo.path));
+    assert_eq!(cached(&repo, ".pack").len(), 2);
+    // A new commit: the fetch has haves, so it is neither kept nor answered from the cache.
+    repo.fast_import(
+        b"commit refs/heads/main\ncommitter A <a@example.com> 1700000300 +0000\ndata 6\nthird\n\
+          from refs/heads/main^0\nM 644 inline more.txt\ndata 5\nmore\n\n",
+    );
+    let fetch = sb.git_run_in(
+        &first,
+        &[
+            "fetch",
+            "-q",
+            &format!("--upload-pack={PACKD} upload-pack"),
+            repo.path.to_str().unwrap(),
+            "+refs/*:refs/*",
+        ],
+        None,
+    );
+    fetch.assert_success();
+    assert_eq!(refs(&sb, &first), refs(&sb, &repo.path));
+    assert_eq!(
+        cached(&repo, ".pack").len(),
+        2,
+        "a fetch with haves was kept"
+    );
+    let newer = clone(&sb, &repo, "newer.git", 2, "");
+    assert_eq!(refs(&sb, &newer), refs(&sb, &repo.path));
+    assert_eq!(cached(&repo, ".pack").len(), 3);
+}
+
+#[test]
+fn the_budget_is_kept_and_zero_turns_the_cache_off() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    clone(&sb, &repo, "off.git", 2, "--clone-cache-bytes 0");
+    assert!(
+        !cache_dir(&repo).exists(),
+        "a cache was made with a budget of 0"
+    );
+    // A budget smaller than the pack: nothing kept, no temporary file left.
+    clone(&sb, &repo, "small.git", 2, "--clone-cache-bytes 10k");
+    assert!(cached(&repo, ".pack").is_empty());
+    assert!(
+        cached(&repo, "").is_empty(),
+        "left behind: {:?}",
+        cached(&repo, "")
+    );
+    // Room for one clone pack only: the second evicts the first.
+    clone(&sb, &repo, "measure.git", 2, "--clone-cache-bytes 1g");
+    let size = std::fs::metadata(&cached(&repo, ".pack")[0]).unwrap().len();
+    let room = format!("--clone-cache-bytes {}", size + size / 2);
+    repo.git(&["tag", "-a", "-m", "another", "v2", "main~1"]);
+    clone(&sb, &repo, "one.git", 2, &room);
+    let one = cached(&repo, ".pack");
+    assert_eq!(one.len(), 1, "the budget was not kept");
+    repo.git(&["tag", "-a", "-m", "yet another", "v3", "main~1"]);
+    clone(&sb, &repo, "two.git", 2, &room);
+    let two = cached(&repo, ".pack");
+    assert_eq!(two.len(), 1);
+    assert_ne!(one, two, "the least recently used pack was not evicted");
+}
+
+#[test]
+fn a_damaged_kept_pack_is_not_used() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    let packs = cached(&repo, ".pack");
+    assert_eq!(packs.len(), 1);
+    // Cut short: its size no longer matches its record.
+    let bytes = std::fs::read(&packs[0]).unwrap();
+    std::fs::write(&packs[0], &bytes[..bytes.len() / 2]).unwrap();
+    let again = clone(&sb, &repo, "again.git", 2, "");
+    assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+    assert_eq!(object_count(&sb, &again), object_count(&sb, &first));
+    // A record that is not packd's: ignored too.
+    let meta = cached(&repo, ".meta");
+    std::fs::write(&meta[0], "not a record\n").unwrap();
+    let third = clone(&sb, &repo, "third.git", 2, "");
+    assert_eq!(object_count(&sb, &third), object_count(&sb, &first));
+}
