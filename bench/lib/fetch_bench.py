@@ -13,11 +13,15 @@ least N days older than HEAD's commit date) fetches HEAD:
 - both packs are then completed by the client, `git index-pack --stdin --fix-thin`, timed.
 
 Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
-RSS against a fresh packd serve's CPU and peak RSS (VmHWM) for the same request; and with
+RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
+four states: a fresh server's first clone and the running server's next one (both with the clone
+cache off), then with the clone cache the clone that fills it and the next one, sent from it;
+and with
 HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's own
 smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
 import http.client
+import filecmp
 import os
 import shutil
 import socket
@@ -89,10 +93,10 @@ def wait_port(port, proc, what):
 class Packd:
     """A running `packd serve` over the repository's parent directory."""
 
-    def __init__(self, packd, root):
+    def __init__(self, packd, root, extra=()):
         self.port = free_port()
         self.proc = subprocess.Popen([packd, "serve", "--root", root, "--listen",
-                                      f"127.0.0.1:{self.port}"],
+                                      f"127.0.0.1:{self.port}", *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port, self.proc, "packd serve")
 
@@ -219,32 +223,58 @@ def main():
     print("\n== full clone (every branch and tag, include-tag): server side")
     refs = git(repo, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags").split()
     wants = sorted(set(refs))
-    c, rss, wall, code = run_rusage(
-        ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin", "--use-bitmap-index",
-         "--delta-base-offset", "--include-tag"], "".join(w + "\n" for w in wants).encode(),
-        stdout=open(f"{tmp}/git-clone.pack", "wb"))
+    git_runs = []
+    for _ in range(3):
+        git_runs.append(run_rusage(
+            ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
+             "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
+            "".join(w + "\n" for w in wants).encode(),
+            stdout=open(f"{tmp}/git-clone.pack", "wb")))
+    c, rss, wall, code = sorted(git_runs)[1]
     git_bytes = os.path.getsize(f"{tmp}/git-clone.pack")
-    os.unlink(f"{tmp}/git-clone.pack")
-    server = Packd(packd, root)
-    try:
-        base_cpu, base_hwm = server.cpu(), server.hwm()
+
+    def clone_once(server, path):
+        base_cpu = server.cpu()
         start = time.monotonic()
-        packd_bytes = server.fetch(name, wants, [], f"{tmp}/packd-clone.pack", include_tag=True)
-        pwall = time.monotonic() - start
-        pcpu, phwm = server.cpu() - base_cpu, server.hwm()
+        size = server.fetch(name, wants, [], path, include_tag=True)
+        return server.cpu() - base_cpu, time.monotonic() - start, size
+
+    # Three ways packd may serve it: a fresh server's first clone, the same clone again from
+    # the running server (indexes loaded), both without the clone cache; then, with the clone
+    # cache (emptied first), the clone that fills it and the next one, sent from it.
+    rows = []
+    cache = os.path.join(repo, "packd-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
+    try:
+        for label in ("packd, fresh server", "packd, running server"):
+            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+            rows.append((label, pcpu, server.hwm(), pwall, size))
+        identical = filecmp.cmp(f"{tmp}/packd-clone.pack", f"{tmp}/git-clone.pack", shallow=False)
     finally:
         server.stop()
+    server = Packd(packd, root)
+    try:
+        for label in ("packd, cache filled", "packd, from cache"):
+            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+            rows.append((label, pcpu, server.hwm(), pwall, size))
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
     os.unlink(f"{tmp}/packd-clone.pack")
-    print(f"   {'':18} {'cpu s':>8} {'peak MB':>8} {'wall s':>8} {'bytes':>11}")
-    print(f"   {'git pack-objects':18} {c:>8.3f} {rss:>8.1f} {wall:>8.3f} {git_bytes:>11}")
-    print(f"   {'packd serve':18} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {packd_bytes:>11}"
-          f"   (idle server before: {base_hwm:.1f} MB)")
-    print(f"   ratio packd/git: cpu {pcpu / c:.2f}, peak memory {phwm / rss:.2f}, "
-          f"bytes {packd_bytes / git_bytes:.3f}")
+    os.unlink(f"{tmp}/git-clone.pack")
+    print(f"   {'':22} {'cpu s':>8} {'peak MB':>8} {'wall s':>8} {'bytes':>11} {'cpu ratio':>9}"
+          f" {'mem ratio':>9}")
+    print(f"   {'git pack-objects':22} {c:>8.3f} {rss:>8.1f} {wall:>8.3f} {git_bytes:>11}")
+    for label, pcpu, phwm, pwall, size in rows:
+        print(f"   {label:22} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {size:>11} "
+              f"{pcpu / c:>9.2f} {phwm / rss:>9.2f}")
+    print(f"   packd's pack is byte for byte git's: {identical}")
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
-        server = Packd(packd, root)
+        # Without the clone cache: the first clone of a running server.
+        server = Packd(packd, root, ["--clone-cache-bytes", "0"])
         port_file = f"{tmp}/backend.port"
         backend = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
                                     "http_backend.py"), root, port_file])
