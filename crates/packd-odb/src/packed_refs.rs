@@ -228,6 +228,50 @@ impl PackedRefs {
         }
         out
     }
+
+    /// The refs under `prefix` with their peeled values, sorted by name: `Some(target)` for a
+    /// ref whose line is followed by a `^<target>` line (an annotated tag, and the object it
+    /// peels to through every level of tags), `None` otherwise. Callers use the peeled value to
+    /// skip reading the tag; git writes these lines for that purpose (`fully-peeled`) and reads
+    /// them for ref advertisements.
+    pub fn peeled_entries(&self, prefix: &str) -> Vec<(String, ObjectId, Option<ObjectId>)> {
+        let mut out: Vec<(String, ObjectId, Option<ObjectId>)> = Vec::new();
+        let mut s = if self.sorted && !prefix.is_empty() {
+            self.lower_bound(prefix)
+        } else {
+            self.first
+        };
+        // Whether the last ref line read is the last entry of `out` (a `^` line belongs to it).
+        let mut last_kept = false;
+        while s < self.text.len() {
+            let line = &self.text[s..line_end(&self.text, s)];
+            if let Some(hex) = line.strip_prefix(b"^") {
+                let hex = hex.strip_suffix(b"\r").unwrap_or(hex);
+                if last_kept {
+                    let peeled = std::str::from_utf8(hex).ok().and_then(ObjectId::from_hex);
+                    if let Some(last) = out.last_mut() {
+                        last.2 = peeled;
+                    }
+                }
+            } else if !line.starts_with(b"#") {
+                last_kept = false;
+                if let Some((id, name)) = self.entry_at(s) {
+                    if name.starts_with(prefix) {
+                        out.push((name.to_string(), id, None));
+                        last_kept = true;
+                    } else if self.sorted {
+                        // Sorted, and started at the prefix: past its range.
+                        break;
+                    }
+                }
+            }
+            s = next_line(&self.text, s);
+        }
+        if !self.sorted {
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        out
+    }
 }
 
 fn line_end(text: &[u8], s: usize) -> usize {
@@ -308,5 +352,27 @@ mod tests {
             packed.find("refs/pull/7/head")
         );
         assert_eq!(unsorted.entries("refs/", &["refs/pull"]).len(), 4);
+
+        // Peeled values: only the refs followed by a `^` line, sorted or not.
+        for file in [&packed, &unsorted] {
+            let peeled: Vec<(String, Option<String>)> = file
+                .peeled_entries("refs/")
+                .into_iter()
+                .filter(|(_, _, p)| p.is_some())
+                .map(|(n, _, p)| (n, p.map(|p| p.to_hex())))
+                .collect();
+            assert_eq!(
+                peeled,
+                vec![
+                    ("refs/pull/7/head".to_string(), Some(id(9999))),
+                    ("refs/tags/v1".to_string(), Some(id(9999)))
+                ]
+            );
+            assert_eq!(file.peeled_entries("refs/").len(), names.len());
+            let tags = file.peeled_entries("refs/tags/");
+            assert_eq!(tags.len(), 1);
+            assert_eq!(tags[0].2.map(|p| p.to_hex()), Some(id(9999)));
+            assert!(file.peeled_entries("refs/nothing/").is_empty());
+        }
     }
 }

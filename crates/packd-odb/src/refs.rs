@@ -205,6 +205,31 @@ impl<'a> RefReader<'a> {
         Ok(out)
     }
 
+    /// Like [`RefReader::list`], with each ref's peeled value when `packed-refs` records one
+    /// for it (`Some(target)`: the ref is an annotated tag that peels to `target`); `None` for
+    /// loose refs and refs without a `^` line, whose kind the caller must find out itself.
+    /// `rev-list --all` uses it to take a tag's target without reading the tag.
+    pub fn list_peeled(&self, prefix: &str) -> Result<Vec<(String, ObjectId, Option<ObjectId>)>> {
+        let listed = self.list(prefix)?;
+        let packed = match PackedRefs::read(self.common_dir)? {
+            Some(p) => p.peeled_entries(prefix),
+            None => Vec::new(),
+        };
+        // Both sorted by name; a peeled value counts only when the listed value is the packed
+        // one (a loose ref of the same name wins).
+        let mut packed = packed.into_iter().peekable();
+        let mut out = Vec::with_capacity(listed.len());
+        for (name, id) in listed {
+            while packed.next_if(|p| p.0 < name).is_some() {}
+            let peeled = match packed.peek() {
+                Some((n, packed_id, peeled)) if *n == name && *packed_id == id => *peeled,
+                _ => None,
+            };
+            out.push((name, id, peeled));
+        }
+        Ok(out)
+    }
+
     /// The id a name as a user types it points at (`HEAD`, `main`, `v1.0`, `refs/heads/x`),
     /// trying git's prefixes in git's order.
     pub fn resolve(&self, short: &str) -> Result<Option<ObjectId>> {

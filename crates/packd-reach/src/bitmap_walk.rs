@@ -12,13 +12,74 @@ use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
 use crate::walk::Walker;
+use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
-use packd_odb::parse::{parse_commit, tree_entries};
 use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
 use std::collections::BinaryHeap;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Calls `f(id, kind)` for every entry of the tree `id` whose content is `data`, but gitlinks
+/// (commits of another repository): `Tree` for a directory, `Blob` for the rest. Returns the
+/// number of entries. The same checks as `packd_odb::parse::tree_entries` (an octal mode of 1
+/// to 7 digits, a space, a name ended by NUL, 20 id bytes), with the NUL found eight bytes at a
+/// time: a fill-in walk parses every entry of every tree it reads (180,000 for git.git's
+/// `--all`), so this is its inner loop.
+fn scan_tree(id: &ObjectId, data: &[u8], mut f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
+    let bad = || packd_odb::Error::BadName(format!("object {id}: the tree is malformed"));
+    let mut rest = data;
+    let mut n = 0;
+    while !rest.is_empty() {
+        // The mode: 1 to 7 octal digits, then a space.
+        let mut mode = 0u32;
+        let mut i = 0;
+        loop {
+            match rest.get(i) {
+                Some(b' ') if i > 0 => break,
+                Some(&d @ b'0'..=b'7') if i < 7 => mode = mode << 3 | (d - b'0') as u32,
+                _ => return Err(bad()),
+            }
+            i += 1;
+        }
+        let name_at = i + 1;
+        let nul = name_at + find_nul(&rest[name_at..]).ok_or_else(bad)?;
+        let entry = rest
+            .get(nul + 1..nul + 21)
+            .and_then(ObjectId::from_bytes)
+            .ok_or_else(bad)?;
+        rest = &rest[nul + 21..];
+        n += 1;
+        match mode & 0o170000 {
+            0o160000 => {}
+            0o040000 => f(entry, ObjectKind::Tree),
+            _ => f(entry, ObjectKind::Blob),
+        }
+    }
+    Ok(n)
+}
+
+/// The index of the first NUL byte of `bytes`, eight bytes at a time (a word has a zero byte
+/// when `(w - 0x01..01) & !w & 0x80..80` is not zero; the lowest such byte is the first).
+fn find_nul(bytes: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let zero = w.wrapping_sub(LO) & !w & HI;
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == 0)
+        .map(|i| at + i)
 }
 
 /// A bitmap and the objects it numbers (a pack's, or a multi-pack-index's), ready for queries.
@@ -139,6 +200,40 @@ impl BitmapIndex {
         }
     }
 
+    /// Whether `peeled` (annotated tags among `tips` and what they peel to) covers every tag
+    /// object the bitmaps number: each of its tags is a tip, is in the bitmapped objects and
+    /// is a tag there (its entry header says so), and their number is the tag type bitmap's.
+    /// A tag pointing at another tag then has both as tips, so peeling without reading loses
+    /// nothing. Costs an index lookup and an entry header per tag; reading each tag would
+    /// also inflate it, and finding its bit would cost a pack-position lookup.
+    fn every_tag_is_a_tip(
+        &self,
+        repo: &Repository,
+        tips: &[ObjectId],
+        peeled: &IdMap<ObjectId>,
+    ) -> Result<bool> {
+        if peeled.is_empty() {
+            return Ok(false);
+        }
+        let total = self.bitmap.type_bitmap(ObjectKind::Tag).count_ones();
+        let mut distinct = IdSet::default();
+        for tip in tips {
+            if !peeled.contains_key(tip) || !distinct.insert(*tip) {
+                continue;
+            }
+            let Some(pos) = self.objects.find(tip) else {
+                return Ok(false);
+            };
+            let header = repo
+                .objects()
+                .header_at(tip, &self.objects.location(pos)?)?;
+            if header.kind != ObjectKind::Tag {
+                return Ok(false);
+            }
+        }
+        Ok(distinct.len() as u64 == total)
+    }
+
     /// Every object reachable from `tips`, as bits; `None` when some object is outside the pack.
     ///
     /// Commits are walked first, newest first (by committer time, as git's walk does), so that
@@ -151,9 +246,19 @@ impl BitmapIndex {
         repo: &Repository,
         walker: &Walker,
         tips: &[ObjectId],
+        peeled: &IdMap<ObjectId>,
     ) -> Result<Option<Bitmap>> {
         let index = &self.objects;
+        let started = std::time::Instant::now();
         let mut bits = Bitmap::new();
+        // Peeled values are used only when every tag object of the bitmapped objects is itself
+        // a tip: then the tags reached are exactly all of them (the tag type bitmap), and no
+        // tag between a tip and its peeled value can be missed by not reading the tips.
+        let use_peeled = self.every_tag_is_a_tip(repo, tips, peeled)?;
+        if use_peeled {
+            tracing::debug!("every tag is a tip: tags peeled from packed-refs, not read");
+            bits.or_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
+        }
         // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
         // this check is cheaper than finding their pack position again.
         let mut seen = IdSet::default();
@@ -167,6 +272,34 @@ impl BitmapIndex {
         let check_covered = tips.len() > 16;
         let mut commit_tips: Vec<(ObjectId, u32)> = Vec::new();
         for tip in tips {
+            if let Some(target) = peeled.get(tip).filter(|_| use_peeled) {
+                // A peeled value is no tag; a commit with a bitmap needs no header read.
+                let Some(pos) = index.find(target) else {
+                    return Ok(None);
+                };
+                let kind = if self.bitmap.contains(pos) {
+                    ObjectKind::Commit
+                } else {
+                    repo.objects()
+                        .header_at(target, &index.location(pos)?)?
+                        .kind
+                };
+                match kind {
+                    ObjectKind::Commit => {
+                        if seen.insert(*target) {
+                            commit_tips.push((*target, pos));
+                        }
+                        continue;
+                    }
+                    ObjectKind::Tree | ObjectKind::Blob => {
+                        objects.push((*target, kind));
+                        continue;
+                    }
+                    // Not fully peeled after all: peel it by reading.
+                    ObjectKind::Tag => {}
+                }
+            }
+            let tip = peeled.get(tip).filter(|_| use_peeled).unwrap_or(tip);
             let mut tags = Vec::new();
             let (id, kind) = walker.peel(*tip, &mut tags)?;
             objects.extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
@@ -210,6 +343,7 @@ impl BitmapIndex {
             queue.push((info.time, id, index_pos));
             read.insert(id, info);
         }
+        let tips_done = started.elapsed();
         while let Some((_, id, index_pos)) = queue.pop() {
             if self.take_bitmap(&mut bits, index_pos, check_covered)? {
                 continue;
@@ -243,11 +377,18 @@ impl BitmapIndex {
                 }
             }
         }
-        let mut stack = objects;
-        while let Some((id, kind)) = stack.pop() {
-            if kind != ObjectKind::Tag && !seen.insert(id) {
-                continue;
+        let commits_done = started.elapsed();
+        // Each object is checked against `seen` when first met, before it is stacked: most
+        // entries of a walked tree are objects met in another tree (the same file in the
+        // parent commit's version of the tree) and never reach the stack.
+        let mut stack: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
+        for (id, kind) in objects {
+            if kind == ObjectKind::Tag || seen.insert(id) {
+                stack.push((id, kind));
             }
+        }
+        let mut entries = 0usize;
+        while let Some((id, kind)) = stack.pop() {
             let Some(index_pos) = index.find(&id) else {
                 return Ok(None);
             };
@@ -261,21 +402,21 @@ impl BitmapIndex {
             if kind == ObjectKind::Tree {
                 trees += 1;
                 let object = self.read_at(repo, &id, index_pos)?;
-                for entry in tree_entries(&id, &object.data) {
-                    let (mode, _, entry) = entry?;
-                    match mode & 0o170000 {
-                        0o160000 => {}
-                        0o040000 => stack.push((entry, ObjectKind::Tree)),
-                        _ => stack.push((entry, ObjectKind::Blob)),
+                entries += scan_tree(&id, &object.data, |entry, kind| {
+                    if seen.insert(entry) {
+                        stack.push((entry, kind));
                     }
-                }
+                })?;
             }
         }
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {trees} trees walked, {} objects met",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {trees} trees ({entries} entries) walked, {} objects met; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
-            seen.len()
+            seen.len(),
+            tips_done,
+            commits_done - tips_done,
+            started.elapsed() - commits_done,
         );
         Ok(Some(bits))
     }
@@ -289,7 +430,22 @@ impl BitmapIndex {
         exclude: &[ObjectId],
         objects: bool,
     ) -> Result<Option<Bitmap>> {
-        let Some((mut wanted, _)) = self.difference(repo, include, exclude)? else {
+        self.query_peeled(repo, include, exclude, objects, &IdMap::default())
+    }
+
+    /// [`BitmapIndex::query`] with known peeled values: `peeled` maps annotated tags among the
+    /// tips to the objects they peel to (`packed-refs`' `^` lines, see
+    /// `packd_odb::refs::RefReader::list_peeled`). When every tag the bitmaps number is such a
+    /// tip (`rev-list --all`), the tags are not read; otherwise the map is ignored.
+    pub fn query_peeled(
+        &self,
+        repo: &Repository,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+        objects: bool,
+        peeled: &IdMap<ObjectId>,
+    ) -> Result<Option<Bitmap>> {
+        let Some((mut wanted, _)) = self.difference_peeled(repo, include, exclude, peeled)? else {
             return Ok(None);
         };
         if !objects {
@@ -308,18 +464,29 @@ impl BitmapIndex {
         include: &[ObjectId],
         exclude: &[ObjectId],
     ) -> Result<Option<(Bitmap, Bitmap)>> {
+        self.difference_peeled(repo, include, exclude, &IdMap::default())
+    }
+
+    fn difference_peeled(
+        &self,
+        repo: &Repository,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+        peeled: &IdMap<ObjectId>,
+    ) -> Result<Option<(Bitmap, Bitmap)>> {
         // The two sides are independent walks: with both non-empty, the excluded side runs on a
         // second thread (the answer's latency is the longer walk, not the sum).
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
             let walker = Walker::new(repo);
             (
-                self.reach(repo, &walker, include)?,
-                self.reach(repo, &walker, exclude)?,
+                self.reach(repo, &walker, include, peeled)?,
+                self.reach(repo, &walker, exclude, peeled)?,
             )
         } else {
             std::thread::scope(|scope| {
-                let excluded = scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude));
-                let wanted = self.reach(repo, &Walker::new(repo), include);
+                let excluded =
+                    scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled));
+                let wanted = self.reach(repo, &Walker::new(repo), include, peeled);
                 let had = excluded
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -389,5 +556,73 @@ impl BitmapIndex {
             .filter_map(|b| self.objects.position_at(b as u32))
             .map(|i| self.objects.id(i))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_first_nul_at_every_position() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut bytes = vec![b'a'; len];
+                bytes[at] = 0;
+                if at + 3 < len {
+                    bytes[at + 3] = 0;
+                }
+                // Bytes that trip a careless zero-byte test (0x80, 0x01 after a zero).
+                if at > 0 {
+                    bytes[at - 1] = 0x80;
+                }
+                assert_eq!(find_nul(&bytes), Some(at), "len {len} at {at}");
+            }
+            assert_eq!(find_nul(&vec![0x81; len]), None);
+        }
+    }
+
+    #[test]
+    fn scans_trees_as_the_parser_does() {
+        let id = |n: u8| ObjectId::from_bytes(&[n; 20]).unwrap();
+        let mut tree = Vec::new();
+        for (mode, name, n) in [
+            ("100644", "a-rather-long-file-name.txt", 1u8),
+            ("40000", "dir", 2),
+            ("160000", "submodule", 3),
+            ("120000", "l", 4),
+        ] {
+            tree.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+            tree.extend_from_slice(&[n; 20]);
+        }
+        let mut got = Vec::new();
+        let n = scan_tree(&id(9), &tree, |e, k| got.push((e, k))).unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(
+            got,
+            vec![
+                (id(1), ObjectKind::Blob),
+                (id(2), ObjectKind::Tree),
+                (id(4), ObjectKind::Blob)
+            ]
+        );
+        let parsed: Vec<_> = packd_odb::parse::tree_entries(&id(9), &tree)
+            .map(|e| e.unwrap().2)
+            .collect();
+        assert_eq!(parsed, vec![id(1), id(2), id(3), id(4)]);
+        // Malformed: every truncation, a bad digit, an empty or long mode.
+        for cut in 0..=tree.len() {
+            let part = &tree[..cut];
+            assert_eq!(
+                scan_tree(&id(9), part, |_, _| {}).is_err(),
+                packd_odb::parse::tree_entries(&id(9), part).any(|e| e.is_err()),
+                "cut {cut}"
+            );
+        }
+        for bad in [&b"100648 x\0"[..], b" x\0", b"10064400 x\0"] {
+            let mut t = bad.to_vec();
+            t.extend_from_slice(&[1; 20]);
+            assert!(scan_tree(&id(9), &t, |_, _| {}).is_err());
+        }
     }
 }

@@ -103,6 +103,73 @@ pub fn encoded_len(bytes: &[u8]) -> Result<usize, EwahError> {
 /// bit count may not exceed it rounded up to a whole word, and no bit at or past it may be set.
 /// This bound is what keeps allocation proportional to the pack, not to a number in the file.
 pub fn decode(bytes: &[u8], max_bits: u64) -> Result<(Bitmap, usize), EwahError> {
+    let mut out = Decoded(Vec::new());
+    let len = visit(bytes, max_bits, &mut out)?;
+    Ok((Bitmap::from_words(out.0), len))
+}
+
+/// XORs the EWAH stream at the start of `bytes` into `out`, as [`decode`] followed by
+/// [`Bitmap::xor_assign`] would, with the same checks, but touching only the words the stream
+/// stores: runs of zeros are skipped and nothing is allocated beyond growing `out`. Resolving
+/// a bitmap down a long XOR chain then costs the compressed sizes of its links, not one whole
+/// bitmap per link. Returns the bytes the stream occupied. On an error `out` is left partly
+/// changed.
+pub fn xor_into(bytes: &[u8], max_bits: u64, out: &mut Bitmap) -> Result<usize, EwahError> {
+    visit(bytes, max_bits, &mut XorInto(&mut out.words))
+}
+
+/// What [`visit`] feeds the chunks of a stream to.
+trait Sink {
+    /// Called once, before any chunk, with the decoded length in words (every chunk is checked
+    /// to lie within it).
+    fn start(&mut self, words: usize);
+    /// `run` words equal to `fill`, from word `at`.
+    fn run(&mut self, at: usize, run: usize, fill: u64);
+    /// Literal words from word `at`.
+    fn literals(&mut self, at: usize, words: impl Iterator<Item = u64>);
+}
+
+/// A plain decode: the words in order.
+struct Decoded(Vec<u64>);
+
+impl Sink for Decoded {
+    fn start(&mut self, words: usize) {
+        self.0.reserve_exact(words);
+    }
+    fn run(&mut self, _: usize, run: usize, fill: u64) {
+        self.0.resize(self.0.len() + run, fill);
+    }
+    fn literals(&mut self, _: usize, words: impl Iterator<Item = u64>) {
+        self.0.extend(words);
+    }
+}
+
+/// XOR into existing words, grown to the decoded length.
+struct XorInto<'a>(&'a mut Vec<u64>);
+
+impl Sink for XorInto<'_> {
+    fn start(&mut self, words: usize) {
+        if self.0.len() < words {
+            self.0.resize(words, 0);
+        }
+    }
+    fn run(&mut self, at: usize, run: usize, fill: u64) {
+        if fill != 0 {
+            for w in &mut self.0[at..at + run] {
+                *w ^= fill;
+            }
+        }
+    }
+    fn literals(&mut self, at: usize, words: impl Iterator<Item = u64>) {
+        for (w, l) in self.0[at..].iter_mut().zip(words) {
+            *w ^= l;
+        }
+    }
+}
+
+/// Checks the EWAH stream at the start of `bytes` and feeds its chunks, in order, to `sink`.
+/// Returns the bytes the stream occupied.
+fn visit(bytes: &[u8], max_bits: u64, sink: &mut impl Sink) -> Result<usize, EwahError> {
     let len = encoded_len(bytes)?;
     let bits = be32(bytes, 0);
     let word_count = be32(bytes, 4);
@@ -122,11 +189,14 @@ pub fn decode(bytes: &[u8], max_bits: u64) -> Result<(Bitmap, usize), EwahError>
     }
     // Bounded by `max_bits`, checked above.
     let out_words = (bits as u64).div_ceil(64) as usize;
-    let mut out: Vec<u64> = Vec::with_capacity(out_words);
+    sink.start(out_words);
     let word = |i: u32| {
         let at = 8 + i as usize * 8;
         u64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
     };
+    // The highest set bit, checked against `max_bits` at the end.
+    let mut last_set: Option<u64> = None;
+    let mut pos: usize = 0;
     let mut i: u32 = 0;
     while i < word_count {
         let header = word(i);
@@ -141,18 +211,34 @@ pub fn decode(bytes: &[u8], max_bits: u64) -> Result<(Bitmap, usize), EwahError>
                 left,
             });
         }
-        if out.len() as u64 + run + literals > out_words as u64 {
+        if pos as u64 + run + literals > out_words as u64 {
             return Err(EwahError::PastBitCount { bits, at: i });
         }
-        let fill = if running { u64::MAX } else { 0 };
-        out.resize(out.len() + run as usize, fill);
-        for k in 0..literals as u32 {
-            out.push(word(i + 1 + k));
+        // Both fit in `out_words` (checked just above).
+        let (run, literals) = (run as usize, literals as u32);
+        if run > 0 {
+            let fill = if running { u64::MAX } else { 0 };
+            if running {
+                last_set = Some((pos + run) as u64 * 64 - 1);
+            }
+            sink.run(pos, run, fill);
+            pos += run;
         }
-        i += 1 + literals as u32;
+        if literals > 0 {
+            let first = i + 1;
+            for k in (0..literals).rev() {
+                let w = word(first + k);
+                if w != 0 {
+                    last_set = Some((pos + k as usize) as u64 * 64 + 63 - w.leading_zeros() as u64);
+                    break;
+                }
+            }
+            sink.literals(pos, (first..first + literals).map(word));
+            pos += literals as usize;
+        }
+        i += 1 + literals;
     }
-    let bitmap = Bitmap::from_words(out);
-    if let Some(last) = bitmap.last_set_bit() {
+    if let Some(last) = last_set {
         if last >= max_bits {
             return Err(EwahError::BitPastLimit {
                 bit: last,
@@ -160,7 +246,7 @@ pub fn decode(bytes: &[u8], max_bits: u64) -> Result<(Bitmap, usize), EwahError>
             });
         }
     }
-    Ok((bitmap, len))
+    Ok(len)
 }
 
 /// A plain (uncompressed) bitmap: bit `i` is bit `i % 64` of word `i / 64`.
@@ -389,6 +475,38 @@ mod tests {
         assert!(matches!(
             decode(&past, 70),
             Err(EwahError::BitPastLimit { bit: 74, max: 70 })
+        ));
+    }
+
+    #[test]
+    fn xor_into_matches_decode_then_xor() {
+        let a = encode(
+            64 * 6,
+            &[
+                (false, 1, &[0b1011]),
+                (true, 2, &[1 << 63]),
+                (false, 1, &[]),
+            ],
+            None,
+        );
+        let b = encode(64 * 4, &[(true, 1, &[7, 0]), (false, 1, &[])], None);
+        let mut acc = Bitmap::new();
+        assert_eq!(xor_into(&a, 64 * 6, &mut acc).unwrap(), a.len());
+        assert_eq!(acc, decode(&a, 64 * 6).unwrap().0);
+        xor_into(&b, 64 * 6, &mut acc).unwrap();
+        let mut want = decode(&a, 64 * 6).unwrap().0;
+        want.xor_assign(&decode(&b, 64 * 6).unwrap().0);
+        assert_eq!(acc, want);
+        // The same checks as decode.
+        let past = encode(128, &[(false, 1, &[1 << 10])], None);
+        assert!(matches!(
+            xor_into(&past, 70, &mut Bitmap::new()),
+            Err(EwahError::BitPastLimit { bit: 74, max: 70 })
+        ));
+        let run = encode(128, &[(true, 0xFFFF_FFFF, &[])], None);
+        assert!(matches!(
+            xor_into(&run, 128, &mut Bitmap::new()),
+            Err(EwahError::PastBitCount { .. })
         ));
     }
 

@@ -213,6 +213,58 @@ fn same_objects_as_git_with_a_multi_pack_index_bitmap() {
     }
 }
 
+/// `--all` with packed refs: tags are taken from packed-refs' peeled values when every tag in
+/// the bitmapped pack is a tip (a tag of a tag included), and read when one is not (a tag only
+/// another tag points at), or when a loose ref overrides a packed one.
+#[test]
+fn packed_refs_peeled_values_give_gits_answer() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["tag", "-a", "-m", "inner", "inner", "topic~5"]);
+    repo.git(&["tag", "-a", "-m", "outer", "outer", "inner"]);
+    repo.git(&["tag", "-a", "-m", "of a tree", "treetag", "main~4^{tree}"]);
+    repo.git(&["repack", "-adbq"]);
+    repo.git(&["pack-refs", "--all"]);
+    let peeled_used = |repo: &Repo| {
+        let run = packd_debug(
+            repo,
+            &[
+                "rev-list",
+                "--use-bitmap-index",
+                "--count",
+                "--objects",
+                "--all",
+            ],
+        );
+        run.assert_success();
+        run.err().contains("tags peeled from packed-refs")
+    };
+    let queries: &[&[&str]] = &[
+        &["--objects", "--all"],
+        &["--all"],
+        &["--objects", "--tags", "--not", "--branches"],
+        &["--objects", "main", "--not", "--all"],
+    ];
+    assert!(peeled_used(&repo), "every tag is a tip: peeled values");
+    for q in queries {
+        compare(&repo, q, true);
+    }
+    // A loose ref moved away from its packed value (a newer tag under the same name).
+    repo.git(&["tag", "-f", "-a", "-m", "moved", "r0", "topic~1"]);
+    repo.git(&["repack", "-adbq"]);
+    for q in queries {
+        compare(&repo, q, true);
+    }
+    // The inner tag is no longer a ref: only the outer one reaches it.
+    repo.git(&["update-ref", "-d", "refs/tags/inner"]);
+    repo.git(&["repack", "-adbq"]);
+    repo.git(&["pack-refs", "--all"]);
+    assert!(!peeled_used(&repo), "a tag that is no tip: tags are read");
+    for q in queries {
+        compare(&repo, q, true);
+    }
+}
+
 #[test]
 fn bad_revisions_fail_clearly() {
     let sb = Sandbox::new();

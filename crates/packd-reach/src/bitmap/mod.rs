@@ -117,6 +117,8 @@ pub const RESOLVED_BUDGET: usize = 64 << 20;
 struct Resolved {
     rows: std::collections::HashMap<u32, Arc<Bitmap>>,
     bytes: usize,
+    /// By row: whether a chain passed through it already (sized on first use).
+    passed: Vec<bool>,
 }
 
 impl PackBitmap {

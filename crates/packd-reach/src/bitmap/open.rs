@@ -438,7 +438,9 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
         None => bm.blob.read_many(&ranges).collect::<Result<_, _>>()?,
     };
     // Applied from the root (or the resolved base) up, so that each link's result is the
-    // resolved bitmap of that link, worth keeping for other chains through it.
+    // resolved bitmap of that link, worth keeping for other chains through it. A shared link is
+    // kept the second time a chain passes through it: a query taking one bitmap (one chain)
+    // copies nothing, one taking many pays one extra pass down each shared base.
     let mut out = base.map(|b| (*b).clone()).unwrap_or_default();
     for (&r, bytes) in chain.iter().zip(&fetched).rev() {
         let e = bm.entries[r as usize];
@@ -461,18 +463,27 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
                 "the entry's XOR offset disagrees with the lookup table",
             ));
         }
-        let (bitmap, _) = decode_at(
-            file,
-            e.offset + ENTRY_HEADER,
+        ewah::xor_into(
             &bytes[ENTRY_HEADER as usize..],
-            bm.object_count,
-            &|| format!("bitmap of commit position {}", e.commit_pos),
-        )?;
-        out.xor_assign(&bitmap);
+            bm.object_count as u64,
+            &mut out,
+        )
+        .map_err(|source| BitmapError::Ewah {
+            file: file.to_string(),
+            offset: e.offset + ENTRY_HEADER,
+            what: format!("bitmap of commit position {}", e.commit_pos),
+            source,
+        })?;
         if !bm.shared[r as usize] {
             continue;
         }
         let mut resolved = bm.resolved.lock();
+        if resolved.passed.is_empty() {
+            resolved.passed = vec![false; bm.entries.len()];
+        }
+        if !std::mem::replace(&mut resolved.passed[r as usize], true) {
+            continue;
+        }
         let cost = out.words().len() * 8 + 64;
         if resolved.bytes + cost <= super::RESOLVED_BUDGET && !resolved.rows.contains_key(&r) {
             resolved.bytes += cost;

@@ -4,7 +4,7 @@
 //! ```text
 //! "BITM" | version 1 | flags FULL_DAG [| HASH_CACHE] [| LOOKUP_TABLE] | entry count | pack checksum
 //! type bitmaps     commit, tree, blob, tag (bits in pack order)
-//! entries          oldest commit first: index position, xor offset (0..=10), flags 0, EWAH
+//! entries          newest commit first: index position, xor offset (0..=10), flags 0, EWAH
 //! lookup table     by commit index position: position, entry offset, xor row (or 0xffffffff)
 //! name-hash cache  one u32 per object, index order: git's pack_name_hash of the path a tree
 //!                  or blob was first reached by (0 for root trees), of a tag's own name (its
@@ -15,7 +15,8 @@
 //! Steps: find the repository's one pack; read its entry headers (kinds, order) and its commits;
 //! peel the refs to commits in the pack; select commits ([`super::select`]); build their bitmaps
 //! ancestors first ([`super::build`]); XOR each against the best of the ten entries written just
-//! before it (git's search, git's order: oldest commit first); serialize; and replace the files
+//! before it (git's search, git's order: newest commit first, so that the newest bitmaps, where
+//! most queries start, sit at the short ends of the XOR chains); serialize; and replace the files
 //! atomically: each is written to a temporary file in the pack directory, synced, made read-only
 //! (0444, as git makes them) and renamed over the old one, then the directory is synced. On any
 //! error the temporary files are removed and the old files stay as they were.
@@ -535,7 +536,7 @@ fn build_bitmaps(
         started.elapsed()
     );
 
-    // Collect, oldest first (git's order; an entry is XORed against older ones).
+    // Collect; written below newest first (an entry is XORed against newer ones).
     let mut entries: Vec<(u32, Reason, Encoded)> = Vec::new();
     let mut skipped = Vec::new();
     let mut covered = Bitmap::from_words(vec![0; objects.len().div_ceil(64)]);
@@ -579,7 +580,16 @@ fn build_bitmaps(
         builder.name_rest(&rest, covered, &|d| progress.update(d))?;
         builder.name_tags()?;
     }
-    entries.sort_by_key(|(c, _, _)| (graph.date(*c), graph.rank(*c)));
+    // Newest first, as git writes them: each entry is XORed against entries written before it,
+    // so chains grow towards the end of the file; the newest commits, where queries start,
+    // then resolve through a few links rather than through every older bitmap (oldest first,
+    // git.git's tip took a 200-link chain).
+    entries.sort_by_key(|(c, _, _)| {
+        (
+            std::cmp::Reverse(graph.date(*c)),
+            std::cmp::Reverse(graph.rank(*c)),
+        )
+    });
 
     progress.start(Stage::Writing, entries.len() as u64);
     let mut by_reason = [0usize; 4];
