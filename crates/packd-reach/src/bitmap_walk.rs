@@ -270,6 +270,9 @@ impl BitmapIndex {
         // With many tips, most are covered by the first bitmaps taken: knowing pack positions
         // (one bucketing pass) is cheaper than decoding every tip's bitmap.
         let check_covered = tips.len() > 16;
+        if check_covered {
+            self.objects.warm_positions();
+        }
         let mut commit_tips: Vec<(ObjectId, u32)> = Vec::new();
         for tip in tips {
             if let Some(target) = peeled.get(tip).filter(|_| use_peeled) {
@@ -334,6 +337,10 @@ impl BitmapIndex {
             if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
                 later.push((id, index_pos));
             }
+        }
+        if !plain.is_empty() || !later.is_empty() {
+            // A fill-in walk: it will need pack positions.
+            self.objects.warm_positions();
         }
         for (id, index_pos) in plain.into_iter().chain(later) {
             if check_covered && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit)) {

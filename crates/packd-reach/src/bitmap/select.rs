@@ -27,9 +27,13 @@
 //!    the most spikes; the oldest merge (a merge's bitmap covers both sides); the window's oldest
 //!    commit. Unlike git, a last partial window still gets its pick, so the oldest history is
 //!    covered too.
-//! 4. **Heavy fork points**: the [`MAX_FORK_BITMAPS`] fork points with the most spikes (at
+//! 4. **`HEAD`'s first-parent line**: every [`FIRST_PARENT_SPACING`]th of its newest
+//!    [`FIRST_PARENT_DEPTH`] commits, where most fetches' haves and `--not` revisions sit
+//!    (on git.git the walk from `HEAD~k`, k < 400, averages 12 commits, against 69 without and
+//!    114 with git's own selection).
+//! 5. **Heavy fork points**: the [`MAX_FORK_BITMAPS`] fork points with the most spikes (at
 //!    least [`MIN_FORK_WEIGHT`]) that still have no bitmap get one.
-//! 5. **Separate histories**: the tips of `refs/notes/*` and every tip whose history shares no
+//! 6. **Separate histories**: the tips of `refs/notes/*` and every tip whose history shares no
 //!    commit with `HEAD`'s (an orphan branch, `refs/meta/config`, an unrelated import) get a
 //!    bitmap whatever their number or namespace (up to [`MAX_SEPARATE_TIPS`]). No fill-in walk
 //!    from such a tip could ever land on a bitmap of the main history: without one on the tip
@@ -55,6 +59,10 @@ pub const MIN_REGION: usize = 20_000;
 pub const MIN_GAP: usize = 100;
 /// The widest window.
 pub const MAX_GAP: usize = 5_000;
+/// On `HEAD`'s first-parent line, every this many commits gets a bitmap...
+pub const FIRST_PARENT_SPACING: usize = 8;
+/// ...among its newest this many (at most 64 bitmaps).
+pub const FIRST_PARENT_DEPTH: usize = 512;
 /// Extra bitmaps for the fork points of the most spikes.
 pub const MAX_FORK_BITMAPS: usize = 100;
 /// A fork point needs this many spikes to get an extra bitmap.
@@ -283,6 +291,24 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
             .unwrap_or(span[span.len() - 1]);
         chosen.add(pick, Reason::Spacing);
         i = end;
+    }
+
+    // HEAD's first-parent line, after the spacing (whose windows it must not empty): where
+    // fetches and `--not` queries mostly start (a client's have is the default branch as it
+    // pulled it). Spacing by date leaves gaps of up to ~40 merges there on git.git, and a walk
+    // from inside a gap reads every topic merged in it (up to ~260 commits); a bitmap on every
+    // [`FIRST_PARENT_SPACING`]th commit bounds it to a few merges' topics.
+    if let Some(head) = tips.iter().find(|t| t.head) {
+        let mut c = head.commit;
+        for k in 0..FIRST_PARENT_DEPTH {
+            if k % FIRST_PARENT_SPACING == 0 {
+                chosen.add(c, Reason::Spacing);
+            }
+            match graph.parents(c).first() {
+                Some(&p) if p != NONE => c = p,
+                _ => break,
+            }
+        }
     }
 
     // The heaviest fork points.
