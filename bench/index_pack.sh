@@ -69,7 +69,8 @@ header() {
 
 exec > >(tee "$data/results/index-pack-$(date -u +%Y%m%d-%H%M).txt")
 echo "index-pack benchmark, $(date -u '+%F %T UTC'), $(git version), $(nproc) cores," \
-  "$(basename "$repo"), RUNS=$runs, packd $(cd "$root" && git rev-parse --short HEAD)"
+  "$(basename "$repo"), RUNS=$runs, $packd (checkout $(cd "$root" && git rev-parse --short HEAD))," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
 head=$(git -C "$repo" rev-parse HEAD)
 head_time=$(git -C "$repo" log -1 --format=%ct HEAD)
 client=$work/client.git
