@@ -18,8 +18,10 @@ use packd_odb::{Error, Location, ObjectId, Result};
 use packd_storage::Storage;
 use std::sync::Arc;
 
-/// Position lookups answered from a pack's `.rev` before its rank index is built.
-const REV_LOOKUPS: u32 = 256;
+/// Position lookups answered from a pack's `.rev` before its rank index is built: a search of
+/// the `.rev` (interpolation, see [`rev_search`]) costs about a microsecond, mostly page faults;
+/// the rank index's build a few milliseconds.
+const REV_LOOKUPS: u32 = 4096;
 
 /// The objects of a bitmap, and the map between their id order and their pack order.
 pub(crate) enum Bitmapped {
@@ -33,6 +35,8 @@ pub(crate) enum Bitmapped {
         lookups: std::sync::atomic::AtomicU32,
         /// Whether [`Bitmapped::warm_positions`] started the pack's position index.
         warming: std::sync::atomic::AtomicBool,
+        /// Set by the thread [`Bitmapped::warm_positions`] started once the index is built.
+        warmed: Arc<std::sync::atomic::AtomicBool>,
     },
     /// A multi-pack-index over several packs.
     Midx {
@@ -91,6 +95,7 @@ impl Bitmapped {
             rev,
             lookups: Default::default(),
             warming: Default::default(),
+            warmed: Default::default(),
         })
     }
 
@@ -213,20 +218,31 @@ impl Bitmapped {
     /// offsets, a few milliseconds on git.git) on a thread of its own, once: a fill-in walk
     /// that is about to ask many positions then finds it ready, or waits for the build already
     /// under way, instead of building it on the walk's own thread in the middle of the walk.
-    /// Meanwhile lookups use the `.rev` if there is one. Nothing to do for a
-    /// multi-pack-index, whose order is in its RIDX chunk or `.rev`.
+    /// Nothing to do for a pack with a `.rev` (searched instead, see [`Bitmapped::bit_of`]) or
+    /// a multi-pack-index, whose order is in its RIDX chunk or `.rev`.
     pub(crate) fn warm_positions(&self) {
-        if let Bitmapped::Pack { pack, warming, .. } = self {
-            if pack.has_reverse_index() || warming.swap(true, std::sync::atomic::Ordering::Relaxed)
+        if let Bitmapped::Pack {
+            pack,
+            rev,
+            warming,
+            warmed,
+            ..
+        } = self
+        {
+            if rev.is_some()
+                || pack.has_reverse_index()
+                || warming.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
                 return;
             }
             let pack = pack.clone();
+            let warmed = warmed.clone();
             // A failure to spawn only loses the head start.
             let _ = std::thread::Builder::new()
                 .name("pack-positions".into())
                 .spawn(move || {
                     let _ = pack.pack_position(0);
+                    warmed.store(true, std::sync::atomic::Ordering::Release);
                 });
         }
     }
@@ -258,28 +274,27 @@ impl Bitmapped {
     /// The pack position (bit) of the object at id-order position `pos`; `None` when the order
     /// does not place it. With a reverse index at hand, a binary search over it, as git does.
     pub(crate) fn bit_of(&self, pos: u32) -> Result<Option<u64>> {
-        // One pack: a binary search over the `.rev` reads two index entries per step; the
-        // rank index costs one bucketing pass (a few milliseconds on git/git), then a short
-        // scan per lookup. A query whose tips have bitmaps asks a handful of positions, a
-        // fill-in walk thousands: the first few use the `.rev`, the rest the rank index.
-        // Once a walk has started the rank index's build (`warm_positions`), lookups wait for
-        // it rather than search the `.rev`: each search touches ~19 cold pages of the `.rev`
-        // and `.idx`, and a few hundred of them cost more page faults than the build's one
-        // sequential pass.
+        // One pack: a search over the `.rev` reads two index entries per step; the rank index
+        // costs one bucketing pass (a few milliseconds on git/git), then a short scan per
+        // lookup. A query whose tips have bitmaps asks a handful of positions, a fill-in walk
+        // hundreds to thousands: the first [`REV_LOOKUPS`] search the `.rev`, the rest use the
+        // rank index. Without a `.rev`, a walk starts the rank index's build on another thread
+        // (`warm_positions`) while it reads its first commits.
         if let Bitmapped::Pack {
             pack,
             rev,
             lookups,
             warming,
+            warmed,
         } = self
         {
             let n = lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if rev.is_none()
-                || n >= REV_LOOKUPS
-                || warming.load(std::sync::atomic::Ordering::Relaxed)
-            {
-                return Ok(pack.pack_position(pos)?.map(u64::from));
-            }
+            let rank = warmed.load(std::sync::atomic::Ordering::Acquire)
+                || (n >= REV_LOOKUPS && !warming.load(std::sync::atomic::Ordering::Relaxed));
+            return match rev {
+                Some(rev) if !rank => rev_search(pack, rev, pos),
+                _ => Ok(pack.pack_position(pos)?.map(u64::from)),
+            };
         }
         let want = self.order_key(pos)?;
         let (mut lo, mut hi) = (0u32, self.len());
@@ -296,4 +311,76 @@ impl Bitmapped {
         }
         Ok((self.position_at(lo) == Some(pos)).then_some(lo as u64))
     }
+}
+
+/// The pack position of index position `pos` by a search over the `.rev` (pack positions in
+/// offset order): interpolation on the offsets first (entry offsets grow roughly evenly with
+/// pack position, so a few steps land next to it, each touching two cold pages where a binary
+/// search touches ~19 pairs), then bisection of what is left.
+fn rev_search(pack: &Pack, rev: &RevIndex, pos: u32) -> Result<Option<u64>> {
+    let n = pack.len();
+    if n == 0 {
+        return Ok(None);
+    }
+    let want = pack.index().offset(pos)?;
+    let offset_at = |p: u32| -> Result<Option<u64>> {
+        match rev.index_position(p) {
+            Some(i) => Ok(Some(pack.index().offset(i)?)),
+            None => Ok(None),
+        }
+    };
+    let found = |p: u32| Ok((rev.index_position(p) == Some(pos)).then_some(p as u64));
+    let (mut lo, mut hi) = (0u32, n - 1);
+    let (Some(mut lo_off), Some(mut hi_off)) = (offset_at(lo)?, offset_at(hi)?) else {
+        return Ok(None);
+    };
+    for _ in 0..8 {
+        if want < lo_off || want > hi_off {
+            return Ok(None);
+        }
+        if want == lo_off {
+            return found(lo);
+        }
+        if want == hi_off || hi - lo < 2 {
+            break;
+        }
+        // lo_off < want < hi_off here, so the guess lies strictly inside (lo, hi].
+        let guess =
+            lo + ((want - lo_off) as u128 * (hi - lo) as u128 / (hi_off - lo_off) as u128) as u32;
+        let guess = guess.clamp(lo + 1, hi - 1);
+        let Some(at) = offset_at(guess)? else {
+            return Ok(None);
+        };
+        match at.cmp(&want) {
+            std::cmp::Ordering::Equal => return found(guess),
+            std::cmp::Ordering::Less => {
+                lo = guess;
+                lo_off = at;
+            }
+            std::cmp::Ordering::Greater => {
+                hi = guess;
+                hi_off = at;
+            }
+        }
+    }
+    if want == hi_off {
+        return found(hi);
+    }
+    // Bisection over [lo, hi]: the first position whose offset is not below `want`.
+    let (mut a, mut b) = (lo, hi + 1);
+    while a < b {
+        let mid = a + (b - a) / 2;
+        let Some(at) = offset_at(mid)? else {
+            return Ok(None);
+        };
+        if at < want {
+            a = mid + 1;
+        } else {
+            b = mid;
+        }
+    }
+    if a >= n || offset_at(a)? != Some(want) {
+        return Ok(None);
+    }
+    found(a)
 }
