@@ -14,7 +14,7 @@
 use crate::walk;
 use crate::{FetchRequest, Filter, PackError, PackServer, ProgressSink};
 use packd_odb::pack::Pack;
-use packd_odb::{IdSet, Location, ObjectId, ObjectKind};
+use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind};
 use packd_reach::ewah::Bitmap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +50,9 @@ pub(crate) struct Planned {
     pub loose: Vec<ObjectId>,
     /// What the client has.
     pub had: Had,
+    /// For objects counted by walking, the client's version of the same path: a thin delta's
+    /// base when there is no bitmap to give name hashes.
+    pub path_bases: IdMap<ObjectId>,
 }
 
 impl Default for Planned {
@@ -60,6 +63,7 @@ impl Default for Planned {
             items: Vec::new(),
             loose: Vec::new(),
             had: Had::Ids(IdSet::default()),
+            path_bases: IdMap::default(),
         }
     }
 }
@@ -146,6 +150,7 @@ impl Sorter {
             items: self.items,
             loose: self.loose,
             had,
+            path_bases: IdMap::default(),
         }
     }
 }
@@ -274,7 +279,9 @@ impl PackServer {
             }
         }
         progress.finish("Counting objects", sorter.items.len() as u64);
-        Ok(sorter.finish(Had::Ids(counted.had)))
+        let mut planned = sorter.finish(Had::Ids(counted.had));
+        planned.path_bases = counted.path_bases;
+        Ok(planned)
     }
 
     /// Removes from `wanted` what the request's filter leaves out. Objects the client named in

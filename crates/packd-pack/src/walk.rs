@@ -9,6 +9,8 @@
 //! send     commits from the wants down, stopping at had commits (and at the cut)
 //! objects  send's commits, then their trees and blobs (filtered), minus what the root trees
 //!          of the client's haves hold
+//! bases    for a thin pack, the client's version of each changed path (its haves' trees by
+//!          path): the delta base of an object with no usable delta on disk
 //! ```
 
 use crate::{Deepen, FetchRequest, Filter, PackError, ShallowUpdate};
@@ -280,6 +282,8 @@ pub(crate) struct Counted {
     /// Objects the client is known to have (deltas may be made against them): the have
     /// commits and what their root trees hold.
     pub had: IdSet,
+    /// For objects to send, the client's version of the same path (see [`path_bases`]).
+    pub path_bases: IdMap<ObjectId>,
 }
 
 /// Counts the objects of `request` by walking, honouring shallow requests and filters.
@@ -356,7 +360,7 @@ pub(crate) fn count(
     }
     let mut depth_seen: IdMap<u64> = IdMap::default();
     let mut unfiltered = Vec::new();
-    for tree in had_trees {
+    for &tree in &had_trees {
         walk_tree(
             repo,
             tree,
@@ -407,6 +411,11 @@ pub(crate) fn count(
         }
         trees.push(walker.commit(id)?.tree);
     }
+    let path_bases = if request.thin && !had_trees.is_empty() {
+        path_bases(repo, &had_trees, &trees, &had, cancel)?
+    } else {
+        IdMap::default()
+    };
     for tree in trees {
         walk_tree(
             repo,
@@ -421,7 +430,109 @@ pub(crate) fn count(
     objects.retain(|id| !had.contains(id) || sent.contains(id));
     let mut unique = IdSet::default();
     objects.retain(|id| unique.insert(*id));
-    Ok(Counted { objects, had })
+    Ok(Counted {
+        objects,
+        had,
+        path_bases,
+    })
+}
+
+/// Have commits whose trees are read for [`path_bases`].
+const MAX_PATH_HAVES: usize = 16;
+
+/// Paths read from those trees, at most.
+const MAX_HAD_PATHS: usize = 1 << 20;
+
+/// For the objects under `sent_roots` that the client lacks, the object the client has at the
+/// same path under one of `had_roots` (its first [`MAX_PATH_HAVES`]), when it differs: the
+/// natural delta base of a thin pack. Bitmaps give this through their name-hash cache; without
+/// one, it is what keeps a fetch from sending every changed file whole.
+fn path_bases(
+    repo: &Repository,
+    had_roots: &[ObjectId],
+    sent_roots: &[ObjectId],
+    had: &IdSet,
+    cancel: &AtomicBool,
+) -> Result<IdMap<ObjectId>, PackError> {
+    // Paths are "dir/name", with a trailing '/' for trees so a tree and a blob never pair.
+    let mut had_paths: std::collections::HashMap<Vec<u8>, ObjectId> = Default::default();
+    let mut walked = IdSet::default();
+    let mut stack: Vec<(ObjectId, Vec<u8>)> = had_roots
+        .iter()
+        .take(MAX_PATH_HAVES)
+        .map(|t| (*t, Vec::new()))
+        .collect();
+    let read_tree = |id: &ObjectId| -> Result<Option<bytes::Bytes>, PackError> {
+        match repo.objects().read(id)? {
+            Some(object) if object.kind == ObjectKind::Tree => Ok(Some(object.data)),
+            _ => Ok(None),
+        }
+    };
+    while let Some((tree, prefix)) = stack.pop() {
+        if had_paths.len() >= MAX_HAD_PATHS {
+            break;
+        }
+        if !walked.insert(tree) {
+            continue;
+        }
+        if walked.len() % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        let Some(data) = read_tree(&tree)? else {
+            continue;
+        };
+        for entry in tree_entries(&tree, &data) {
+            let (mode, name, id) = entry?;
+            let mut path = prefix.clone();
+            path.extend_from_slice(name);
+            match mode & 0o170000 {
+                0o160000 => continue,
+                0o040000 => {
+                    path.push(b'/');
+                    had_paths.entry(path.clone()).or_insert(id);
+                    stack.push((id, path));
+                }
+                _ => {
+                    had_paths.entry(path).or_insert(id);
+                }
+            }
+        }
+    }
+    let mut bases = IdMap::default();
+    let mut walked = IdSet::default();
+    let mut stack: Vec<(ObjectId, Vec<u8>)> = sent_roots.iter().map(|t| (*t, Vec::new())).collect();
+    while let Some((tree, prefix)) = stack.pop() {
+        if had.contains(&tree) || !walked.insert(tree) {
+            continue;
+        }
+        if walked.len() % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        let Some(data) = read_tree(&tree)? else {
+            continue;
+        };
+        for entry in tree_entries(&tree, &data) {
+            let (mode, name, id) = entry?;
+            if had.contains(&id) || mode & 0o170000 == 0o160000 {
+                continue;
+            }
+            let mut path = prefix.clone();
+            path.extend_from_slice(name);
+            let is_tree = mode & 0o170000 == 0o040000;
+            if is_tree {
+                path.push(b'/');
+            }
+            if let Some(base) = had_paths.get(&path) {
+                if *base != id {
+                    bases.entry(id).or_insert(*base);
+                }
+            }
+            if is_tree {
+                stack.push((id, path));
+            }
+        }
+    }
+    Ok(bases)
 }
 
 /// Walks the tree `root` (at depth `depth`), appending to `out` each object not seen before at

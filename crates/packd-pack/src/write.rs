@@ -387,6 +387,16 @@ impl PackServer {
                 )?
             };
             let id = || pack.index().id(index_pos);
+            // Counted by walking (no bitmap): an object the client has an older version of
+            // goes as a thin delta against it rather than whole.
+            if !plan.path_bases.is_empty() && !matches!(send, Send::Reuse { delta: true, .. }) {
+                if let Some((header, data)) = self.delta_against_path_base(plan, &id())? {
+                    output.write(&header)?;
+                    output.write(&data)?;
+                    stats.new_deltas += 1;
+                    continue;
+                }
+            }
             let Send::Reuse { header, delta } = send else {
                 if searches > 0 {
                     searches -= 1;
@@ -577,6 +587,46 @@ impl PackServer {
     /// that is already written or, in a thin pack, that the client has. Returns the entry's
     /// header and compressed data, or `None` when there is no candidate or the delta would not
     /// beat the whole object.
+    /// A thin delta for `id` against the client's version of its path, when the walk found
+    /// one (see `walk::path_bases`) and the delta is less than half the object.
+    fn delta_against_path_base(
+        &self,
+        plan: &Planned,
+        id: &ObjectId,
+    ) -> Result<Option<NewEntry>, PackError> {
+        let Some(base_id) = plan.path_bases.get(id) else {
+            return Ok(None);
+        };
+        let objects = self.repo.objects();
+        let Some(target) = objects.read(id)? else {
+            return Ok(None);
+        };
+        if target.data.len() > MAX_SEARCH_SIZE || target.data.len() < 64 {
+            return Ok(None);
+        }
+        let Some(base) = objects.read(base_id)? else {
+            return Ok(None);
+        };
+        if base.kind != target.kind {
+            return Ok(None);
+        }
+        let Some(delta) =
+            crate::delta_encode::encode(&base.data, &target.data, target.data.len() / 2)
+        else {
+            return Ok(None);
+        };
+        let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut compressed = vec![0u8; compressor.zlib_compress_bound(delta.len())];
+        let n = compressor
+            .zlib_compress(&delta, &mut compressed)
+            .map_err(|e| PackError::Io(std::io::Error::other(format!("{id}: {e}"))))?;
+        compressed.truncate(n);
+        let mut header = Vec::with_capacity(32);
+        encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
+        header.extend_from_slice(base_id.as_bytes());
+        Ok(Some((header, compressed)))
+    }
+
     fn delta_against_known(
         &self,
         plan: &Planned,

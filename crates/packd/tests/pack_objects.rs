@@ -1283,3 +1283,96 @@ fn damaged_entry_is_reported_not_sent() {
         );
     }
 }
+
+/// Without a bitmap (no name hashes), a thin fetch of a few commits that each change one line
+/// of large files sends those files as deltas against the versions the client has, as git
+/// does, not whole: the pack stays near git's size, and completes with `--fix-thin`.
+#[test]
+fn thin_fetch_without_bitmap_sends_changed_files_as_deltas() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("nobitmap.git");
+    let mut stream = Vec::new();
+    let big = |version: usize, file: usize| -> String {
+        (0..2000)
+            .map(|line| {
+                if line == 1000 {
+                    format!("file {file} version {version}\n")
+                } else {
+                    // Pseudo-random lines: a whole file does not compress to nothing.
+                    let x = (file * 2000 + line) as u64;
+                    let r = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    format!("{file} {line} {r:016x} {:016x}\n", r.rotate_left(29) ^ x)
+                }
+            })
+            .collect()
+    };
+    for version in 0..12 {
+        stream.extend_from_slice(
+            format!(
+                "commit refs/heads/main\ncommitter A <a@example.com> {} +0000\ndata 2\nc\n",
+                1_700_000_000 + version
+            )
+            .as_bytes(),
+        );
+        for file in 0..4 {
+            let body = big(version, file);
+            stream.extend_from_slice(
+                format!(
+                    "M 644 inline d{file}/big.txt\ndata {}\n{body}\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        stream.push(b'\n');
+    }
+    repo.fast_import(&stream);
+    repo.git(&["repack", "-adf", "-q", "--no-write-bitmap-index"]);
+    assert!(
+        !std::fs::read_dir(repo.pack_dir())
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "bitmap")),
+        "the repository must have no bitmap"
+    );
+    let want = vec![repo.git_str(&["rev-parse", "main"])];
+    let have = vec![repo.git_str(&["rev-parse", "main~3"])];
+    let ours = pack_objects(&repo, &["--thin"], &want, &have);
+    let input = format!("{}\n^{}\n", want[0], have[0]);
+    let theirs = repo.git_stdin(
+        &[
+            "pack-objects",
+            "--revs",
+            "--stdout",
+            "--thin",
+            "--delta-base-offset",
+            "-q",
+        ],
+        input.as_bytes(),
+    );
+    let whole_file = big(11, 0).len();
+    assert!(
+        ours.pack.len() < whole_file,
+        "12 changed files should be deltas: packd sent {} bytes, one file is {whole_file}",
+        ours.pack.len()
+    );
+    assert!(
+        ours.pack.len() <= 2 * theirs.len(),
+        "packd sent {} bytes, git {}",
+        ours.pack.len(),
+        theirs.len()
+    );
+    // The client at main~3 completes the thin pack and has everything.
+    let client = repo_with(&sb, "client.git", &repo, &have);
+    let indexed = index_pack(&client, &ours.pack, true);
+    let needed = exact(&repo, &want, &have);
+    assert!(
+        needed.is_subset(&indexed.ids),
+        "missing from the pack: {}",
+        show(&needed.difference(&indexed.ids).cloned().collect())
+    );
+    let fsck = client.git_run(&["fsck", "--strict", want[0].as_str()], None);
+    assert!(fsck.success(), "{}", fsck.err());
+}
