@@ -18,10 +18,9 @@ use packd_odb::{Error, Location, ObjectId, Result};
 use packd_storage::Storage;
 use std::sync::Arc;
 
-/// Position lookups answered from a pack's `.rev` before its rank index is built: a search of
-/// the `.rev` (interpolation, see [`rev_search`]) costs about a microsecond, mostly page faults;
-/// the rank index's build a few milliseconds.
-const REV_LOOKUPS: u32 = 4096;
+/// Position lookups answered from a pack's `.rev` before its rank index is built, when no walk
+/// started the build on its own thread (see [`Bitmapped::bit_of`]).
+const REV_LOOKUPS: u32 = 256;
 
 /// The objects of a bitmap, and the map between their id order and their pack order.
 pub(crate) enum Bitmapped {
@@ -218,20 +217,17 @@ impl Bitmapped {
     /// offsets, a few milliseconds on git.git) on a thread of its own, once: a fill-in walk
     /// that is about to ask many positions then finds it ready, or waits for the build already
     /// under way, instead of building it on the walk's own thread in the middle of the walk.
-    /// Nothing to do for a pack with a `.rev` (searched instead, see [`Bitmapped::bit_of`]) or
-    /// a multi-pack-index, whose order is in its RIDX chunk or `.rev`.
+    /// Meanwhile lookups search the `.rev` if there is one. Nothing to do for a
+    /// multi-pack-index, whose order is in its RIDX chunk or `.rev`.
     pub(crate) fn warm_positions(&self) {
         if let Bitmapped::Pack {
             pack,
-            rev,
             warming,
             warmed,
             ..
         } = self
         {
-            if rev.is_some()
-                || pack.has_reverse_index()
-                || warming.swap(true, std::sync::atomic::Ordering::Relaxed)
+            if pack.has_reverse_index() || warming.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
                 return;
             }
@@ -277,9 +273,10 @@ impl Bitmapped {
         // One pack: a search over the `.rev` reads two index entries per step; the rank index
         // costs one bucketing pass (a few milliseconds on git/git), then a short scan per
         // lookup. A query whose tips have bitmaps asks a handful of positions, a fill-in walk
-        // hundreds to thousands: the first [`REV_LOOKUPS`] search the `.rev`, the rest use the
-        // rank index. Without a `.rev`, a walk starts the rank index's build on another thread
-        // (`warm_positions`) while it reads its first commits.
+        // hundreds to thousands. A walk starts the rank index's build on another thread
+        // (`warm_positions`) and searches the `.rev`, if any, until the index is ready
+        // (measured on git.git: searching the `.rev` for all of a walk's 1,400 lookups cost
+        // more than the build); without a walk, the first [`REV_LOOKUPS`] search the `.rev`.
         if let Bitmapped::Pack {
             pack,
             rev,
