@@ -213,6 +213,9 @@ pub fn check_object(
     Ok(links)
 }
 
+/// Pushes of fewer objects are checked on one thread.
+const PARALLEL_FROM: usize = 512;
+
 /// Checks every object of `incoming` (the quarantine) against `repo`: well formed, each link in
 /// `incoming` or `repo`, and byte-identical to the repository's copy when `repo` has it too.
 /// Then checks that each of `tips` is in one or the other. Runs on all cores; the first problem
@@ -229,33 +232,39 @@ pub fn check_incoming(
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
         Ok(incoming.locate_packed(id)?.is_some() || in_repo.contains(id)?)
     };
-    ids.par_iter()
-        .try_for_each(|id| -> Result<(), CheckError> {
-            let object = incoming
-                .read(id)?
-                .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
-            let existing = if in_repo.contains(id)? {
-                repo.read(id)?
-            } else {
-                None
-            };
-            if let Some(existing) = existing {
-                if existing.kind != object.kind || existing.data != object.data {
-                    return Err(CheckError::Collision(*id));
-                }
-                // Already in the repository: connected by the invariant.
-                return Ok(());
+    let check = |id: &ObjectId| -> Result<(), CheckError> {
+        let object = incoming
+            .read(id)?
+            .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
+        let existing = if in_repo.contains(id)? {
+            repo.read(id)?
+        } else {
+            None
+        };
+        if let Some(existing) = existing {
+            if existing.kind != object.kind || existing.data != object.data {
+                return Err(CheckError::Collision(*id));
             }
-            for link in check_object(id, object.kind, &object.data)? {
-                if !present(&link)? {
-                    return Err(CheckError::Missing {
-                        missing: link,
-                        from: *id,
-                    });
-                }
+            // Already in the repository: connected by the invariant.
+            return Ok(());
+        }
+        for link in check_object(id, object.kind, &object.data)? {
+            if !present(&link)? {
+                return Err(CheckError::Missing {
+                    missing: link,
+                    from: *id,
+                });
             }
-            Ok(())
-        })?;
+        }
+        Ok(())
+    };
+    // A small push is checked on this thread: starting a thread pool would cost more than
+    // the checks.
+    if ids.len() < PARALLEL_FROM {
+        ids.iter().try_for_each(check)?;
+    } else {
+        ids.par_iter().try_for_each(check)?;
+    }
     for tip in tips {
         if !present(tip)? {
             return Err(CheckError::MissingTip(*tip));

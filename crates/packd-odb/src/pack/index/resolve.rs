@@ -14,6 +14,10 @@ use crate::{delta, zlib, Error, ObjectId, ObjectKind, Result};
 use packd_storage::Blob;
 use rayon::prelude::*;
 
+/// Packs of fewer entries are resolved on the calling thread: starting a thread pool would cost
+/// more than a small push's deltas.
+const PARALLEL_FROM: usize = 512;
+
 /// The resolved object of each entry, in entry order, and the bases read from outside the pack.
 #[derive(Debug)]
 pub struct Resolved {
@@ -134,31 +138,34 @@ pub fn resolve(
         .filter(|&i| matches!(entries[i as usize].kind, EntryKind::Base(_)))
         .collect();
     let mut objects: Vec<Option<(ObjectId, ObjectKind)>> = vec![None; entries.len()];
-    let resolved: Vec<Vec<Done>> = roots
-        .par_iter()
-        .map(|&r| {
-            let entry = &entries[r as usize];
-            let EntryKind::Base(kind) = entry.kind else {
-                return Ok(Vec::new());
-            };
-            let id = entry.id.ok_or_else(|| {
-                Error::corrupt(pack.name(), entry.offset, "a whole object without an id")
-            })?;
-            let has_children = children.of_offset(entry.offset).next().is_some()
-                || children.of_id(&id).next().is_some();
-            let mut out = vec![(r, id, kind)];
-            if has_children {
-                let data = inflate(pack, entry)?;
-                out.extend(resolve_tree(
-                    pack,
-                    entries,
-                    &children,
-                    (Some(entry.offset), id, kind, data),
-                )?);
-            }
-            Ok(out)
-        })
-        .collect::<Result<_>>()?;
+    let small = entries.len() < PARALLEL_FROM;
+    let resolve_root = |&r: &u32| {
+        let entry = &entries[r as usize];
+        let EntryKind::Base(kind) = entry.kind else {
+            return Ok(Vec::new());
+        };
+        let id = entry.id.ok_or_else(|| {
+            Error::corrupt(pack.name(), entry.offset, "a whole object without an id")
+        })?;
+        let has_children = children.of_offset(entry.offset).next().is_some()
+            || children.of_id(&id).next().is_some();
+        let mut out = vec![(r, id, kind)];
+        if has_children {
+            let data = inflate(pack, entry)?;
+            out.extend(resolve_tree(
+                pack,
+                entries,
+                &children,
+                (Some(entry.offset), id, kind, data),
+            )?);
+        }
+        Ok(out)
+    };
+    let resolved: Vec<Vec<Done>> = if small {
+        roots.iter().map(resolve_root).collect::<Result<_>>()?
+    } else {
+        roots.par_iter().map(resolve_root).collect::<Result<_>>()?
+    };
     for (i, id, kind) in resolved.into_iter().flatten() {
         objects[i as usize] = Some((id, kind));
     }
@@ -173,17 +180,22 @@ pub fn resolve(
     outside.dedup();
     let mut external_bases = Vec::new();
     if let (Some(external), false) = (external, outside.is_empty()) {
-        let found: Vec<Option<(ObjectId, Vec<Done>)>> = outside
-            .par_iter()
-            .map(|base| {
-                // A base that is itself a delta of this pack would have been resolved above.
-                let Some((kind, data)) = external(base)? else {
-                    return Ok(None);
-                };
-                let tree = resolve_tree(pack, entries, &children, (None, *base, kind, data))?;
-                Ok(Some((*base, tree)))
-            })
-            .collect::<Result<_>>()?;
+        let resolve_outside = |base: &ObjectId| -> Result<Option<(ObjectId, Vec<Done>)>> {
+            // A base that is itself a delta of this pack would have been resolved above.
+            let Some((kind, data)) = external(base)? else {
+                return Ok(None);
+            };
+            let tree = resolve_tree(pack, entries, &children, (None, *base, kind, data))?;
+            Ok(Some((*base, tree)))
+        };
+        let found: Vec<Option<(ObjectId, Vec<Done>)>> = if small {
+            outside.iter().map(resolve_outside).collect::<Result<_>>()?
+        } else {
+            outside
+                .par_iter()
+                .map(resolve_outside)
+                .collect::<Result<_>>()?
+        };
         for (base, tree) in found.into_iter().flatten() {
             external_bases.push(base);
             for (i, id, kind) in tree {
