@@ -454,66 +454,57 @@ fn path_bases(
     had: &IdSet,
     cancel: &AtomicBool,
 ) -> Result<IdMap<ObjectId>, PackError> {
-    // Paths are "dir/name", with a trailing '/' for trees so a tree and a blob never pair.
     let mut had_paths: std::collections::HashMap<Vec<u8>, ObjectId> = Default::default();
-    let mut walked = IdSet::default();
-    let mut stack: Vec<(ObjectId, Vec<u8>)> = had_roots
-        .iter()
-        .take(MAX_PATH_HAVES)
-        .map(|t| (*t, Vec::new()))
-        .collect();
-    let read_tree = |id: &ObjectId| -> Result<Option<bytes::Bytes>, PackError> {
-        match repo.objects().read(id)? {
-            Some(object) if object.kind == ObjectKind::Tree => Ok(Some(object.data)),
-            _ => Ok(None),
-        }
-    };
-    while let Some((tree, prefix)) = stack.pop() {
-        if had_paths.len() >= MAX_HAD_PATHS {
-            break;
-        }
-        if !walked.insert(tree) {
-            continue;
-        }
-        if walked.len() % CANCEL_EVERY == 0 {
-            cancelled(cancel)?;
-        }
-        let Some(data) = read_tree(&tree)? else {
-            continue;
-        };
-        for entry in tree_entries(&tree, &data) {
-            let (mode, name, id) = entry?;
-            let mut path = prefix.clone();
-            path.extend_from_slice(name);
-            match mode & 0o170000 {
-                0o160000 => continue,
-                0o040000 => {
-                    path.push(b'/');
-                    had_paths.entry(path.clone()).or_insert(id);
-                    stack.push((id, path));
-                }
-                _ => {
-                    had_paths.entry(path).or_insert(id);
+    let had_roots = &had_roots[..had_roots.len().min(MAX_PATH_HAVES)];
+    walk_paths(repo, had_roots, &|_| false, cancel, &mut |path, id| {
+        had_paths.entry(path.to_vec()).or_insert(id);
+        had_paths.len() < MAX_HAD_PATHS
+    })?;
+    let mut bases = IdMap::default();
+    walk_paths(
+        repo,
+        sent_roots,
+        &|id| had.contains(id),
+        cancel,
+        &mut |path, id| {
+            if let Some(base) = had_paths.get(path) {
+                if *base != id {
+                    bases.entry(id).or_insert(*base);
                 }
             }
-        }
-    }
-    let mut bases = IdMap::default();
+            true
+        },
+    )?;
+    Ok(bases)
+}
+
+/// Calls `visit(path, id)` for every entry under the trees `roots` but those `skip` names (and
+/// what lies under them), each tree read once; gitlinks are left out. Paths are "dir/name", with
+/// a trailing '/' for trees, so that a tree and a blob never share one. Stops when `visit`
+/// answers false.
+fn walk_paths(
+    repo: &Repository,
+    roots: &[ObjectId],
+    skip: &dyn Fn(&ObjectId) -> bool,
+    cancel: &AtomicBool,
+    visit: &mut dyn FnMut(&[u8], ObjectId) -> bool,
+) -> Result<(), PackError> {
     let mut walked = IdSet::default();
-    let mut stack: Vec<(ObjectId, Vec<u8>)> = sent_roots.iter().map(|t| (*t, Vec::new())).collect();
+    let mut stack: Vec<(ObjectId, Vec<u8>)> = roots.iter().map(|t| (*t, Vec::new())).collect();
     while let Some((tree, prefix)) = stack.pop() {
-        if had.contains(&tree) || !walked.insert(tree) {
+        if skip(&tree) || !walked.insert(tree) {
             continue;
         }
         if walked.len() % CANCEL_EVERY == 0 {
             cancelled(cancel)?;
         }
-        let Some(data) = read_tree(&tree)? else {
-            continue;
+        let data = match repo.objects().read(&tree)? {
+            Some(object) if object.kind == ObjectKind::Tree => object.data,
+            _ => continue,
         };
         for entry in tree_entries(&tree, &data) {
             let (mode, name, id) = entry?;
-            if had.contains(&id) || mode & 0o170000 == 0o160000 {
+            if skip(&id) || mode & 0o170000 == 0o160000 {
                 continue;
             }
             let mut path = prefix.clone();
@@ -522,17 +513,15 @@ fn path_bases(
             if is_tree {
                 path.push(b'/');
             }
-            if let Some(base) = had_paths.get(&path) {
-                if *base != id {
-                    bases.entry(id).or_insert(*base);
-                }
+            if !visit(&path, id) {
+                return Ok(());
             }
             if is_tree {
                 stack.push((id, path));
             }
         }
     }
-    Ok(bases)
+    Ok(())
 }
 
 /// Walks the tree `root` (at depth `depth`), appending to `out` each object not seen before at

@@ -134,6 +134,17 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
 #[derive(Debug, Clone)]
 struct Note(String);
 
+/// A 200 response whose body streams from a worker thread, typed `content_type`, never cached.
+fn streamed(body: Body, content_type: &'static str) -> Response<Body> {
+    let mut resp = Response::new(body);
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("packd"));
+    no_cache(&mut resp);
+    resp
+}
+
 fn no_cache(resp: &mut Response<Body>) {
     let h = resp.headers_mut();
     h.insert(
@@ -668,13 +679,7 @@ async fn upload_pack(
         access_log::write(&log);
         // Dropping the writer (and its sender) ends the response body.
     });
-    let mut resp = Response::new(stream.boxed());
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(RESULT));
-    resp.headers_mut()
-        .insert(header::SERVER, HeaderValue::from_static("packd"));
-    no_cache(&mut resp);
-    Ok(resp)
+    Ok(streamed(stream.boxed(), RESULT))
 }
 
 /// The response body fed by upload-pack's thread. Dropping it (the client hung up, or the

@@ -80,6 +80,30 @@ fn temp_name(prefix: &str) -> String {
     )
 }
 
+/// Resolves the deltas of `entries` (read from `blob`), telling `progress`, and lists the
+/// index entries of the pack as received.
+fn resolve_and_list(
+    blob: &dyn packd_storage::Blob,
+    entries: &[crate::pack::data::input::InputEntry],
+    external: Option<&ExternalBase>,
+    progress: &mut dyn FnMut(&str, u64, u64),
+) -> Result<(crate::pack::index::resolve::Resolved, Vec<IndexEntry>)> {
+    let total = entries.len() as u64;
+    progress("Resolving deltas", 0, total);
+    let resolved = resolve(blob, entries, external)?;
+    progress("Resolving deltas", total, total);
+    let index = entries
+        .iter()
+        .zip(&resolved.objects)
+        .map(|(e, (id, _))| IndexEntry {
+            id: *id,
+            offset: e.offset,
+            crc32: e.crc32,
+        })
+        .collect();
+    Ok((resolved, index))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -122,25 +146,10 @@ pub fn index_pack(
         }
     };
     let external: Option<&ExternalBase> = if odb.is_some() { Some(&lookup) } else { None };
-    progress("Resolving deltas", 0, parsed.entries.len() as u64);
-    let resolved = resolve(blob.as_ref(), &parsed.entries, external)?;
+    let (resolved, mut index) =
+        resolve_and_list(blob.as_ref(), &parsed.entries, external, progress)?;
     drop(blob);
-    progress(
-        "Resolving deltas",
-        parsed.entries.len() as u64,
-        parsed.entries.len() as u64,
-    );
 
-    let mut index: Vec<IndexEntry> = parsed
-        .entries
-        .iter()
-        .zip(&resolved.objects)
-        .map(|(e, (id, _))| IndexEntry {
-            id: *id,
-            offset: e.offset,
-            crc32: e.crc32,
-        })
-        .collect();
     let mut checksum = parsed.checksum;
     let mut appended = 0u32;
     if !resolved.external_bases.is_empty() {
@@ -245,24 +254,8 @@ pub fn index_pack_file(
         dir
     });
     let blob = storage.open(file_name)?;
-    progress("Resolving deltas", 0, parsed.entries.len() as u64);
-    let resolved = resolve(blob.as_ref(), &parsed.entries, None)?;
+    let (_, mut index) = resolve_and_list(blob.as_ref(), &parsed.entries, None, progress)?;
     drop(blob);
-    progress(
-        "Resolving deltas",
-        parsed.entries.len() as u64,
-        parsed.entries.len() as u64,
-    );
-    let mut index: Vec<IndexEntry> = parsed
-        .entries
-        .iter()
-        .zip(&resolved.objects)
-        .map(|(e, (id, _))| IndexEntry {
-            id: *id,
-            offset: e.offset,
-            crc32: e.crc32,
-        })
-        .collect();
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
     let idx_bytes = encode_v2(&mut index, &parsed.checksum);

@@ -26,7 +26,9 @@
 //! before it wrote anything gets a plain-text error status instead. The access log line is
 //! written by the push's thread when it is done.
 
-use super::{full, lookup, no_cache, text, Body, ChannelWriter, Lookup, CHUNK, QUEUED_CHUNKS};
+use super::{
+    full, lookup, no_cache, streamed, text, Body, ChannelWriter, Lookup, CHUNK, QUEUED_CHUNKS,
+};
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::paths::PathError;
@@ -35,7 +37,7 @@ use bytes::{Buf, Bytes};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header;
 use hyper::{Request, Response, StatusCode};
 use packd_odb::pack::data::input::InputLimits;
 use packd_protocol::{pkt_line, ReceivePack, ReceivePackOptions};
@@ -498,13 +500,7 @@ pub(super) async fn receive_pack(
         rx,
         _guard: guard,
     };
-    let mut resp = Response::new(stream.boxed());
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(RESULT));
-    resp.headers_mut()
-        .insert(header::SERVER, HeaderValue::from_static("packd"));
-    no_cache(&mut resp);
-    Ok(resp)
+    Ok(streamed(stream.boxed(), RESULT))
 }
 
 /// The response body fed by receive-pack's thread: the chunk that started the response, then
