@@ -643,6 +643,7 @@ async fn upload_pack(
     let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
     let cancel = Arc::new(AtomicBool::new(false));
     let stream = ChannelBody {
+        first: None,
         rx,
         cancel: cancel.clone(),
         _guard: guard,
@@ -682,9 +683,11 @@ async fn upload_pack(
     Ok(streamed(stream.boxed(), RESULT))
 }
 
-/// The response body fed by upload-pack's thread. Dropping it (the client hung up, or the
-/// response ended) sets the cancel flag.
+/// The response body fed by a worker thread (upload-pack's, receive-pack's): `first`, if any,
+/// then the chunks as they come. Dropping it (the client hung up, or the response ended) sets
+/// the cancel flag.
 struct ChannelBody {
+    first: Option<Bytes>,
     rx: mpsc::Receiver<Bytes>,
     cancel: Arc<AtomicBool>,
     /// Keeps the connection marked busy (not idle) while the response streams.
@@ -699,6 +702,9 @@ impl http_body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
             Poll::Ready(None) => Poll::Ready(None),

@@ -104,6 +104,17 @@ fn resolve_and_list(
     Ok((resolved, index))
 }
 
+/// Index positions in pack (offset) order: what a `.rev` file holds.
+fn pack_order(index: &[IndexEntry]) -> Vec<u32> {
+    let mut by_offset: Vec<(u64, u32)> = index
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.offset, i as u32))
+        .collect();
+    by_offset.sort_unstable();
+    by_offset.into_iter().map(|(_, i)| i).collect()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -182,14 +193,7 @@ pub fn index_pack(
     let pack_path = pack_dir.join(format!("pack-{hex}.pack"));
     let idx_path = pack_dir.join(format!("pack-{hex}.idx"));
     let idx_bytes = encode_v2(&mut index, &checksum);
-    // Index positions in pack order, for a .rev.
-    let mut by_offset: Vec<(u64, u32)> = index
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.offset, i as u32))
-        .collect();
-    by_offset.sort_unstable();
-    let pack_order = by_offset.into_iter().map(|(_, i)| i).collect();
+    let pack_order = pack_order(&index);
 
     let existed = pack_path.exists() && idx_path.exists();
     if !existed {
@@ -259,12 +263,7 @@ pub fn index_pack_file(
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
     let idx_bytes = encode_v2(&mut index, &parsed.checksum);
-    let mut by_offset: Vec<(u64, u32)> = index
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.offset, i as u32))
-        .collect();
-    by_offset.sort_unstable();
+    let pack_order = pack_order(&index);
     let idx_dir = idx_path.parent().unwrap_or(Path::new("."));
     let idx_tmp = idx_dir.join(temp_name("idx"));
     let idx_guard = TempFile(Some(idx_tmp.clone()));
@@ -286,7 +285,7 @@ pub fn index_pack_file(
             .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
             .count() as u32,
         existed: false,
-        pack_order: by_offset.into_iter().map(|(_, i)| i).collect(),
+        pack_order,
     })
 }
 

@@ -27,14 +27,14 @@
 //! written by the push's thread when it is done.
 
 use super::{
-    full, lookup, no_cache, streamed, text, Body, ChannelWriter, Lookup, CHUNK, QUEUED_CHUNKS,
+    full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup, CHUNK,
+    QUEUED_CHUNKS,
 };
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::paths::PathError;
 use crate::Shared;
 use bytes::{Buf, Bytes};
-use http_body::Frame;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header;
@@ -42,10 +42,8 @@ use hyper::{Request, Response, StatusCode};
 use packd_odb::pack::data::input::InputLimits;
 use packd_protocol::{pkt_line, ReceivePack, ReceivePackOptions};
 use std::io::{Read, Write};
-use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -495,40 +493,14 @@ pub(super) async fn receive_pack(
             ),
         });
     };
-    let stream = PushBody {
+    let stream = ChannelBody {
         first: Some(first),
         rx,
+        // receive-pack stops on its own when the client goes: nothing to cancel.
+        cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         _guard: guard,
     };
     Ok(streamed(stream.boxed(), RESULT))
-}
-
-/// The response body fed by receive-pack's thread: the chunk that started the response, then
-/// the rest as it comes.
-struct PushBody {
-    first: Option<Bytes>,
-    rx: mpsc::Receiver<Bytes>,
-    /// Keeps the connection marked busy (not idle) while the push runs.
-    _guard: BusyGuard,
-}
-
-impl http_body::Body for PushBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        if let Some(first) = self.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
 }
 
 #[cfg(test)]
