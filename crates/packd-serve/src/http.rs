@@ -134,6 +134,27 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
 #[derive(Debug, Clone)]
 struct Note(String);
 
+/// Checks a POST's Content-Type against `expected`; answers whether its body is gzipped, or
+/// the 415 to send.
+fn request_encoding(req: &Request<Incoming>, expected: &str) -> Result<bool, Response<Body>> {
+    if header_str(req, header::CONTENT_TYPE) != expected {
+        let why = format!("expected Content-Type: {expected}");
+        return Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why));
+    }
+    match req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?"))
+    {
+        None | Some("identity") => Ok(false),
+        Some("gzip") | Some("x-gzip") => Ok(true),
+        Some(other) => {
+            let why = format!("unsupported Content-Encoding '{}'", other.escape_debug());
+            Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why))
+        }
+    }
+}
+
 /// A 200 response whose body streams from a worker thread, typed `content_type`, never cached.
 fn streamed(body: Body, content_type: &'static str) -> Response<Body> {
     let mut resp = Response::new(body);
@@ -575,31 +596,9 @@ async fn upload_pack(
     guard: BusyGuard,
 ) -> Result<Response<Body>, (Response<Body>, LogLine)> {
     let limit = shared.limits.max_request_bytes;
-    if header_str(&req, header::CONTENT_TYPE) != REQUEST {
-        return Err((
-            text(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("expected Content-Type: {REQUEST}"),
-            ),
-            log,
-        ));
-    }
-    let gzip = match req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?"))
-    {
-        None | Some("identity") => false,
-        Some("gzip") | Some("x-gzip") => true,
-        Some(other) => {
-            return Err((
-                text(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    format!("unsupported Content-Encoding '{}'", other.escape_debug()),
-                ),
-                log,
-            ))
-        }
+    let gzip = match request_encoding(&req, REQUEST) {
+        Ok(gzip) => gzip,
+        Err(resp) => return Err((resp, log)),
     };
     let declared = req
         .headers()

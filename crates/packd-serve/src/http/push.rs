@@ -342,21 +342,9 @@ pub(super) async fn receive_pack(
 ) -> Result<Response<Body>, (Response<Body>, LogLine)> {
     let head_limit = shared.limits.max_request_bytes;
     let pack_limit = shared.limits.max_push_bytes;
-    if super::header_str(&req, header::CONTENT_TYPE) != REQUEST {
-        let why = format!("expected Content-Type: {REQUEST}");
-        return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log));
-    }
-    let gzip = match req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?"))
-    {
-        None | Some("identity") => false,
-        Some("gzip") | Some("x-gzip") => true,
-        Some(other) => {
-            let why = format!("unsupported Content-Encoding '{}'", other.escape_debug());
-            return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log));
-        }
+    let gzip = match super::request_encoding(&req, REQUEST) {
+        Ok(gzip) => gzip,
+        Err(resp) => return Err((resp, log)),
     };
     // Raw bytes: the two parts' limits, plus room for what gzip adds.
     let body_limit = head_limit
