@@ -135,11 +135,10 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
 struct Note(String);
 
 /// Checks a POST's Content-Type against `expected`; answers whether its body is gzipped, or
-/// the 415 to send.
-fn request_encoding(req: &Request<Incoming>, expected: &str) -> Result<bool, Response<Body>> {
+/// why it is refused (with 415).
+fn request_encoding(req: &Request<Incoming>, expected: &str) -> Result<bool, String> {
     if header_str(req, header::CONTENT_TYPE) != expected {
-        let why = format!("expected Content-Type: {expected}");
-        return Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why));
+        return Err(format!("expected Content-Type: {expected}"));
     }
     match req
         .headers()
@@ -148,10 +147,10 @@ fn request_encoding(req: &Request<Incoming>, expected: &str) -> Result<bool, Res
     {
         None | Some("identity") => Ok(false),
         Some("gzip") | Some("x-gzip") => Ok(true),
-        Some(other) => {
-            let why = format!("unsupported Content-Encoding '{}'", other.escape_debug());
-            Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why))
-        }
+        Some(other) => Err(format!(
+            "unsupported Content-Encoding '{}'",
+            other.escape_debug()
+        )),
     }
 }
 
@@ -598,7 +597,7 @@ async fn upload_pack(
     let limit = shared.limits.max_request_bytes;
     let gzip = match request_encoding(&req, REQUEST) {
         Ok(gzip) => gzip,
-        Err(resp) => return Err((resp, log)),
+        Err(why) => return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log)),
     };
     let declared = req
         .headers()

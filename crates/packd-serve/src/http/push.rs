@@ -344,7 +344,7 @@ pub(super) async fn receive_pack(
     let pack_limit = shared.limits.max_push_bytes;
     let gzip = match super::request_encoding(&req, REQUEST) {
         Ok(gzip) => gzip,
-        Err(resp) => return Err((resp, log)),
+        Err(why) => return Err((text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why), log)),
     };
     // Raw bytes: the two parts' limits, plus room for what gzip adds.
     let body_limit = head_limit
