@@ -136,7 +136,15 @@ fn serve_push(
             return;
         }
     };
-    let receive = packd_protocol::ReceivePack::new(&git_dir, Default::default());
+    // The same bound on the pack as over HTTP (`--max-push-bytes`).
+    let options = packd_protocol::ReceivePackOptions {
+        limits: packd_odb::pack::data::input::InputLimits {
+            max_bytes: shared.limits.max_push_bytes,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let receive = packd_protocol::ReceivePack::new(&git_dir, options);
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let result = receive
         .advertise(writer)

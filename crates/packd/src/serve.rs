@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "100m", value_parser = crate::parse_size)]
     max_request_bytes: u64,
 
-    /// Largest pack one push may send over HTTP (k/m/g suffixes). The pack is streamed into
+    /// Largest pack one push may send, over HTTP or git:// (k/m/g suffixes). The pack is streamed into
     /// receive-pack as it arrives (memory stays bounded whatever its size); a larger one is
     /// refused with git's "unpack" error and nothing is kept. The commands before the pack stay
     /// bounded by --max-request-bytes.

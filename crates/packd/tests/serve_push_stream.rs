@@ -165,6 +165,18 @@ fn pack_over_max_push_bytes_is_refused_and_leaves_nothing() {
     assert_eq!(refs(&server), before_refs);
     assert_eq!(server.packs(), before_packs);
     fsck(&server);
+    // git:// has the same bound.
+    let run = client.git_run(&["push", &srv.git_url("srv.git"), "main"], None);
+    assert!(!run.success(), "a push over the limit went through git://");
+    assert!(
+        run.err()
+            .contains("the pack is larger than the 1048576 bytes allowed"),
+        "unclear refusal over git://:\n{}",
+        run.err()
+    );
+    assert_eq!(refs(&server), before_refs);
+    assert_eq!(server.packs(), before_packs);
+    fsck(&server);
     let help = server.packd(&["serve", "--help"], None);
     assert!(
         help.out().contains("--max-push-bytes <BYTES>") && help.out().contains("[default: 4g]"),
