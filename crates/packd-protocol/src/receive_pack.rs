@@ -320,6 +320,15 @@ impl ReceivePack {
         Ok((commands, asked))
     }
 
+    /// `text` with the repository's own path left out of the paths it names.
+    fn relative(&self, text: &str) -> String {
+        let mut prefix = self.git_dir.display().to_string();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        text.replace(&prefix, "")
+    }
+
     /// Serves one push after the advertisement: commands, pack, checks, ref updates, report.
     pub fn serve(
         &self,
@@ -356,7 +365,9 @@ impl ReceivePack {
             let mut report = Vec::new();
             let status = match &unpack {
                 Ok(()) => "unpack ok\n".to_string(),
-                Err(e) => format!("unpack {}\n", one_line(e)),
+                // Paths inside the repository are named relative to it: the client has
+                // no business knowing where the server keeps its repositories.
+                Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
             };
             pkt_line::write_text(&mut report, &status)?;
             for (c, r) in commands.iter().zip(&results) {

@@ -162,6 +162,11 @@ fn pack_over_max_push_bytes_is_refused_and_leaves_nothing() {
         run.err()
     );
     assert!(run.err().contains("[remote rejected]"), "{}", run.err());
+    assert!(
+        !run.err().contains(root.to_str().unwrap()),
+        "the refusal names the server's own paths:\n{}",
+        run.err()
+    );
     assert_eq!(refs(&server), before_refs);
     assert_eq!(server.packs(), before_packs);
     fsck(&server);
