@@ -52,6 +52,18 @@ impl<'a> RefReader<'a> {
         }
     }
 
+    /// Where the loose file of ref `name` lives: the worktree's own git directory for
+    /// per-worktree refs (`HEAD`, `refs/bisect/*`, ...), the common directory for the rest.
+    fn loose_path(&self, name: &str) -> std::path::PathBuf {
+        let per_worktree = !name.starts_with("refs/") || name.starts_with("refs/bisect/");
+        let dir = if per_worktree {
+            self.git_dir
+        } else {
+            self.common_dir
+        };
+        dir.join(name)
+    }
+
     /// The id a full ref name points at, following symbolic refs.
     pub fn resolve_full(&self, name: &str) -> Result<Option<ObjectId>> {
         let mut name = name.to_string();
@@ -59,13 +71,7 @@ impl<'a> RefReader<'a> {
             if !is_valid_ref_path(&name) {
                 return Ok(None);
             }
-            let per_worktree = !name.starts_with("refs/") || name.starts_with("refs/bisect/");
-            let dir = if per_worktree {
-                self.git_dir
-            } else {
-                self.common_dir
-            };
-            let path = dir.join(&name);
+            let path = self.loose_path(&name);
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
                     let text = text.trim_end();
@@ -113,13 +119,7 @@ impl<'a> RefReader<'a> {
         if !is_valid_ref_path(name) {
             return Ok(None);
         }
-        let per_worktree = !name.starts_with("refs/") || name.starts_with("refs/bisect/");
-        let dir = if per_worktree {
-            self.git_dir
-        } else {
-            self.common_dir
-        };
-        let path = dir.join(name);
+        let path = self.loose_path(name);
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(text
                 .trim_end()

@@ -43,8 +43,9 @@ pub struct RepositoryOptions {
 }
 
 /// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
-/// linked worktree, in the directory its `commondir` file names.
-fn is_git_dir(dir: &Path) -> bool {
+/// linked worktree, in the directory its `commondir` file names. Servers use it to tell
+/// repositories from other directories without opening them.
+pub fn is_git_dir(dir: &Path) -> bool {
     if !dir.join("HEAD").is_file() {
         return false;
     }

@@ -204,6 +204,49 @@ impl Window {
 /// An entry made for this pack: its header and compressed data.
 type NewEntry = (Vec<u8>, Vec<u8>);
 
+/// How a delta made for this pack names its base.
+enum DeltaBase {
+    /// An entry written earlier in this pack, this many bytes back.
+    Ofs(u64),
+    /// By id: the client has it (thin pack), or does not take offset deltas.
+    Ref(ObjectId),
+}
+
+/// `data` deflated for a pack entry; an error names `id`.
+fn deflate(
+    compressor: &mut libdeflater::Compressor,
+    id: &ObjectId,
+    data: &[u8],
+) -> Result<Vec<u8>, PackError> {
+    let mut compressed = vec![0u8; compressor.zlib_compress_bound(data.len())];
+    let n = compressor
+        .zlib_compress(data, &mut compressed)
+        .map_err(|e| PackError::Io(std::io::Error::other(format!("compressing {id}: {e}"))))?;
+    compressed.truncate(n);
+    Ok(compressed)
+}
+
+/// The entry of `delta` (for object `id`) against `base`.
+fn delta_entry(
+    compressor: &mut libdeflater::Compressor,
+    id: &ObjectId,
+    delta: &[u8],
+    base: DeltaBase,
+) -> Result<NewEntry, PackError> {
+    let mut header = Vec::with_capacity(32);
+    match base {
+        DeltaBase::Ofs(distance) => {
+            encode_type_and_size(&mut header, OFS_DELTA, delta.len() as u64);
+            encode_ofs_distance(&mut header, distance);
+        }
+        DeltaBase::Ref(base_id) => {
+            encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
+            header.extend_from_slice(base_id.as_bytes());
+        }
+    }
+    Ok((header, deflate(compressor, id, delta)?))
+}
+
 /// How one entry is sent.
 enum Send {
     /// Reused: the entry's compressed bytes after a new header.
@@ -390,7 +433,9 @@ impl PackServer {
             // Counted by walking (no bitmap): an object the client has an older version of
             // goes as a thin delta against it rather than whole.
             if !plan.path_bases.is_empty() && !matches!(send, Send::Reuse { delta: true, .. }) {
-                if let Some((header, data)) = self.delta_against_path_base(plan, &id())? {
+                if let Some((header, data)) =
+                    self.delta_against_path_base(plan, &id(), &mut compressor)?
+                {
                     output.write(&header)?;
                     output.write(&data)?;
                     stats.new_deltas += 1;
@@ -400,9 +445,15 @@ impl PackServer {
             let Send::Reuse { header, delta } = send else {
                 if searches > 0 {
                     searches -= 1;
-                    if let Some((header, data)) =
-                        self.delta_against_known(plan, i, &id(), ofs_delta, thin, &new_offsets)?
-                    {
+                    if let Some((header, data)) = self.delta_against_known(
+                        plan,
+                        i,
+                        &id(),
+                        ofs_delta,
+                        thin,
+                        &new_offsets,
+                        &mut compressor,
+                    )? {
                         output.write(&header)?;
                         output.write(&data)?;
                         stats.new_deltas += 1;
@@ -582,17 +633,13 @@ impl PackServer {
         })
     }
 
-    /// A new delta for the object `id` (the `i`th of the plan), whose delta on disk cannot be
-    /// sent: against another version of the same path (same name-hash in the bitmap's cache)
-    /// that is already written or, in a thin pack, that the client has. Returns the entry's
-    /// header and compressed data, or `None` when there is no candidate or the delta would not
-    /// beat the whole object.
     /// A thin delta for `id` against the client's version of its path, when the walk found
     /// one (see `walk::path_bases`) and the delta is less than half the object.
     fn delta_against_path_base(
         &self,
         plan: &Planned,
         id: &ObjectId,
+        compressor: &mut libdeflater::Compressor,
     ) -> Result<Option<NewEntry>, PackError> {
         let Some(base_id) = plan.path_bases.get(id) else {
             return Ok(None);
@@ -615,18 +662,15 @@ impl PackServer {
         else {
             return Ok(None);
         };
-        let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
-        let mut compressed = vec![0u8; compressor.zlib_compress_bound(delta.len())];
-        let n = compressor
-            .zlib_compress(&delta, &mut compressed)
-            .map_err(|e| PackError::Io(std::io::Error::other(format!("{id}: {e}"))))?;
-        compressed.truncate(n);
-        let mut header = Vec::with_capacity(32);
-        encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
-        header.extend_from_slice(base_id.as_bytes());
-        Ok(Some((header, compressed)))
+        delta_entry(compressor, id, &delta, DeltaBase::Ref(*base_id)).map(Some)
     }
 
+    /// A new delta for the object `id` (the `i`th of the plan), whose delta on disk cannot be
+    /// sent: against another version of the same path (same name-hash in the bitmap's cache)
+    /// that is already written or, in a thin pack, that the client has. Returns the entry's
+    /// header and compressed data, or `None` when there is no candidate or the delta would not
+    /// beat the whole object.
+    #[allow(clippy::too_many_arguments)]
     fn delta_against_known(
         &self,
         plan: &Planned,
@@ -635,6 +679,7 @@ impl PackServer {
         ofs_delta: bool,
         thin: bool,
         new_offsets: &[u64],
+        compressor: &mut libdeflater::Compressor,
     ) -> Result<Option<NewEntry>, PackError> {
         let (Some(index), Had::Bits(had)) = (&self.bitmap, &plan.had) else {
             return Ok(None);
@@ -708,7 +753,7 @@ impl PackServer {
             same_name.len(),
             order.len()
         );
-        let mut best: Option<NewEntry> = None;
+        let mut best: Option<(Vec<u8>, DeltaBase)> = None;
         let mut best_len = target.data.len() / 2;
         // Of those, the closest in size (unrelated objects can share a name-hash: every root
         // tree of every branch, notes included, has the empty path's).
@@ -730,29 +775,17 @@ impl PackServer {
             let base = objects.read_at(&base_id, &location)?;
             tracing::trace!("{id}: trying {base_id} ({} bytes)", base.data.len());
             if let Some(delta) = crate::delta_encode::encode(&base.data, &target.data, best_len) {
-                let mut compressor =
-                    libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
-                let mut compressed = vec![0u8; compressor.zlib_compress_bound(delta.len())];
-                let n = compressor
-                    .zlib_compress(&delta, &mut compressed)
-                    .map_err(|e| PackError::Io(std::io::Error::other(format!("{id}: {e}"))))?;
-                compressed.truncate(n);
-                let mut header = Vec::with_capacity(32);
-                match written {
-                    Some(j) if ofs_delta => {
-                        encode_type_and_size(&mut header, OFS_DELTA, delta.len() as u64);
-                        encode_ofs_distance(&mut header, new_offsets[i] - new_offsets[j]);
-                    }
-                    _ => {
-                        encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
-                        header.extend_from_slice(base_id.as_bytes());
-                    }
-                }
                 best_len = delta.len();
-                best = Some((header, compressed));
+                let base = match written {
+                    Some(j) if ofs_delta => DeltaBase::Ofs(new_offsets[i] - new_offsets[j]),
+                    _ => DeltaBase::Ref(base_id),
+                };
+                best = Some((delta, base));
             }
         }
-        Ok(best)
+        // Only the smallest delta is compressed.
+        best.map(|(delta, base)| delta_entry(compressor, id, &delta, base))
+            .transpose()
     }
 
     /// Writes `id` as a whole object, compressed anew.
@@ -782,12 +815,8 @@ impl PackServer {
             object.kind.pack_type(),
             object.data.len() as u64,
         );
-        let mut compressed = vec![0u8; compressor.zlib_compress_bound(object.data.len())];
-        let n = compressor
-            .zlib_compress(&object.data, &mut compressed)
-            .map_err(|e| PackError::Io(std::io::Error::other(format!("compressing {id}: {e}"))))?;
         output.write(&header)?;
-        output.write(&compressed[..n])?;
+        output.write(&deflate(compressor, id, &object.data)?)?;
         Ok(())
     }
 }

@@ -119,9 +119,6 @@ pub struct UploadPackOptions {
     pub keepalive: std::time::Duration,
     /// Send progress on side-band 2 (the client may still turn it off with `no-progress`).
     pub progress: bool,
-    /// Budget of the clone cache kept in each repository (`<git dir>/packd-cache/clone`): the
-    /// packs of clones, so that the next identical clone is a file copy. 0 keeps none.
-    pub clone_cache_bytes: u64,
 }
 
 impl Default for UploadPackOptions {
@@ -134,7 +131,6 @@ impl Default for UploadPackOptions {
             max_haves: 1_000_000,
             keepalive: std::time::Duration::from_secs(5),
             progress: true,
-            clone_cache_bytes: 1 << 30,
         }
     }
 }

@@ -158,19 +158,24 @@ impl<'r> PktReader<'r> {
         }
     }
 
+    /// The packet `kind` stands for (its data is in the buffer).
+    fn packet(&self, kind: PeekedKind) -> Packet<'_> {
+        match kind {
+            PeekedKind::Data(n) => Packet::Data(&self.buf[..n]),
+            PeekedKind::Flush => Packet::Flush,
+            PeekedKind::Delim => Packet::Delim,
+            PeekedKind::ResponseEnd => Packet::ResponseEnd,
+            PeekedKind::Eof => Packet::Eof,
+        }
+    }
+
     /// The next packet.
     pub fn read(&mut self) -> Result<Packet<'_>, ProtocolError> {
         let kind = match self.peeked.take() {
             Some(k) => k,
             None => self.fill()?,
         };
-        Ok(match kind {
-            PeekedKind::Data(n) => Packet::Data(&self.buf[..n]),
-            PeekedKind::Flush => Packet::Flush,
-            PeekedKind::Delim => Packet::Delim,
-            PeekedKind::ResponseEnd => Packet::ResponseEnd,
-            PeekedKind::Eof => Packet::Eof,
-        })
+        Ok(self.packet(kind))
     }
 
     /// The next packet, left to be read again by [`PktReader::read`].
@@ -183,13 +188,7 @@ impl<'r> PktReader<'r> {
                 k
             }
         };
-        Ok(match kind {
-            PeekedKind::Data(n) => Packet::Data(&self.buf[..n]),
-            PeekedKind::Flush => Packet::Flush,
-            PeekedKind::Delim => Packet::Delim,
-            PeekedKind::ResponseEnd => Packet::ResponseEnd,
-            PeekedKind::Eof => Packet::Eof,
-        })
+        Ok(self.packet(kind))
     }
 
     /// The next packet as a text line (trailing newline removed), or the special packet.

@@ -54,30 +54,18 @@ fn clean(s: &str) -> std::borrow::Cow<'_, str> {
 /// Writes `line` to the log.
 pub fn write(line: &LogLine) {
     let ms = format!("{:.1}", line.start.elapsed().as_secs_f64() * 1000.0);
-    if line.note.is_empty() {
-        tracing::info!(
-            target: TARGET,
-            remote = %line.remote,
-            method = %line.method,
-            repo = %clean(&line.repo),
-            service = %clean(&line.service),
-            status = %line.status,
-            bytes = line.bytes,
-            objects = line.objects,
-            ms = %ms,
-        );
-    } else {
-        tracing::info!(
-            target: TARGET,
-            remote = %line.remote,
-            method = %line.method,
-            repo = %clean(&line.repo),
-            service = %clean(&line.service),
-            status = %line.status,
-            bytes = line.bytes,
-            objects = line.objects,
-            ms = %ms,
-            note = %clean(&line.note),
-        );
-    }
+    // An empty note is left out of the line.
+    let note = (!line.note.is_empty()).then(|| clean(&line.note));
+    tracing::info!(
+        target: TARGET,
+        remote = %line.remote,
+        method = %line.method,
+        repo = %clean(&line.repo),
+        service = %clean(&line.service),
+        status = %line.status,
+        bytes = line.bytes,
+        objects = line.objects,
+        ms = %ms,
+        note = note.as_ref().map(tracing::field::display),
+    );
 }

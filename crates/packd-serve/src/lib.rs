@@ -65,6 +65,8 @@ pub struct Config {
     pub cache_capacity: usize,
     /// upload-pack policy.
     pub upload_pack: UploadPackOptions,
+    /// Budget of each repository's clone cache (`--clone-cache-bytes`; 0: none).
+    pub clone_cache_bytes: u64,
     /// Accept pushes (receive-pack) from anyone who can reach the server; otherwise they are
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
@@ -153,7 +155,11 @@ impl Server {
             daemon,
             shared: Arc::new(Shared {
                 root,
-                cache: repos::RepoCache::new(config.cache_capacity, config.upload_pack.clone()),
+                cache: repos::RepoCache::new(
+                    config.cache_capacity,
+                    config.upload_pack.clone(),
+                    config.clone_cache_bytes,
+                ),
                 limits: config.limits,
                 allow_push: config.allow_push,
                 create_on_push: config.create_on_push,

@@ -8,6 +8,7 @@
 //! git directory found is canonicalized (symlinks resolved) and must still lie inside the
 //! canonical root: a symlink pointing out of the root is refused like a `..`.
 
+use packd_odb::repository::is_git_dir;
 use std::path::{Component, Path, PathBuf};
 
 /// Why a requested path was not mapped to a repository.
@@ -109,19 +110,6 @@ pub fn check_relative(decoded: &str) -> Result<PathBuf, PathError> {
         ));
     }
     Ok(out)
-}
-
-/// Whether `dir` looks like a git directory: `HEAD`, `objects/` and `refs/` (or a `commondir`
-/// file, as in a linked worktree's git directory).
-pub fn is_git_dir(dir: &Path) -> bool {
-    if !dir.join("HEAD").is_file() {
-        return false;
-    }
-    let common = match std::fs::read_to_string(dir.join("commondir")) {
-        Ok(text) => dir.join(text.trim_end()),
-        Err(_) => dir.to_path_buf(),
-    };
-    common.join("objects").is_dir() && common.join("refs").is_dir()
 }
 
 /// The git directory of the repository at `dir`: `dir` itself when bare, `dir/.git` for a work

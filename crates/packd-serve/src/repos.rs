@@ -80,11 +80,14 @@ pub struct RepoCache {
     inner: Mutex<Inner>,
     capacity: usize,
     options: UploadPackOptions,
+    /// Budget of each repository's clone cache (0: none).
+    clone_cache_bytes: u64,
 }
 
 impl RepoCache {
-    /// A cache of at most `capacity` repositories (at least 1), serving with `options`.
-    pub fn new(capacity: usize, options: UploadPackOptions) -> RepoCache {
+    /// A cache of at most `capacity` repositories (at least 1), serving with `options`, each
+    /// keeping up to `clone_cache_bytes` of clone packs (see `packd_pack::clone_cache`).
+    pub fn new(capacity: usize, options: UploadPackOptions, clone_cache_bytes: u64) -> RepoCache {
         RepoCache {
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
@@ -92,6 +95,7 @@ impl RepoCache {
             }),
             capacity: capacity.max(1),
             options,
+            clone_cache_bytes,
         }
     }
 
@@ -125,7 +129,7 @@ impl RepoCache {
         // Opened outside the lock: other repositories keep being served meanwhile. Two first
         // requests to one repository may both open it; the later insert wins, which is harmless.
         let repo = Arc::new(Repository::open(git_dir, &RepositoryOptions::default())?);
-        let cache = CloneCacheConfig::in_repository(&repo, self.options.clone_cache_bytes);
+        let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
         let packs = Arc::new(PackServer::open(repo)?.with_clone_cache(cache));
         let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
         let mut inner = self.inner.lock();
@@ -183,7 +187,7 @@ mod tests {
     fn cached_until_packs_change() {
         let tmp = tempfile::tempdir().unwrap();
         let git_dir = repo(tmp.path());
-        let cache = RepoCache::new(4, UploadPackOptions::default());
+        let cache = RepoCache::new(4, UploadPackOptions::default(), 0);
         let a = cache.get(&git_dir).unwrap();
         let b = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "second lookup reopened");
@@ -203,7 +207,7 @@ mod tests {
     #[test]
     fn bounded() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = RepoCache::new(2, UploadPackOptions::default());
+        let cache = RepoCache::new(2, UploadPackOptions::default(), 0);
         let dirs: Vec<PathBuf> = (0..3)
             .map(|i| repo(&tmp.path().join(i.to_string())))
             .collect();

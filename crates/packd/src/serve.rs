@@ -116,10 +116,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             max_push_bytes: args.max_push_bytes,
         },
         cache_capacity: args.max_open_repos.max(1),
-        upload_pack: UploadPackOptions {
-            clone_cache_bytes: args.clone_cache_bytes,
-            ..UploadPackOptions::default()
-        },
+        upload_pack: UploadPackOptions::default(),
+        clone_cache_bytes: args.clone_cache_bytes,
         allow_push: args.allow_push,
         create_on_push: args.create_on_push,
         auth,

@@ -127,11 +127,7 @@ pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
             .context("cannot open the repository's packs")?
             .with_clone_cache(cache),
     );
-    let options = UploadPackOptions {
-        clone_cache_bytes: args.clone_cache_bytes,
-        ..UploadPackOptions::default()
-    };
-    let upload = UploadPack::new(packs, options);
+    let upload = UploadPack::new(packs, UploadPackOptions::default());
     let version = ProtocolVersion::from_git_protocol(std::env::var("GIT_PROTOCOL").ok().as_deref());
     let mode = if args.stateless_rpc {
         Mode::Stateless

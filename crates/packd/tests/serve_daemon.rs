@@ -10,32 +10,21 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-fn ls_remote(f: &Fixture, version: &str, target: &str) -> String {
-    let run = f.git(&[
-        "-c",
-        &format!("protocol.version={version}"),
-        "ls-remote",
-        target,
-    ]);
-    run.assert_success();
-    run.out()
-}
-
 #[test]
 fn ls_remote_matches_git_v0_and_v2() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     let local = f.repo.path.to_str().unwrap().to_string();
     for version in ["0", "2"] {
-        let expected = ls_remote(&f, version, &local);
+        let expected = f.ls_remote(version, &local);
         assert!(expected.contains("refs/heads/side"), "{expected}");
         assert_eq!(
-            ls_remote(&f, version, &server.git_url("repo.git")),
+            f.ls_remote(version, &server.git_url("repo.git")),
             expected,
             "protocol v{version}"
         );
         assert_eq!(
-            ls_remote(&f, version, &server.git_url("repo")),
+            f.ls_remote(version, &server.git_url("repo")),
             expected,
             "protocol v{version}, no .git"
         );
@@ -170,8 +159,8 @@ fn refusals() {
         "{}",
         run.err()
     );
-    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
-    assert_eq!(ls_remote(&f, "2", &server.git_url("repo.git")), expected);
+    let expected = f.ls_remote("2", f.repo.path.to_str().unwrap());
+    assert_eq!(f.ls_remote("2", &server.git_url("repo.git")), expected);
 }
 
 #[test]

@@ -10,29 +10,18 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-fn ls_remote(f: &Fixture, version: &str, target: &str) -> String {
-    let run = f.git(&[
-        "-c",
-        &format!("protocol.version={version}"),
-        "ls-remote",
-        target,
-    ]);
-    run.assert_success();
-    run.out()
-}
-
 #[test]
 fn ls_remote_matches_git_v0_v1_v2() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     let local = f.repo.path.to_str().unwrap().to_string();
     for version in ["0", "1", "2"] {
-        let expected = ls_remote(&f, version, &local);
+        let expected = f.ls_remote(version, &local);
         assert!(expected.contains("refs/tags/v1.0^{}"), "{expected}");
-        let got = ls_remote(&f, version, &server.http_url("repo.git"));
+        let got = f.ls_remote(version, &server.http_url("repo.git"));
         assert_eq!(got, expected, "protocol v{version}");
         // Without the .git suffix too.
-        let got = ls_remote(&f, version, &server.http_url("repo"));
+        let got = f.ls_remote(version, &server.http_url("repo"));
         assert_eq!(got, expected, "protocol v{version}, no .git");
     }
     let log = server.log_text();
@@ -476,8 +465,8 @@ fn client_hangup_mid_clone_leaves_server_healthy() {
         drop(s);
     }
     assert!(server.alive(), "server died:\n{}", server.log_text());
-    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
-    assert_eq!(ls_remote(&f, "2", &server.http_url("repo.git")), expected);
+    let expected = f.ls_remote("2", f.repo.path.to_str().unwrap());
+    assert_eq!(f.ls_remote("2", &server.http_url("repo.git")), expected);
     assert!(
         !server.log_text().contains("panicked"),
         "{}",
@@ -530,6 +519,6 @@ fn client_that_stops_reading_is_dropped_after_idle_timeout() {
     }
     drop(s);
     assert!(server.alive());
-    let expected = ls_remote(&f, "2", f.repo.path.to_str().unwrap());
-    assert_eq!(ls_remote(&f, "2", &server.http_url("repo.git")), expected);
+    let expected = f.ls_remote("2", f.repo.path.to_str().unwrap());
+    assert_eq!(f.ls_remote("2", &server.http_url("repo.git")), expected);
 }

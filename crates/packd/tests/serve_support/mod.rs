@@ -178,6 +178,18 @@ impl Fixture {
         self.sandbox.git_run_in(self.sandbox.path(), args, None)
     }
 
+    /// `git -c protocol.version=VERSION ls-remote TARGET`, which must succeed: its output.
+    pub fn ls_remote(&self, version: &str, target: &str) -> String {
+        let run = self.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "ls-remote",
+            target,
+        ]);
+        run.assert_success();
+        run.out()
+    }
+
     /// `git show-ref --head` of a repository, sorted, plus its HEAD symref.
     pub fn refs_of(&self, path: &Path) -> String {
         let run = self.sandbox.git_run_in(path, &["show-ref", "--head"], None);
