@@ -213,9 +213,6 @@ pub fn check_object(
     Ok(links)
 }
 
-/// Pushes of fewer objects are checked on one thread.
-const PARALLEL_FROM: usize = 512;
-
 /// Checks every object of `incoming` (the quarantine) against `repo`: well formed, each link in
 /// `incoming` or `repo`, and byte-identical to the repository's copy when `repo` has it too.
 /// Then checks that each of `tips` is in one or the other. Runs on all cores; the first problem
@@ -260,7 +257,7 @@ pub fn check_incoming(
     };
     // A small push is checked on this thread: starting a thread pool would cost more than
     // the checks.
-    if ids.len() < PARALLEL_FROM {
+    if ids.len() < crate::PARALLEL_FROM {
         ids.iter().try_for_each(check)?;
     } else {
         ids.par_iter().try_for_each(check)?;

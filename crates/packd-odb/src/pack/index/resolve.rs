@@ -14,10 +14,6 @@ use crate::{delta, zlib, Error, ObjectId, ObjectKind, Result};
 use packd_storage::Blob;
 use rayon::prelude::*;
 
-/// Packs of fewer entries are resolved on the calling thread: starting a thread pool would cost
-/// more than a small push's deltas.
-const PARALLEL_FROM: usize = 512;
-
 /// The resolved object of each entry, in entry order, and the bases read from outside the pack.
 #[derive(Debug)]
 pub struct Resolved {
@@ -138,7 +134,7 @@ pub fn resolve(
         .filter(|&i| matches!(entries[i as usize].kind, EntryKind::Base(_)))
         .collect();
     let mut objects: Vec<Option<(ObjectId, ObjectKind)>> = vec![None; entries.len()];
-    let small = entries.len() < PARALLEL_FROM;
+    let small = entries.len() < crate::PARALLEL_FROM;
     let resolve_root = |&r: &u32| {
         let entry = &entries[r as usize];
         let EntryKind::Base(kind) = entry.kind else {
