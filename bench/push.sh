@@ -12,15 +12,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-packd=${PACKD:-$root/target/release/packd}
-data=$here/data
-mkdir -p "$data/results"
-[[ $# -eq 1 ]] || { echo "usage: bench/push.sh REPO" >&2; exit 2; }
-[[ -x $packd ]] || (cd "$root" && cargo build --release)
-export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
-# shellcheck source=lib/copies.sh
-source "$here/lib/copies.sh"
+# shellcheck source=lib/setup.sh
+source "$here/lib/setup.sh"
 
 "$here/make-synthetic-repo.sh" "$data/synthetic.git" >&2
 repo=$(bitmapped_copy "$1" true)
