@@ -139,34 +139,6 @@ fn bitmapped(repo: &Repo) -> Vec<String> {
 }
 
 /// A copy of `repo` (all files), for git to write its own bitmap in.
-fn copy_repo(sb: &Sandbox, repo: &Repo, name: &str) -> Repo {
-    let path = sb.path().join(name);
-    let run = run_cmd(
-        {
-            let mut c = std::process::Command::new("cp");
-            c.arg("-a").arg(&repo.path).arg(&path);
-            c
-        },
-        None,
-        GIT_TIMEOUT,
-    );
-    run.assert_success();
-    Repo {
-        path: path.clone(),
-        git_dir: path,
-        home: repo.home.clone(),
-    }
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 fn with_ext(pack: &Path, ext: &str) -> PathBuf {
     pack.with_extension(ext)
 }
@@ -281,7 +253,7 @@ fn git_accepts_the_bitmaps_of_a_repository_with_many_spikes() {
         assert_git_verifies(&repo, id);
     }
 
-    let gits = copy_repo(&sb, &repo, "gits.git");
+    let gits = repo.copy_as(&sb, "gits.git");
     for f in [&bitmap_file, &rev_file] {
         std::fs::remove_file(gits.pack_dir().join(f.file_name().unwrap())).unwrap();
     }
@@ -375,7 +347,7 @@ fn options_leave_out_the_table_the_hash_cache_and_the_rev() {
     assert!(!bitmap.has_lookup_table() && !bitmap.has_name_hash_cache());
     let main = repo.git_str(&["rev-parse", "main"]);
     assert_git_verifies(&repo, &main);
-    let gits = copy_repo(&sb, &repo, "gits.git");
+    let gits = repo.copy_as(&sb, "gits.git");
     std::fs::remove_file(with_ext(&gits.packs()[0], "bitmap")).unwrap();
     gits.git(&["repack", "-adbq"]);
     for q in &QUERIES[..4] {

@@ -79,27 +79,6 @@ fn three_packs(sb: &Sandbox, name: &str) -> (Repo, Vec<String>) {
     (repo, dups)
 }
 
-fn copy_repo(sb: &Sandbox, repo: &Repo, name: &str) -> Repo {
-    let path = sb.path().join(name);
-    let mut c = std::process::Command::new("cp");
-    c.arg("-a").arg(&repo.path).arg(&path);
-    run_cmd(c, None, GIT_TIMEOUT).assert_success();
-    Repo {
-        path: path.clone(),
-        git_dir: path,
-        home: repo.home.clone(),
-    }
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 fn midx_bitmaps(repo: &Repo) -> Vec<String> {
     files_in(&repo.pack_dir())
         .into_iter()
@@ -189,7 +168,7 @@ fn compare_counts(ours: &Repo, theirs: &Repo, query: &[&str]) {
 fn git_accepts_packds_multi_pack_index_bitmap_and_agrees_with_its_own() {
     let sb = Sandbox::new();
     let (repo, _dups) = three_packs(&sb, "three.git");
-    let theirs = copy_repo(&sb, &repo, "theirs.git");
+    let theirs = repo.copy_as(&sb, "theirs.git");
     theirs.git(&["multi-pack-index", "write", "--bitmap"]);
     assert_eq!(midx_bitmaps(&theirs).len(), 1);
 
@@ -277,7 +256,7 @@ fn git_accepts_packds_multi_pack_index_bitmap_and_agrees_with_its_own() {
 fn one_pack_with_midx_and_a_preferred_pack() {
     let sb = Sandbox::new();
     let (repo, _) = three_packs(&sb, "one.git");
-    let one = copy_repo(&sb, &repo, "one-pack.git");
+    let one = repo.copy_as(&sb, "one-pack.git");
     one.git(&["-c", "repack.writeBitmaps=false", "repack", "-adq"]);
     assert_eq!(one.packs().len(), 1);
     write_bitmap(&one, &["--midx"]).assert_success();

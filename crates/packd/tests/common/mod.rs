@@ -75,6 +75,16 @@ impl Run {
     }
 }
 
+/// The names of the entries of `dir`, sorted.
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -268,6 +278,19 @@ pub struct Repo {
 }
 
 impl Repo {
+    /// A copy of this bare repository (`cp -a`) named `name` in `sb`.
+    pub fn copy_as(&self, sb: &Sandbox, name: &str) -> Repo {
+        let path = sb.path().join(name);
+        let mut cp = Command::new("cp");
+        cp.arg("-a").arg(&self.path).arg(&path);
+        run_cmd(cp, None, GIT_TIMEOUT).assert_success();
+        Repo {
+            path: path.clone(),
+            git_dir: path,
+            home: self.home.clone(),
+        }
+    }
+
     pub fn objects_dir(&self) -> PathBuf {
         self.git_dir.join("objects")
     }
