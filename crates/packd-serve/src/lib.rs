@@ -219,10 +219,13 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-async fn accept_http(
+/// Accepts connections on `listener` for ever, handing each to `serve` with a connection
+/// permit, or to `refuse` when `--max-connections` are already open.
+async fn accept_loop(
     listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
     permits: Arc<Semaphore>,
+    serve: impl Fn(tokio::net::TcpStream, std::net::SocketAddr, tokio::sync::OwnedSemaphorePermit),
+    refuse: impl Fn(tokio::net::TcpStream, std::net::SocketAddr),
 ) {
     loop {
         let (stream, remote) = match listener.accept().await {
@@ -233,19 +236,29 @@ async fn accept_http(
             }
         };
         match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    http::serve_connection(shared, stream, remote).await;
-                    drop(permit);
-                });
-            }
-            Err(_) => {
-                tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, answering 503");
-                tokio::spawn(refuse_busy(stream));
-            }
+            Ok(permit) => serve(stream, remote, permit),
+            Err(_) => refuse(stream, remote),
         }
     }
+}
+
+async fn accept_http(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+) {
+    let serve = |stream, remote, permit| {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            http::serve_connection(shared, stream, remote).await;
+            drop(permit);
+        });
+    };
+    let refuse = |stream, remote| {
+        tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, answering 503");
+        tokio::spawn(refuse_busy(stream));
+    };
+    accept_loop(listener, permits, serve, refuse).await;
 }
 
 /// Answers 503 on a connection beyond `--max-connections` and closes it.
@@ -269,24 +282,12 @@ async fn accept_daemon(
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
 ) {
-    loop {
-        let (stream, remote) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                accept_failed(e).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, closing");
-            drop(stream);
-            continue;
-        };
+    let serve = |stream: tokio::net::TcpStream, remote, permit| {
         let stream = match stream.into_std() {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("{remote}: {e}");
-                continue;
+                return;
             }
         };
         let shared = shared.clone();
@@ -294,5 +295,10 @@ async fn accept_daemon(
             daemon::serve_connection(shared, stream, remote);
             drop(permit);
         });
-    }
+    };
+    let refuse = |stream, remote| {
+        tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, closing");
+        drop(stream);
+    };
+    accept_loop(listener, permits, serve, refuse).await;
 }

@@ -69,14 +69,7 @@ fn clone_over_git_protocol_v0_and_v2() {
         dst.to_str().unwrap(),
     ])
     .assert_success();
-    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
-    let parent = f.repo.git_str(&["rev-parse", "main"]);
-    let new = String::from_utf8(
-        f.repo
-            .git_stdin(&["commit-tree", &tree, "-p", &parent], b"more\n"),
-    )
-    .unwrap();
-    f.repo.git(&["update-ref", "refs/heads/main", new.trim()]);
+    let new = f.commit_on_main("more\n");
     f.sandbox
         .git_run_in(&dst, &["fetch", "-q", "origin"], None)
         .assert_success();

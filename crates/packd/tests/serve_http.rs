@@ -126,15 +126,8 @@ fn fetch_after_repack_sees_new_history() {
     .assert_success();
     // New history in the served repository, then a repack (new pack, old ones gone): the
     // server must reopen it.
-    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
-    let parent = f.repo.git_str(&["rev-parse", "main"]);
-    let new = String::from_utf8(
-        f.repo
-            .git_stdin(&["commit-tree", &tree, "-p", &parent], b"after repack\n"),
-    )
-    .unwrap();
-    let new = new.trim();
-    f.repo.git(&["update-ref", "refs/heads/main", new]);
+    let new = f.commit_on_main("after repack\n");
+    let new = new.as_str();
     f.repo.git(&["repack", "-adq"]);
     for version in ["0", "2"] {
         let run = f.sandbox.git_run_in(

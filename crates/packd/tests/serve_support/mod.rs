@@ -178,6 +178,18 @@ impl Fixture {
         self.sandbox.git_run_in(self.sandbox.path(), args, None)
     }
 
+    /// A new commit on the served repository's `main` (same tree, `message`): its id.
+    pub fn commit_on_main(&self, message: &str) -> String {
+        let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
+        let parent = self.repo.git_str(&["rev-parse", "main"]);
+        let out = self
+            .repo
+            .git_stdin(&["commit-tree", &tree, "-p", &parent], message.as_bytes());
+        let new = String::from_utf8(out).unwrap().trim().to_string();
+        self.repo.git(&["update-ref", "refs/heads/main", &new]);
+        new
+    }
+
     /// `git -c protocol.version=VERSION ls-remote TARGET`, which must succeed: its output.
     pub fn ls_remote(&self, version: &str, target: &str) -> String {
         let run = self.git(&[
