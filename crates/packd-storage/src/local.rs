@@ -143,11 +143,16 @@ impl Blob for LocalBlob {
             return self.read(range);
         };
         let mut buf = Vec::new();
-        read_exact_at_into(file, &mut buf, range.start, (range.end - range.start) as usize)
-            .map_err(|source| StorageError::Io {
-                name: self.name.clone(),
-                source,
-            })?;
+        read_exact_at_into(
+            file,
+            &mut buf,
+            range.start,
+            (range.end - range.start) as usize,
+        )
+        .map_err(|source| StorageError::Io {
+            name: self.name.clone(),
+            source,
+        })?;
         Ok(Bytes::from(buf))
     }
 }
