@@ -224,8 +224,15 @@ impl PackServer {
         let planned = self.count(request, keep.as_ref(), progress, cancel)?;
         let object_count = u32::try_from(planned.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
-        if let (Some(config), Some(clone_cache::CacheUse::Fill(_))) = (&self.clone_cache, &cache) {
-            if object_count < config.min_objects {
+        if let (Some(config), Some(clone_cache::CacheUse::Fill(key))) = (&self.clone_cache, &cache)
+        {
+            // The key names the tags the count saw only if they did not change while it ran
+            // (include-tag reads them again); otherwise the pack is sent but not kept.
+            let unchanged = || -> Result<bool, PackError> {
+                Ok(!request.include_tag
+                    || clone_cache::key(&self.repo, request)?.as_ref() == Some(key))
+            };
+            if object_count < config.min_objects || !unchanged()? {
                 cache = None;
             }
         }
