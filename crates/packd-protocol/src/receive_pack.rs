@@ -203,7 +203,16 @@ impl ReceivePack {
     /// Writes the ref advertisement. Over HTTP the transport writes the
     /// `# service=git-receive-pack` line and flush before this.
     pub fn advertise(&self, out: &mut dyn Write) -> Result<(), ProtocolError> {
-        let repo = self.open()?;
+        self.advertise_repository(&self.open()?, out)
+    }
+
+    /// [`ReceivePack::advertise`] for a repository already open (the one at this receiver's
+    /// git directory): a process that serves one push opens it once for both phases.
+    pub fn advertise_repository(
+        &self,
+        repo: &Repository,
+        out: &mut dyn Write,
+    ) -> Result<(), ProtocolError> {
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let mut refs = repo
             .refs()
@@ -335,6 +344,18 @@ impl ReceivePack {
         input: &mut dyn Read,
         out: &mut dyn Write,
     ) -> Result<PushStats, ProtocolError> {
+        self.serve_with(&mut || self.open(), input, out)
+    }
+
+    /// [`ReceivePack::serve`] with `repo` opening the repository (the one at this receiver's
+    /// git directory) once the commands are read, for a caller that already has it open. It
+    /// must show the objects and refs as they are now: a push is checked against them.
+    pub fn serve_with(
+        &self,
+        repo: &mut dyn FnMut() -> Result<Repository, ProtocolError>,
+        input: &mut dyn Read,
+        out: &mut dyn Write,
+    ) -> Result<PushStats, ProtocolError> {
         let (commands, asked) = {
             let mut reader = pkt_line::PktReader::new(input);
             self.read_commands(&mut reader)?
@@ -346,7 +367,7 @@ impl ReceivePack {
         if commands.is_empty() {
             return Ok(stats);
         }
-        let repo = self.open()?;
+        let repo = repo()?;
         let wants_pack = commands.iter().any(|c| c.new.is_some());
         let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
         let (unpack, results) = self.receive(

@@ -28,14 +28,17 @@ pub struct Args {
 /// Runs `packd receive-pack`; `workdir` is where a relative DIR starts.
 pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     let dir = workdir.join(&args.dir);
+    // Opened once for the advertisement and the push (opening maps the packs of the repository
+    // and its alternates: a good part of a small push's cost).
+    let stamp = pack_dir_stamp(&dir);
     let repo = open_repository(&dir)?;
-    let receive = ReceivePack::new(repo.git_dir(), ReceivePackOptions::default());
-    drop(repo);
+    let git_dir = repo.git_dir().to_path_buf();
+    let receive = ReceivePack::new(&git_dir, ReceivePackOptions::default());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     if args.advertise_refs || !args.stateless_rpc {
         receive
-            .advertise(&mut out)
+            .advertise_repository(&repo, &mut out)
             .context("cannot write the advertisement")?;
     }
     if args.advertise_refs {
@@ -44,10 +47,26 @@ pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     }
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
-    let stats = receive.serve(&mut input, &mut out)?;
+    // The client may take long to send its pack: if packs came or went meanwhile (another
+    // push, a repack), the push is checked against a fresh view of the objects.
+    let mut opened = Some(repo);
+    let mut repository = || match opened.take() {
+        Some(repo) if stamp.is_some() && pack_dir_stamp(&dir) == stamp => Ok(repo),
+        _ => packd_odb::Repository::open(&git_dir, &Default::default()).map_err(Into::into),
+    };
+    let stats = receive.serve_with(&mut repository, &mut input, &mut out)?;
     out.flush()?;
     if let Some(e) = &stats.unpack_error {
         tracing::warn!("push refused: {e}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// When the repository's `objects/pack` last changed (a pack added or removed), if known: taken
+/// before the repository is opened, so that any change after the open changes it. `None` (the
+/// repository is elsewhere: a gitfile, a worktree, `DIR.git`) makes the push reopen it.
+fn pack_dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
+    [dir.join("objects/pack"), dir.join(".git/objects/pack")]
+        .iter()
+        .find_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
 }

@@ -67,6 +67,12 @@ impl Default for InputLimits {
 
 const BUFFER: usize = 1 << 20;
 
+/// The input buffer of a pack read on one thread (a small push: its few kilobytes fit).
+const INLINE_BUFFER: usize = 64 * 1024;
+
+/// Packs of fewer objects than this are read on the calling thread alone (see [`read_pack`]).
+const THREADS_FROM: u32 = crate::PARALLEL_FROM as u32;
+
 /// The input, buffered. Every byte consumed is checksummed (CRC-32 of the current entry) here;
 /// the pack's SHA-1 and the copy to the output are left to a writer thread, which is handed each
 /// buffer once it is consumed ([`writer`]).
@@ -81,9 +87,24 @@ struct Stream<'a> {
     offset: u64,
     crc: crc32fast::Hasher,
     limit: u64,
-    /// The writer's queue, and the buffers it hands back.
-    writes: SyncSender<WriteJob>,
-    spare: Receiver<Vec<u8>>,
+    /// Where consumed bytes go.
+    output: Output<'a>,
+}
+
+/// Where the stream's consumed bytes go to be hashed (SHA-1, up to the trailer) and copied.
+enum Output<'a> {
+    /// The writer thread's queue, and the buffers it hands back.
+    Thread {
+        writes: SyncSender<WriteJob>,
+        spare: Receiver<Vec<u8>>,
+    },
+    /// Hashed and copied on the parse thread (a small pack: a thread would cost more). The
+    /// first write error is kept and reported after the parse, as the writer thread's is.
+    Inline {
+        out: &'a mut (dyn Write + Send),
+        hash: Option<sha1::Sha1>,
+        error: Option<std::io::Error>,
+    },
 }
 
 /// Work for the writer thread.
@@ -144,9 +165,25 @@ impl Stream<'_> {
         if self.sent >= self.pos {
             return Ok(());
         }
+        let (writes, spare) = match &mut self.output {
+            Output::Thread { writes, spare } => (writes, spare),
+            Output::Inline { out, hash, error } => {
+                let bytes = &self.buf[self.sent..self.pos];
+                if let Some(h) = hash {
+                    h.update(bytes);
+                }
+                if error.is_none() {
+                    if let Err(e) = out.write_all(bytes) {
+                        *error = Some(e);
+                    }
+                }
+                self.sent = self.pos;
+                return Ok(());
+            }
+        };
         let bytes = if self.sent == 0 && self.pos == self.filled {
             // The whole buffer: hand it over and take a spare one.
-            let mut next = self.spare.try_recv().unwrap_or_default();
+            let mut next = spare.try_recv().unwrap_or_default();
             next.resize(BUFFER, 0);
             let mut full = std::mem::replace(&mut self.buf, next);
             full.truncate(self.filled);
@@ -157,19 +194,39 @@ impl Stream<'_> {
             self.buf[self.sent..self.pos].to_vec()
         };
         self.sent = self.pos;
-        self.writes
-            .send(WriteJob::Bytes(bytes))
-            .map_err(|_| self.writer_gone())
+        if writes.send(WriteJob::Bytes(bytes)).is_err() {
+            return Err(self.writer_gone());
+        }
+        Ok(())
     }
 
     /// The SHA-1 of every byte consumed so far, from the writer.
     fn digest(&mut self) -> Result<[u8; 20]> {
         self.send_consumed()?;
-        let (tx, rx) = sync_channel(1);
-        self.writes
-            .send(WriteJob::Digest(tx))
-            .map_err(|_| self.writer_gone())?;
-        rx.recv().map_err(|_| self.writer_gone())
+        match &mut self.output {
+            Output::Thread { writes, .. } => {
+                let (tx, rx) = sync_channel(1);
+                if writes.send(WriteJob::Digest(tx)).is_err() {
+                    return Err(self.writer_gone());
+                }
+                rx.recv().map_err(|_| self.writer_gone())
+            }
+            Output::Inline { hash, .. } => match hash.take() {
+                Some(h) => Ok(h.finalize().into()),
+                None => Err(self.writer_gone()),
+            },
+        }
+    }
+
+    /// Ends the output: the first write error of an inline output, after flushing it.
+    fn finish_output(self) -> std::io::Result<()> {
+        match self.output {
+            Output::Thread { .. } => Ok(()),
+            Output::Inline { out, error, .. } => match error {
+                Some(e) => Err(e),
+                None => out.flush(),
+            },
+        }
     }
 
     /// Makes at least one unread byte available; false at the end of the input.
@@ -281,6 +338,12 @@ fn digest(hasher: sha1dc::Hasher) -> Option<ObjectId> {
 
 /// Hashes the objects of a batch into `out`, then hands its buffer back to `pool`.
 fn hash_batch(batch: Batch, out: &mut Hashed, pool: &Sender<Vec<u8>>) {
+    hash_objects(&batch, out);
+    let _ = pool.send(batch.data);
+}
+
+/// Hashes the objects of a batch into `out`.
+fn hash_objects(batch: &Batch, out: &mut Hashed) {
     let mut start = 0;
     for &(entry, kind, end) in &batch.objects {
         let data = &batch.data[start..end];
@@ -290,7 +353,6 @@ fn hash_batch(batch: Batch, out: &mut Hashed, pool: &Sender<Vec<u8>>) {
         h.update(data);
         out.push((entry, digest(h)));
     }
-    let _ = pool.send(batch.data);
 }
 
 /// A hashing thread: computes the ids of the whole objects it is sent until its queue closes.
@@ -337,6 +399,8 @@ struct Hashers {
     own: Hashed,
     /// A hashing thread is gone (it panicked): the ids would be incomplete.
     broken: bool,
+    /// Without hashing threads (no queues): the large object being hashed here.
+    current: Option<(u32, sha1dc::Hasher)>,
 }
 
 impl Hashers {
@@ -384,6 +448,13 @@ impl Hashers {
         if self.batch.objects.is_empty() {
             return;
         }
+        if self.queues.is_empty() {
+            // No hashing threads: hashed here, the buffer kept for the next batch.
+            hash_objects(&self.batch, &mut self.own);
+            self.batch.data.clear();
+            self.batch.objects.clear();
+            return;
+        }
         let data = self.buffer();
         let batch = std::mem::replace(
             &mut self.batch,
@@ -401,6 +472,12 @@ impl Hashers {
     /// Starts a large object on one thread; it owns it until `Finish`.
     fn begin(&mut self, entry: u32, kind: ObjectKind, size: u64) -> usize {
         self.flush();
+        if self.queues.is_empty() {
+            let mut h = sha1dc::Hasher::new();
+            h.update(&object_header(kind, size));
+            self.current = Some((entry, h));
+            return 0;
+        }
         let q = self.next;
         self.next = (self.next + 1) % self.queues.len();
         self.send_to(q, Job::Begin { entry, kind, size });
@@ -408,6 +485,30 @@ impl Hashers {
     }
 
     fn send_to(&mut self, q: usize, job: Job) {
+        if self.queues.is_empty() {
+            // No hashing threads: the object begun is hashed here.
+            match job {
+                Job::Chunk(chunk) => {
+                    if let Some((_, h)) = &mut self.current {
+                        h.update(&chunk);
+                    }
+                    let _ = self.pool_back.send(chunk);
+                }
+                Job::Finish => {
+                    if let Some((entry, h)) = self.current.take() {
+                        self.own.push((entry, digest(h)));
+                    }
+                }
+                Job::Batch(batch) => {
+                    let pool = self.pool_back.clone();
+                    hash_batch(batch, &mut self.own, &pool);
+                }
+                Job::Begin { entry, kind, size } => {
+                    self.begin(entry, kind, size);
+                }
+            }
+            return;
+        }
         if self.queues[q].send(job).is_err() {
             self.broken = true;
         }
@@ -428,6 +529,63 @@ pub fn read_pack(
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
 ) -> Result<InputPack> {
+    // The header tells the object count: a small pack is read on this thread alone, as git's
+    // index-pack reads every pack (threads would cost more than its few objects).
+    let mut head = vec![0u8; INLINE_BUFFER];
+    let mut filled = 0;
+    while filled < 12 {
+        match input.read(&mut head[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(Error::Io {
+                    path: name.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    let count = head
+        .get(8..12)
+        .filter(|_| filled >= 12)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+    if count.is_none_or(|c| c < THREADS_FROM) {
+        let (pool_back, pool) = channel();
+        let mut hashers = Hashers {
+            queues: Vec::new(),
+            next: 0,
+            pool,
+            pool_back,
+            batch: Batch {
+                data: Vec::new(),
+                objects: Vec::new(),
+            },
+            own: Vec::new(),
+            broken: false,
+            current: None,
+        };
+        let output = Output::Inline {
+            out,
+            hash: Some(sha1::Sha1::new()),
+            error: None,
+        };
+        let (parsed, written) = parse(
+            input,
+            (head, filled),
+            output,
+            name,
+            limits,
+            progress,
+            &mut hashers,
+        );
+        hashers.flush();
+        let written = written.map_err(|source| Error::Io {
+            path: name.to_string(),
+            source,
+        });
+        return finish(name, parsed, written, hashers.own, hashers.broken);
+    }
     let threads = std::thread::available_parallelism()
         .map(|n| n.get().saturating_sub(1))
         .unwrap_or(1)
@@ -453,11 +611,21 @@ pub fn read_pack(
             },
             own: Vec::new(),
             broken: false,
+            current: None,
         };
         let (writes, write_jobs) = sync_channel(QUEUE);
         let (spare_back, spare) = channel();
         let written = scope.spawn(move || writer(write_jobs, spare_back, out));
-        let parsed = parse(input, (writes, spare), name, limits, progress, &mut hashers);
+        let output = Output::Thread { writes, spare };
+        let (parsed, _) = parse(
+            input,
+            (head, filled),
+            output,
+            name,
+            limits,
+            progress,
+            &mut hashers,
+        );
         // The reader's queue is closed (`parse` dropped it): the writer ends.
         let written = match written.join() {
             Ok(r) => r.map_err(|source| Error::Io {
@@ -485,70 +653,108 @@ pub fn read_pack(
                 Err(_) => broken = true,
             }
         }
-        // The first object (in pack order) carrying a collision attack, if any.
-        let collision = own
-            .iter()
-            .filter(|(_, id)| id.is_none())
-            .map(|&(entry, _)| entry)
-            .min();
-        let (mut pack, error) = match parsed {
-            Ok(pack) => (pack, None),
-            Err((entries, e)) => (
-                InputPack {
-                    version: 0,
-                    entries,
-                    checksum: [0; 20],
-                    len: 0,
-                },
-                Some(e),
-            ),
-        };
-        if let Some(entry) = collision {
-            // Found before any later error would have been, as when reading on one thread.
-            if let Some(e) = pack.entries.get(entry as usize) {
-                return Err(Error::corrupt(
-                    name,
-                    e.offset,
-                    "the object carries a SHA-1 collision attack",
-                ));
-            }
-        }
-        if let Some(e) = error {
-            return Err(e);
-        }
-        written?;
-        for (entry, id) in own {
-            if let Some(e) = pack.entries.get_mut(entry as usize) {
-                e.id = id;
-            }
-        }
-        if broken
-            || pack
-                .entries
-                .iter()
-                .any(|e| matches!(e.kind, EntryKind::Base(_)) && e.id.is_none())
-        {
-            return Err(Error::corrupt(
-                name,
-                0,
-                "a hashing thread failed: some objects have no id",
-            ));
-        }
-        Ok(pack)
+        finish(name, parsed, written, own, broken)
     })
 }
 
-/// The parse itself (see [`read_pack`]): on failure, the entries read so far and the error.
-fn parse(
-    input: &mut dyn Read,
-    out: (SyncSender<WriteJob>, Receiver<Vec<u8>>),
+/// The end of [`read_pack`]: the first problem found (a collision attack, the parse's error, a
+/// write error, a missing id), else the pack with the ids of its whole objects.
+fn finish(
     name: &str,
+    parsed: Parsed,
+    written: Result<()>,
+    own: Hashed,
+    broken: bool,
+) -> Result<InputPack> {
+    // The first object (in pack order) carrying a collision attack, if any.
+    let collision = own
+        .iter()
+        .filter(|(_, id)| id.is_none())
+        .map(|&(entry, _)| entry)
+        .min();
+    let (mut pack, error) = match parsed {
+        Ok(pack) => (pack, None),
+        Err((entries, e)) => (
+            InputPack {
+                version: 0,
+                entries,
+                checksum: [0; 20],
+                len: 0,
+            },
+            Some(e),
+        ),
+    };
+    if let Some(entry) = collision {
+        // Found before any later error would have been, as when reading on one thread.
+        if let Some(e) = pack.entries.get(entry as usize) {
+            return Err(Error::corrupt(
+                name,
+                e.offset,
+                "the object carries a SHA-1 collision attack",
+            ));
+        }
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    written?;
+    for (entry, id) in own {
+        if let Some(e) = pack.entries.get_mut(entry as usize) {
+            e.id = id;
+        }
+    }
+    if broken
+        || pack
+            .entries
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::Base(_)) && e.id.is_none())
+    {
+        return Err(Error::corrupt(
+            name,
+            0,
+            "a hashing thread failed: some objects have no id",
+        ));
+    }
+    Ok(pack)
+}
+
+/// What [`parse`] returns: the pack, or the entries read before the error and the error.
+type Parsed = std::result::Result<InputPack, (Vec<InputEntry>, Error)>;
+
+/// The parse itself (see [`read_pack`]), reading `input` after the first `filled` bytes of
+/// `buf` (read from it already): on failure, the entries read so far and the error. Also
+/// returns the result of an inline output's writes (always `Ok` for the writer thread, which
+/// reports its own).
+fn parse<'a>(
+    input: &'a mut dyn Read,
+    (mut buf, filled): (Vec<u8>, usize),
+    output: Output<'a>,
+    name: &'a str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
     hashers: &mut Hashers,
-) -> std::result::Result<InputPack, (Vec<InputEntry>, Error)> {
+) -> (Parsed, std::io::Result<()>) {
+    let size = match output {
+        Output::Thread { .. } => BUFFER,
+        Output::Inline { .. } => INLINE_BUFFER,
+    };
+    if buf.len() < size {
+        buf.resize(size, 0);
+    }
+    let mut s = Stream {
+        name,
+        input,
+        buf,
+        pos: 0,
+        filled,
+        sent: 0,
+        offset: 0,
+        crc: crc32fast::Hasher::new(),
+        limit: limits.max_bytes,
+        output,
+    };
     let mut entries = Vec::new();
-    match parse_into(input, out, name, limits, progress, hashers, &mut entries) {
+    let parsed = match parse_into(&mut s, limits, progress, hashers, &mut entries) {
         Ok((version, checksum, len)) => Ok(InputPack {
             version,
             entries,
@@ -556,32 +762,18 @@ fn parse(
             len,
         }),
         Err(e) => Err((entries, e)),
-    }
+    };
+    (parsed, s.finish_output())
 }
 
 /// Parses into `entries`; returns (version, checksum, length).
 fn parse_into(
-    input: &mut dyn Read,
-    (writes, spare): (SyncSender<WriteJob>, Receiver<Vec<u8>>),
-    name: &str,
+    s: &mut Stream<'_>,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
     hashers: &mut Hashers,
     entries: &mut Vec<InputEntry>,
 ) -> Result<(u32, [u8; 20], u64)> {
-    let mut s = Stream {
-        name,
-        input,
-        buf: vec![0u8; BUFFER],
-        pos: 0,
-        filled: 0,
-        sent: 0,
-        offset: 0,
-        crc: crc32fast::Hasher::new(),
-        limit: limits.max_bytes,
-        writes,
-        spare,
-    };
     let magic: [u8; 4] = s.bytes("the header")?;
     if &magic != b"PACK" {
         return Err(s.corrupt(0, "not a pack: it does not start with PACK"));
@@ -779,4 +971,81 @@ enum Sink {
     Stream { queue: usize, chunk: Vec<u8> },
     /// Nowhere (a delta: resolved later).
     Discard,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pack of `blobs`, whole objects, with its trailer.
+    fn pack_of(blobs: &[Vec<u8>]) -> Vec<u8> {
+        let mut pack = b"PACK".to_vec();
+        pack.extend_from_slice(&2u32.to_be_bytes());
+        pack.extend_from_slice(&(blobs.len() as u32).to_be_bytes());
+        for blob in blobs {
+            super::super::encode_type_and_size(&mut pack, 3, blob.len() as u64);
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+            z.write_all(blob).unwrap();
+            pack.extend_from_slice(&z.finish().unwrap());
+        }
+        let sum: [u8; 20] = sha1::Sha1::digest(&pack).into();
+        pack.extend_from_slice(&sum);
+        pack
+    }
+
+    /// Reads `pack` as a stream arriving in small pieces, checks the copy and the ids.
+    fn check(pack: &[u8], blobs: &[Vec<u8>]) {
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(7000);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut copy = Vec::new();
+        let read = read_pack(
+            &mut Trickle(pack),
+            &mut copy,
+            "test",
+            &InputLimits::default(),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(copy, pack);
+        assert_eq!(read.len, pack.len() as u64);
+        assert_eq!(read.entries.len(), blobs.len());
+        for (e, blob) in read.entries.iter().zip(blobs) {
+            assert_eq!(
+                e.id,
+                Some(ObjectId::compute(ObjectKind::Blob, blob).unwrap())
+            );
+        }
+    }
+
+    #[test]
+    fn small_and_large_packs_read_alike_on_one_thread_and_on_many() {
+        // A small pack (read on this thread) holding an object larger than a batch (streamed
+        // in chunks), and a pack of more objects than THREADS_FROM (read with threads).
+        let large: Vec<u8> = (0..3 * BATCH as u32).map(|i| (i % 251) as u8).collect();
+        let small = vec![b"one\n".to_vec(), large, b"two\n".to_vec()];
+        check(&pack_of(&small), &small);
+        let many: Vec<Vec<u8>> = (0..THREADS_FROM + 10)
+            .map(|i| format!("blob {i}\n").into_bytes())
+            .collect();
+        check(&pack_of(&many), &many);
+        // A truncated small pack is refused.
+        let mut cut = pack_of(&small);
+        cut.truncate(cut.len() - 30);
+        let err = read_pack(
+            &mut &cut[..],
+            &mut Vec::new(),
+            "cut",
+            &InputLimits::default(),
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cut"), "{err}");
+    }
 }
