@@ -80,8 +80,14 @@ impl Quarantine {
     }
 
     /// Moves the quarantined packs into the repository's `objects/pack`: each pack's data (and
-    /// `.rev`) first, its `.idx` last, then fsyncs the directory. A pack the repository already
-    /// has is left where it is. The quarantine directory is removed when `self` drops.
+    /// `.rev`) first, its `.idx` last, then fsyncs the directory, which makes every name
+    /// durable at once. A pack the repository already has is left where it is. The quarantine
+    /// directory is removed when `self` drops.
+    ///
+    /// No fsync between the data's rename and the index's: a crash between them can at worst
+    /// leave an index without its pack, which git and packd skip (a pack is opened only when
+    /// its `.pack` is there), and the push was not acknowledged (its refs move only after this
+    /// returns). git's own pack installation orders the renames the same way, without fsyncs.
     pub fn migrate(self) -> Result<()> {
         let target = self.objects_dir.join("pack");
         std::fs::create_dir_all(&target).map_err(io(&target))?;
@@ -104,14 +110,12 @@ impl Quarantine {
             }
             for ext in ["pack", "rev", "idx"] {
                 let from = source.join(format!("{stem}.{ext}"));
-                if !from.exists() {
-                    continue;
-                }
                 let to = target.join(format!("{stem}.{ext}"));
-                std::fs::rename(&from, &to).map_err(io(&to))?;
-                if ext == "pack" {
-                    // The data must be in place (and durable) before the index names it.
-                    sync_dir(&target)?;
+                match std::fs::rename(&from, &to) {
+                    Ok(()) => {}
+                    // Only the .rev is optional; a missing .pack or .idx is an error.
+                    Err(e) if ext == "rev" && e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io(&to)(e)),
                 }
             }
         }

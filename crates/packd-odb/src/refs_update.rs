@@ -251,6 +251,37 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+/// Makes the renames and removals of the applied `updates` durable: fsyncs the directory of
+/// each ref that changed (a rename is durable once its directory is), and the common
+/// directory when a deletion may have rewritten `packed-refs`. Each directory once.
+fn sync_ref_dirs(common: &Path, updates: &[RefUpdate], results: &[RefResult]) {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (u, r) in updates.iter().zip(results) {
+        if r.is_err() {
+            continue;
+        }
+        let path = common.join(&u.name);
+        let mut dir = path.parent().map(Path::to_path_buf);
+        if u.new.is_none() {
+            // Its directory may have been pruned: the nearest one left.
+            while dir.as_ref().is_some_and(|d| !d.is_dir()) {
+                dir = dir.and_then(|d| d.parent().map(Path::to_path_buf));
+            }
+            if !dirs.iter().any(|d| d == common) {
+                dirs.push(common.to_path_buf());
+            }
+        }
+        if let Some(d) = dir {
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+    }
+    for d in &dirs {
+        sync_dir(d);
+    }
+}
+
 /// Applies `updates` to the refs under `common` (the repository's common directory). Returns
 /// one result per update, in order. With `atomic`, either all succeed or none changes.
 pub fn apply(common: &Path, updates: &[RefUpdate], atomic: bool) -> Vec<RefResult> {
@@ -266,7 +297,7 @@ pub fn apply(common: &Path, updates: &[RefUpdate], atomic: bool) -> Vec<RefResul
                 results[i] = prepare(common, u).and_then(|lock| commit(common, u, lock));
             }
         }
-        sync_dir(&common.join("refs"));
+        sync_ref_dirs(common, updates, &results);
         return results;
     }
     let mut locks = Vec::with_capacity(updates.len());
@@ -306,7 +337,7 @@ pub fn apply(common: &Path, updates: &[RefUpdate], atomic: bool) -> Vec<RefResul
     for ((u, lock), r) in updates.iter().zip(locks).zip(results.iter_mut()) {
         *r = commit(common, u, lock);
     }
-    sync_dir(&common.join("refs"));
+    sync_ref_dirs(common, updates, &results);
     results
 }
 

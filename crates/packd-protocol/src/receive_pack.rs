@@ -31,7 +31,7 @@ use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
-use packd_odb::pack::ingest::{index_pack, IngestOptions};
+use packd_odb::pack::ingest::{index_pack_quarantined, IngestOptions};
 use packd_odb::quarantine::Quarantine;
 use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
@@ -442,7 +442,7 @@ impl ReceivePack {
                 fix_thin: true,
                 limits: self.options.limits,
             };
-            match index_pack(
+            match index_pack_quarantined(
                 input,
                 &quarantine.pack_dir(),
                 Some(repo.objects()),

@@ -121,6 +121,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Reads a pack from `input` into `pack_dir` (an `objects/pack` directory) and indexes it.
 /// `odb` provides the bases of a thin pack. `progress` is told (stage, done, total).
+/// The pack, its index and their names in `pack_dir` are durable when this returns.
 pub fn index_pack(
     input: &mut dyn Read,
     pack_dir: &Path,
@@ -129,6 +130,32 @@ pub fn index_pack(
     progress: &mut dyn FnMut(&str, u64, u64),
 ) -> Result<Ingested> {
     std::fs::create_dir_all(pack_dir).map_err(io(pack_dir))?;
+    ingest(input, pack_dir, odb, options, progress, true)
+}
+
+/// [`index_pack`] into a quarantine's pack directory (which exists): the pack and index files
+/// are durable when this returns, but their names in `pack_dir` are not, as they need not be:
+/// [`crate::quarantine::Quarantine::migrate`] renames them into the repository and makes those
+/// names durable; a crash before leaves a quarantine that is swept away.
+pub fn index_pack_quarantined(
+    input: &mut dyn Read,
+    pack_dir: &Path,
+    odb: Option<&ObjectDb>,
+    options: &IngestOptions,
+    progress: &mut dyn FnMut(&str, u64, u64),
+) -> Result<Ingested> {
+    ingest(input, pack_dir, odb, options, progress, false)
+}
+
+/// [`index_pack`], the directory fsynced at the end when `sync_dir`.
+fn ingest(
+    input: &mut dyn Read,
+    pack_dir: &Path,
+    odb: Option<&ObjectDb>,
+    options: &IngestOptions,
+    progress: &mut dyn FnMut(&str, u64, u64),
+    sync_dir: bool,
+) -> Result<Ingested> {
     let tmp_name = temp_name("pack");
     let tmp_path = pack_dir.join(&tmp_name);
     let mut guard = TempFile(Some(tmp_path.clone()));
@@ -207,8 +234,10 @@ pub fn index_pack(
         drop(f);
         std::fs::rename(&idx_tmp, &idx_path).map_err(io(&idx_path))?;
         std::mem::forget(idx_guard);
-        if let Ok(dir) = File::open(pack_dir) {
-            let _ = dir.sync_all();
+        if sync_dir {
+            if let Ok(dir) = File::open(pack_dir) {
+                let _ = dir.sync_all();
+            }
         }
     }
     Ok(Ingested {
