@@ -152,6 +152,21 @@ impl LooseStore {
         self.ids_in(&format!("{first:02x}"), out, |_| true)
     }
 
+    /// Which of the 256 fan-out directories (`objects/xx`) exist, from one listing of the
+    /// objects directory: a loose object can only be in one that does. A repository packed by
+    /// gc has few or none, so most lookups need no `stat` at all.
+    pub fn fanout_dirs(&self) -> Result<[bool; 256]> {
+        let mut present = [false; 256];
+        for dir in self.storage.list("")? {
+            if let [hi, lo] = dir.as_bytes() {
+                if let (Some(h), Some(l)) = (hex_value(*hi), hex_value(*lo)) {
+                    present[(h * 16 + l) as usize] = true;
+                }
+            }
+        }
+        Ok(present)
+    }
+
     /// Appends the ids of every loose object.
     pub fn all_ids(&self, out: &mut Vec<ObjectId>) -> Result<()> {
         for dir in self.storage.list("")? {

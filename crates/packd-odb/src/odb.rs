@@ -220,6 +220,22 @@ impl ObjectDb {
         self.sources.iter().any(|s| s.loose.contains(id))
     }
 
+    /// For each objects directory, which of its fan-out directories exist (see
+    /// [`LooseStore::fanout_dirs`]), for [`ObjectDb::contains_loose_in`].
+    pub fn loose_fanouts(&self) -> Result<Vec<[bool; 256]>> {
+        self.sources.iter().map(|s| s.loose.fanout_dirs()).collect()
+    }
+
+    /// [`ObjectDb::contains_loose`], with a `stat` only in the objects directories where the
+    /// id's fan-out directory exists according to `fanouts` (from [`ObjectDb::loose_fanouts`]).
+    pub fn contains_loose_in(&self, id: &ObjectId, fanouts: &[[bool; 256]]) -> bool {
+        let first = id.as_bytes()[0] as usize;
+        self.sources
+            .iter()
+            .enumerate()
+            .any(|(n, s)| fanouts.get(n).is_none_or(|f| f[first]) && s.loose.contains(id))
+    }
+
     /// The ids of the loose objects whose first byte is `first` (one fan-out directory of each
     /// objects directory).
     pub fn loose_ids_with_first_byte(&self, first: u8) -> Result<Vec<ObjectId>> {
