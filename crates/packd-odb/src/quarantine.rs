@@ -90,7 +90,9 @@ impl Quarantine {
     /// returns). git's own pack installation orders the renames the same way, without fsyncs.
     pub fn migrate(self) -> Result<()> {
         let target = self.objects_dir.join("pack");
-        std::fs::create_dir_all(&target).map_err(io(&target))?;
+        if !target.is_dir() {
+            std::fs::create_dir_all(&target).map_err(io(&target))?;
+        }
         let source = self.pack_dir();
         let mut stems = Vec::new();
         for entry in std::fs::read_dir(&source).map_err(io(&source))? {
@@ -125,7 +127,13 @@ impl Quarantine {
 
 impl Drop for Quarantine {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // After a migration both directories are empty: two removals, no listing. Otherwise
+        // (a refused push) whatever is left.
+        let emptied = std::fs::remove_dir(self.pack_dir()).is_ok()
+            && std::fs::remove_dir(&self.dir).is_ok();
+        if !emptied {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

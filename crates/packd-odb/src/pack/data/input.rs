@@ -68,7 +68,7 @@ impl Default for InputLimits {
 const BUFFER: usize = 1 << 20;
 
 /// The input buffer of a pack read on one thread (a small push: its few kilobytes fit).
-const INLINE_BUFFER: usize = 64 * 1024;
+const INLINE_BUFFER: usize = 32 * 1024;
 
 /// Packs of fewer objects than this are read on the calling thread alone (see [`read_pack`]).
 const THREADS_FROM: u32 = crate::PARALLEL_FROM as u32;
