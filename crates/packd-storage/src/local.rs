@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Files at or below this size are read at open instead of mapped.
@@ -76,6 +77,7 @@ impl Storage for LocalStorage {
             name: display,
             bytes,
             file,
+            touched_pages: AtomicU64::new(0),
         }))
     }
 
@@ -121,6 +123,55 @@ struct LocalBlob {
     bytes: Bytes,
     /// The file behind a map, for [`Blob::read_copy`].
     file: Option<File>,
+    /// Pages handed out by [`Blob::read`] since the map was last released (an estimate: each
+    /// range counts its pages plus one).
+    touched_pages: AtomicU64,
+}
+
+/// Pages of a mapped file a process keeps resident before the map is released (16 MiB).
+///
+/// Every page of a map that a reader touched counts toward the server's resident memory until
+/// it is unmapped: a walk that reads trees scattered over a 500 MB pack would otherwise keep
+/// hundreds of megabytes resident (git bounds its maps the same way, `core.packedGitLimit`).
+/// Releasing drops the pages from this process only; they stay in the page cache, and a later
+/// read maps them again.
+const RELEASE_AFTER_PAGES: u64 = 4096;
+
+impl LocalBlob {
+    /// Counts the pages `range` touches and releases the map's pages once enough were.
+    fn note_touched(&self, range: &Range<u64>) {
+        if self.file.is_none() {
+            return;
+        }
+        let pages = (range.end - range.start).div_ceil(4096) + 1;
+        let total = self.touched_pages.fetch_add(pages, Ordering::Relaxed) + pages;
+        if total >= RELEASE_AFTER_PAGES
+            && self
+                .touched_pages
+                .compare_exchange(total, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.release();
+        }
+    }
+
+    /// Drops this process's mappings of the file's pages (see [`RELEASE_AFTER_PAGES`]).
+    #[cfg(unix)]
+    fn release(&self) {
+        // SAFETY: the range is exactly the read-only, shared file map this blob owns; dropping
+        // its pages changes no content (a later access maps the same file pages again), so the
+        // slices other readers hold stay valid and unchanged.
+        unsafe {
+            libc::madvise(
+                self.bytes.as_ptr() as *mut libc::c_void,
+                self.bytes.len(),
+                libc::MADV_DONTNEED,
+            );
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn release(&self) {}
 }
 
 impl Blob for LocalBlob {
@@ -134,6 +185,7 @@ impl Blob for LocalBlob {
 
     fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
         check_range(&self.name, &range, self.len())?;
+        self.note_touched(&range);
         Ok(self.bytes.slice(range.start as usize..range.end as usize))
     }
 
@@ -258,5 +310,29 @@ mod tests {
         assert!(storage.open("missing").unwrap_err().is_not_found());
         assert_eq!(storage.list("").unwrap(), vec!["big", "small"]);
         assert!(storage.list("nope").unwrap().is_empty());
+    }
+
+    #[test]
+    fn released_maps_read_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..4_000_000u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        let blob = LocalStorage::new(dir.path()).open("big").unwrap();
+        let held = blob.read(1_000..2_000).unwrap();
+        // Far more pages than RELEASE_AFTER_PAGES, so the map is released several times while
+        // `held` and the later slices are in use.
+        let mut slices = Vec::new();
+        for i in 0..3 * RELEASE_AFTER_PAGES {
+            let at = (i * 7919 * 4096) % (big.len() as u64 - 5_000);
+            let bytes = blob.read(at..at + 5_000).unwrap();
+            assert_eq!(&bytes[..], &big[at as usize..at as usize + 5_000]);
+            if i % 1000 == 0 {
+                slices.push((at, bytes));
+            }
+        }
+        assert_eq!(&held[..], &big[1_000..2_000]);
+        for (at, bytes) in slices {
+            assert_eq!(&bytes[..], &big[at as usize..at as usize + 5_000]);
+        }
     }
 }
