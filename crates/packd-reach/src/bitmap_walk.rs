@@ -17,6 +17,10 @@ use packd_odb::parse::CommitInfo;
 use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
 use std::collections::BinaryHeap;
 
+/// Root objects of a fill-in tree walk from which it is split over two threads (see
+/// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
+const SPLIT_ROOTS: usize = 16;
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -200,6 +204,56 @@ impl BitmapIndex {
         }
     }
 
+    /// Sets the bits of the objects at the index positions in `unplaced` and empties it;
+    /// false when the pack order cannot place one of them.
+    fn set_bits(&self, bits: &mut Bitmap, unplaced: &mut Vec<u32>) -> Result<bool> {
+        for index_pos in unplaced.drain(..) {
+            match self.bit_of(index_pos)? {
+                Some(bit) => bits.set(bit),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sets the bits of `roots` and of everything reachable from them that `bits` does not
+    /// already have, reading each tree not yet set; objects in `seen` are not stacked again.
+    /// Returns the trees read and their entries, or `None` when an object is outside the
+    /// bitmapped objects.
+    fn walk_trees(
+        &self,
+        repo: &Repository,
+        bits: &mut Bitmap,
+        seen: &mut IdSet,
+        roots: Vec<(ObjectId, ObjectKind)>,
+    ) -> Result<Option<(u32, usize)>> {
+        let index = &self.objects;
+        let mut stack = roots;
+        let (mut trees, mut entries) = (0u32, 0usize);
+        while let Some((id, kind)) = stack.pop() {
+            let Some(index_pos) = index.find(&id) else {
+                return Ok(None);
+            };
+            let Some(bit) = self.bit_of(index_pos)? else {
+                return Ok(None);
+            };
+            if bits.get(bit) {
+                continue;
+            }
+            bits.set(bit);
+            if kind == ObjectKind::Tree {
+                trees += 1;
+                let object = self.read_at(repo, &id, index_pos)?;
+                entries += scan_tree(&id, &object.data, |entry, kind| {
+                    if seen.insert(entry) {
+                        stack.push((entry, kind));
+                    }
+                })?;
+            }
+        }
+        Ok(Some((trees, entries)))
+    }
+
     /// Whether `peeled` (annotated tags among `tips` and what they peel to) covers every tag
     /// object the bitmaps number: each of its tags is a tip, is in the bitmapped objects and
     /// is a tag there (its entry header says so), and their number is the tag type bitmap's.
@@ -240,13 +294,15 @@ impl BitmapIndex {
     /// a bitmapped commit on the main line is reached, and its bits taken, before the walk goes
     /// down the side branches it already covers. A tip with a bitmap is taken without reading
     /// the commit. Trees of the commits that needed walking come after, skipping every subtree
-    /// already set.
+    /// already set; with `split` (no other walk runs beside this one) and many of them, on two
+    /// threads.
     fn reach(
         &self,
         repo: &Repository,
         walker: &Walker,
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
+        split: bool,
     ) -> Result<Option<Bitmap>> {
         let index = &self.objects;
         let started = std::time::Instant::now();
@@ -266,11 +322,18 @@ impl BitmapIndex {
         let mut queue: BinaryHeap<(i64, ObjectId, u32)> = BinaryHeap::new();
         let mut read: IdMap<CommitInfo> = IdMap::default();
         let mut objects: Vec<(ObjectId, ObjectKind)> = Vec::new();
-        let (mut commits, mut trees) = (0u32, 0u32);
+        let mut commits = 0u32;
         // With many tips, most are covered by the first bitmaps taken: knowing pack positions
         // (one bucketing pass) is cheaper than decoding every tip's bitmap.
         let check_covered = tips.len() > 16;
-        if check_covered {
+        // A tip without a bitmap means a fill-in walk, which needs pack positions: the sooner
+        // their index starts building on its own thread, the more of it overlaps with reading
+        // the tips and walking commits.
+        if check_covered
+            || tips
+                .iter()
+                .any(|tip| !matches!(index.find(tip), Some(pos) if self.bitmap.contains(pos)))
+        {
             self.objects.warm_positions();
         }
         let mut commit_tips: Vec<(ObjectId, u32)> = Vec::new();
@@ -351,17 +414,29 @@ impl BitmapIndex {
             read.insert(id, info);
         }
         let tips_done = started.elapsed();
+        // Commits walked while the position index was still being built on another thread:
+        // their bits are set once it is there. Meanwhile a commit is walked without checking
+        // whether a bitmap taken covers it (at worst a few commits more are read; their trees
+        // are found covered in the tree walk).
+        let mut unplaced: Vec<u32> = Vec::new();
         while let Some((_, id, index_pos)) = queue.pop() {
             if self.take_bitmap(&mut bits, index_pos, check_covered)? {
                 continue;
             }
-            let Some(bit) = self.bit_of(index_pos)? else {
-                return Ok(None);
-            };
-            if bits.get(bit) {
-                continue;
+            if self.objects.positions_pending() {
+                unplaced.push(index_pos);
+            } else {
+                if !self.set_bits(&mut bits, &mut unplaced)? {
+                    return Ok(None);
+                }
+                let Some(bit) = self.bit_of(index_pos)? else {
+                    return Ok(None);
+                };
+                if bits.get(bit) {
+                    continue;
+                }
+                bits.set(bit);
             }
-            bits.set(bit);
             commits += 1;
             let commit = match read.remove(&id) {
                 Some(info) => info,
@@ -375,7 +450,9 @@ impl BitmapIndex {
                     };
                     // A parent already covered is not read: on a host with many pull-request
                     // refs, most spikes sit on commits the main line's bitmap holds.
-                    if matches!(self.bit_of(parent_pos)?, Some(bit) if bits.get(bit)) {
+                    if !self.objects.positions_pending()
+                        && matches!(self.bit_of(parent_pos)?, Some(bit) if bits.get(bit))
+                    {
                         continue;
                     }
                     let info = self.commit_at(repo, &parent, parent_pos)?;
@@ -384,38 +461,48 @@ impl BitmapIndex {
                 }
             }
         }
+        if !self.set_bits(&mut bits, &mut unplaced)? {
+            return Ok(None);
+        }
         let commits_done = started.elapsed();
         // Each object is checked against `seen` when first met, before it is stacked: most
         // entries of a walked tree are objects met in another tree (the same file in the
         // parent commit's version of the tree) and never reach the stack.
-        let mut stack: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
+        let mut roots: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
         for (id, kind) in objects {
             if kind == ObjectKind::Tag || seen.insert(id) {
-                stack.push((id, kind));
+                roots.push((id, kind));
             }
         }
-        let mut entries = 0usize;
-        while let Some((id, kind)) = stack.pop() {
-            let Some(index_pos) = index.find(&id) else {
-                return Ok(None);
-            };
-            let Some(bit) = self.bit_of(index_pos)? else {
-                return Ok(None);
-            };
-            if bits.get(bit) {
-                continue;
+        // Many roots and a core to spare (the caller walks one side only): the older half of
+        // the walk's trees goes to a second thread with its own copy of the bits and the
+        // objects met, and the two sets of bits are joined after. Objects both halves meet are
+        // looked up twice; the trees of neighbouring commits share most of them, which is why
+        // the halves are the newer and the older commits, not every other one.
+        let walked = if split && roots.len() >= SPLIT_ROOTS {
+            let older = roots.split_off(roots.len() / 2);
+            let mut other_bits = bits.clone();
+            let mut other_seen = seen.clone();
+            let (mine, theirs) = std::thread::scope(|scope| {
+                let theirs =
+                    scope.spawn(|| self.walk_trees(repo, &mut other_bits, &mut other_seen, older));
+                let mine = self.walk_trees(repo, &mut bits, &mut seen, roots);
+                let theirs = theirs
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (mine, theirs)
+            });
+            bits.or_assign(&other_bits);
+            match (mine?, theirs?) {
+                (Some((t1, e1)), Some((t2, e2))) => Some((t1 + t2, e1 + e2)),
+                _ => None,
             }
-            bits.set(bit);
-            if kind == ObjectKind::Tree {
-                trees += 1;
-                let object = self.read_at(repo, &id, index_pos)?;
-                entries += scan_tree(&id, &object.data, |entry, kind| {
-                    if seen.insert(entry) {
-                        stack.push((entry, kind));
-                    }
-                })?;
-            }
-        }
+        } else {
+            self.walk_trees(repo, &mut bits, &mut seen, roots)?
+        };
+        let Some((trees, entries)) = walked else {
+            return Ok(None);
+        };
         tracing::debug!(
             "{} tips: {} bitmaps taken so far, {commits} commits and {trees} trees ({entries} entries) walked, {} objects met; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
@@ -486,14 +573,14 @@ impl BitmapIndex {
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
             let walker = Walker::new(repo);
             (
-                self.reach(repo, &walker, include, peeled)?,
-                self.reach(repo, &walker, exclude, peeled)?,
+                self.reach(repo, &walker, include, peeled, true)?,
+                self.reach(repo, &walker, exclude, peeled, true)?,
             )
         } else {
             std::thread::scope(|scope| {
                 let excluded =
-                    scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled));
-                let wanted = self.reach(repo, &Walker::new(repo), include, peeled);
+                    scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled, false));
+                let wanted = self.reach(repo, &Walker::new(repo), include, peeled, false);
                 let had = excluded
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

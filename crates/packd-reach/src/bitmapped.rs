@@ -243,13 +243,37 @@ impl Bitmapped {
         }
     }
 
-    /// Whether [`Bitmapped::bit_of`] is cheap now (nothing left to build first).
+    /// Whether [`Bitmapped::bit_of`] is cheap now (nothing left to build first): a walk that
+    /// started the position index on another thread ([`Bitmapped::warm_positions`]) goes on
+    /// without positions until this says they are there, instead of waiting for the build.
     pub(crate) fn is_ready(&self) -> bool {
         match self {
             Bitmapped::Pack {
-                pack, rev: None, ..
-            } => pack.has_reverse_index(),
+                pack,
+                rev: None,
+                warmed,
+                ..
+            } => warmed.load(std::sync::atomic::Ordering::Acquire) || pack.has_reverse_index(),
             _ => true,
+        }
+    }
+
+    /// Whether the position index is being built on another thread and is not there yet:
+    /// [`Bitmapped::bit_of`] would wait for it.
+    pub(crate) fn positions_pending(&self) -> bool {
+        match self {
+            Bitmapped::Pack {
+                pack,
+                rev: None,
+                warming,
+                warmed,
+                ..
+            } => {
+                warming.load(std::sync::atomic::Ordering::Relaxed)
+                    && !warmed.load(std::sync::atomic::Ordering::Acquire)
+                    && !pack.has_reverse_index()
+            }
+            _ => false,
         }
     }
 
