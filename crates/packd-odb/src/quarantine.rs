@@ -129,8 +129,8 @@ impl Drop for Quarantine {
     fn drop(&mut self) {
         // After a migration both directories are empty: two removals, no listing. Otherwise
         // (a refused push) whatever is left.
-        let emptied = std::fs::remove_dir(self.pack_dir()).is_ok()
-            && std::fs::remove_dir(&self.dir).is_ok();
+        let emptied =
+            std::fs::remove_dir(self.pack_dir()).is_ok() && std::fs::remove_dir(&self.dir).is_ok();
         if !emptied {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
