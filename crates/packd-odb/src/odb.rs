@@ -22,6 +22,11 @@ const MAX_ALTERNATE_DEPTH: usize = 5;
 /// The default delta base cache budget, as git's `core.deltaBaseCacheLimit`.
 pub const DEFAULT_CACHE_BUDGET: u64 = 96 << 20;
 
+/// The delta base cache budget of each repository a server opens, unless its
+/// `core.deltaBaseCacheLimit` or `--cache-size` says otherwise. A mirror clone of git/git (a
+/// fill-in walk over 30,000 trees) took the same CPU with 16 MiB as with 96 MiB.
+pub const SERVING_CACHE_BUDGET: u64 = 16 << 20;
+
 /// How to open an object database.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {

@@ -38,8 +38,13 @@ pub enum NameMatch {
 /// Settings a caller may impose over the configuration.
 #[derive(Debug, Clone, Default)]
 pub struct RepositoryOptions {
-    /// The delta base cache budget; `None` takes `core.deltaBaseCacheLimit` or 96 MiB.
+    /// The delta base cache budget; `None` takes `core.deltaBaseCacheLimit`, else
+    /// `default_cache_budget`.
     pub cache_budget: Option<u64>,
+    /// The budget when neither of the above gives one; `None` is git's 96 MiB. Servers pass
+    /// less ([`crate::SERVING_CACHE_BUDGET`]): they keep many repositories open, and a
+    /// clone's fill-in walk would otherwise keep most of the 96 MiB filled per repository.
+    pub default_cache_budget: Option<u64>,
 }
 
 /// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
@@ -130,7 +135,7 @@ impl Repository {
             Some(b) => b,
             None => config
                 .get_size("core.deltaBaseCacheLimit")?
-                .unwrap_or(DEFAULT_CACHE_BUDGET),
+                .unwrap_or(options.default_cache_budget.unwrap_or(DEFAULT_CACHE_BUDGET)),
         };
         let objects_dir = match std::env::var_os("GIT_OBJECT_DIRECTORY") {
             Some(d) => PathBuf::from(d),

@@ -86,6 +86,7 @@ fn many_threads_read_every_object_intact() {
         &dir.path().join("repo.git"),
         &RepositoryOptions {
             cache_budget: Some(64 << 10),
+            ..RepositoryOptions::default()
         },
     )
     .unwrap();

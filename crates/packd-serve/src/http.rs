@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
 /// Size of the chunks upload-pack's output is sent in.
-const CHUNK: usize = 256 * 1024;
+const CHUNK: usize = 64 * 1024;
 /// Chunks queued between upload-pack and the socket.
 const QUEUED_CHUNKS: usize = 16;
 

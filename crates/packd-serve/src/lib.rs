@@ -19,6 +19,7 @@ pub mod http;
 pub mod paths;
 pub mod repos;
 
+pub use packd_odb::RepositoryOptions;
 use packd_protocol::UploadPackOptions;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -67,6 +68,8 @@ pub struct Config {
     pub upload_pack: UploadPackOptions,
     /// Budget of each repository's clone cache (`--clone-cache-bytes`; 0: none).
     pub clone_cache_bytes: u64,
+    /// How each served repository is opened (its delta base cache budget).
+    pub repository: RepositoryOptions,
     /// Accept pushes (receive-pack) from anyone who can reach the server; otherwise they are
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
@@ -159,6 +162,7 @@ impl Server {
                     config.cache_capacity,
                     config.upload_pack.clone(),
                     config.clone_cache_bytes,
+                    config.repository.clone(),
                 ),
                 limits: config.limits,
                 allow_push: config.allow_push,

@@ -82,12 +82,20 @@ pub struct RepoCache {
     options: UploadPackOptions,
     /// Budget of each repository's clone cache (0: none).
     clone_cache_bytes: u64,
+    /// How repositories are opened.
+    repository: RepositoryOptions,
 }
 
 impl RepoCache {
     /// A cache of at most `capacity` repositories (at least 1), serving with `options`, each
-    /// keeping up to `clone_cache_bytes` of clone packs (see `packd_pack::clone_cache`).
-    pub fn new(capacity: usize, options: UploadPackOptions, clone_cache_bytes: u64) -> RepoCache {
+    /// keeping up to `clone_cache_bytes` of clone packs (see `packd_pack::clone_cache`) and
+    /// opened with `repository`.
+    pub fn new(
+        capacity: usize,
+        options: UploadPackOptions,
+        clone_cache_bytes: u64,
+        repository: RepositoryOptions,
+    ) -> RepoCache {
         RepoCache {
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
@@ -96,6 +104,7 @@ impl RepoCache {
             capacity: capacity.max(1),
             options,
             clone_cache_bytes,
+            repository,
         }
     }
 
@@ -128,7 +137,7 @@ impl RepoCache {
         }
         // Opened outside the lock: other repositories keep being served meanwhile. Two first
         // requests to one repository may both open it; the later insert wins, which is harmless.
-        let repo = Arc::new(Repository::open(git_dir, &RepositoryOptions::default())?);
+        let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
         let packs = Arc::new(PackServer::open(repo)?.with_clone_cache(cache));
         let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
@@ -187,7 +196,7 @@ mod tests {
     fn cached_until_packs_change() {
         let tmp = tempfile::tempdir().unwrap();
         let git_dir = repo(tmp.path());
-        let cache = RepoCache::new(4, UploadPackOptions::default(), 0);
+        let cache = RepoCache::new(4, UploadPackOptions::default(), 0, RepositoryOptions::default());
         let a = cache.get(&git_dir).unwrap();
         let b = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "second lookup reopened");
@@ -207,7 +216,7 @@ mod tests {
     #[test]
     fn bounded() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = RepoCache::new(2, UploadPackOptions::default(), 0);
+        let cache = RepoCache::new(2, UploadPackOptions::default(), 0, RepositoryOptions::default());
         let dirs: Vec<PathBuf> = (0..3)
             .map(|i| repo(&tmp.path().join(i.to_string())))
             .collect();

@@ -26,7 +26,7 @@ struct Cli {
     chdir: Vec<PathBuf>,
 
     /// Delta base cache budget in bytes (k/m/g suffixes; 0 disables). Default: the repository's
-    /// core.deltaBaseCacheLimit, else 96m.
+    /// core.deltaBaseCacheLimit, else 96m (16m per repository for serve and upload-pack).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, global = true)]
     cache_size: Option<u64>,
 
@@ -75,10 +75,21 @@ impl Cli {
         Ok(dir)
     }
 
+    /// How a server opens repositories: `--cache-size`, else each one's
+    /// core.deltaBaseCacheLimit, else the serving default (smaller than git's 96m: a server
+    /// keeps many repositories open).
+    fn serving_options(&self) -> RepositoryOptions {
+        RepositoryOptions {
+            cache_budget: self.cache_size,
+            default_cache_budget: Some(packd_odb::SERVING_CACHE_BUDGET),
+        }
+    }
+
     fn repository(&self) -> Result<Repository> {
         let dir = self.workdir()?;
         let options = RepositoryOptions {
             cache_budget: self.cache_size,
+            ..RepositoryOptions::default()
         };
         Ok(Repository::discover(&dir, &options)?)
     }
@@ -118,8 +129,10 @@ fn main() -> ExitCode {
         Command::PackObjects(args) => cli
             .repository()
             .and_then(|repo| pack_objects::run(repo, args)),
-        Command::Serve(args) => serve::run(args),
-        Command::UploadPack(args) => cli.workdir().and_then(|dir| upload_pack::run(&dir, args)),
+        Command::Serve(args) => serve::run(args, cli.serving_options()),
+        Command::UploadPack(args) => cli
+            .workdir()
+            .and_then(|dir| upload_pack::run(&dir, args, &cli.serving_options())),
         Command::ReceivePack(args) => cli.workdir().and_then(|dir| receive_pack::run(&dir, args)),
     };
     match result {

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use packd_protocol::UploadPackOptions;
 use packd_serve::auth::AuthFile;
-use packd_serve::{Config, Limits, Server};
+use packd_serve::{Config, Limits, RepositoryOptions, Server};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,7 +89,7 @@ pub struct Args {
 }
 
 /// Runs `packd serve` until the process is stopped.
-pub fn run(args: &Args) -> Result<ExitCode> {
+pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
     if args.hash_token {
         let mut token = String::new();
         std::io::stdin()
@@ -118,6 +118,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),
         clone_cache_bytes: args.clone_cache_bytes,
+        repository,
         allow_push: args.allow_push,
         create_on_push: args.create_on_push,
         auth,

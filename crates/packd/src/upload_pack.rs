@@ -46,7 +46,11 @@ pub struct Args {
 /// Opens the repository at `dir` as git upload-pack does: the directory itself, its `.git`,
 /// or `DIR.git`; never a parent directory.
 pub(crate) fn open_repository(dir: &Path) -> Result<Repository> {
-    let options = RepositoryOptions::default();
+    open_repository_with(dir, &RepositoryOptions::default())
+}
+
+/// [`open_repository`] with `options` (a server's delta base cache budget).
+pub(crate) fn open_repository_with(dir: &Path, options: &RepositoryOptions) -> Result<Repository> {
     let mut tried = Vec::new();
     let mut with_git = dir.as_os_str().to_owned();
     with_git.push(".git");
@@ -54,7 +58,7 @@ pub(crate) fn open_repository(dir: &Path) -> Result<Repository> {
         if !candidate.is_dir() {
             continue;
         }
-        match Repository::open(&candidate, &options) {
+        match Repository::open(&candidate, options) {
             Ok(repo) => return Ok(repo),
             Err(e) => tried.push(e),
         }
@@ -118,9 +122,9 @@ impl<W: Write> Write for ActiveWriter<'_, W> {
 }
 
 /// Runs `packd upload-pack`; `workdir` is where a relative DIR starts.
-pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
+pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<ExitCode> {
     let dir = workdir.join(&args.dir);
-    let repo = Arc::new(open_repository(&dir)?);
+    let repo = Arc::new(open_repository_with(&dir, options)?);
     let cache = CloneCacheConfig::in_repository(&repo, args.clone_cache_bytes);
     let packs = Arc::new(
         PackServer::open(repo)
