@@ -3,12 +3,16 @@
 # for clients 1..128 days behind, server CPU and pack bytes of packd's fetch against
 # `git pack-objects --revs --thin --use-bitmap-index --delta-base-offset` with the same want and
 # have, plus the client's `git index-pack --fix-thin` time; then a full clone (server CPU and peak
-# memory, and end to end over HTTP against git http-backend).
+# memory, and end to end over HTTP against git http-backend); with MIRROR=1 (default) also a
+# mirror clone (every ref) of a second copy that keeps refs/pull/*, the issue's own setting.
 #
 # Usage: bench/fetch.sh REPO      e.g. bench/fetch.sh /work/.mirror/git+git/repo
-#        (RUNS=5, DAYS="1 2 4 8 16 32 64 128", HTTP_CLONE=1, PACKD=target/release/packd)
+#        (RUNS=5, DAYS="1 2 4 8 16 32 64 128", HTTP_CLONE=1, MIRROR=1,
+#         PACKD=target/release/packd)
 # REPO is copied once to bench/data/reach-<name>-true.git with git's bitmaps (as bench/reach.sh
-# does: refs/pull/* dropped, promisor mark removed, `repack -adb`). Run by hand, never in CI.
+# does: refs/pull/* dropped, promisor mark removed, `repack -adb`), and for MIRROR=1 to
+# bench/data/full-<name>.git with every ref except the few that reach objects the snapshot
+# lacks (bench/lib/broken_refs.py; about 6 minutes the first time). Run by hand, never in CI.
 # Targets: pack bytes <= git's and server CPU <= 0.5x git's for every N; full-clone server CPU
 # <= 0.25x git's and peak memory under 100 MB.
 set -euo pipefail
@@ -18,5 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib/setup.sh"
 
 repo=$(bitmapped_copy "$1" true)
-python3 "$here/lib/fetch_bench.py" "$packd" "$repo" "$data/fetch-tmp" \
+mirror=()
+[[ ${MIRROR:-1} == 1 ]] && mirror=("$(full_copy "$1")")
+python3 "$here/lib/fetch_bench.py" "$packd" "$repo" "$data/fetch-tmp" "${mirror[@]}" \
   | tee "$data/results/fetch-$(date -u +%Y%m%d-%H%M).txt"

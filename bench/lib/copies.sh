@@ -31,3 +31,25 @@ bitmapped_copy() {
   echo "$dest"
 }
 
+
+# A copy of REPO with every ref but those reaching objects the snapshot lacks (git/git's 12
+# broken refs/pull/* refs; bench/lib/broken_refs.py finds them): the issue's own full-clone
+# setting, 849k objects in one bitmapped pack, where a mirror clone sends the whole pack.
+full_copy() {
+  local src=$1 name
+  name=$(basename "$src" .git)
+  local dest=$data/full-$name.git
+  local fingerprint
+  fingerprint=$(git -C "$src" for-each-ref | md5sum | cut -d' ' -f1)
+  if [[ $(cat "$dest/.full-done" 2>/dev/null) != "$fingerprint" ]]; then
+    rm -rf "$dest"
+    git clone -q --bare --mirror "$src" "$dest"
+    rm -f "$dest"/objects/pack/*.promisor
+    python3 "$(dirname "${BASH_SOURCE[0]}")/broken_refs.py" "$dest" \
+      | sed 's/^/delete /' | git -C "$dest" update-ref --stdin
+    git -C "$dest" -c pack.writeBitmapLookupTable=true -c pack.writeBitmapHashCache=true \
+      repack -adb -q
+    echo "$fingerprint" > "$dest/.full-done"
+  fi
+  echo "$dest"
+}

@@ -16,8 +16,9 @@ Then a full clone (wants = every branch and tag, include-tag): git's pack-object
 RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
 four states: a fresh server's first clone and the running server's next one (both with the clone
 cache off), then with the clone cache the clone that fills it and the next one, sent from it;
-and with
-HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's own
+with a
+fourth argument (a copy that keeps every ref), the same for a mirror clone of it (wants = every
+ref, the issue's own full-clone setting); and with HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's own
 smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
 import http.client
@@ -170,8 +171,62 @@ def index_pack(client, pack_path):
     return wall if code == 0 else float("nan")
 
 
+def full_clone(packd, repo, wants, tmp):
+    """Server CPU and peak memory of one clone of `repo` wanting `wants` (include-tag): git's
+    pack-objects (median of 3) against packd serve in four states, as the module doc says."""
+    root, name = os.path.dirname(repo), os.path.basename(repo)
+    git_runs = []
+    for _ in range(3):
+        git_runs.append(run_rusage(
+            ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
+             "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
+            "".join(w + "\n" for w in wants).encode(),
+            stdout=open(f"{tmp}/git-clone.pack", "wb")))
+    c, rss, wall, code = sorted(git_runs)[1]
+    git_bytes = os.path.getsize(f"{tmp}/git-clone.pack")
+
+    def clone_once(server, path):
+        base_cpu = server.cpu()
+        start = time.monotonic()
+        size = server.fetch(name, wants, [], path, include_tag=True)
+        return server.cpu() - base_cpu, time.monotonic() - start, size
+
+    # Three ways packd may serve it: a fresh server's first clone, the same clone again from
+    # the running server (indexes loaded), both without the clone cache; then, with the clone
+    # cache (emptied first), the clone that fills it and the next one, sent from it.
+    rows = []
+    cache = os.path.join(repo, "packd-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
+    try:
+        for label in ("packd, fresh server", "packd, running server"):
+            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+            rows.append((label, pcpu, server.hwm(), pwall, size))
+        identical = filecmp.cmp(f"{tmp}/packd-clone.pack", f"{tmp}/git-clone.pack", shallow=False)
+    finally:
+        server.stop()
+    server = Packd(packd, root)
+    try:
+        for label in ("packd, cache filled", "packd, from cache"):
+            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+            rows.append((label, pcpu, server.hwm(), pwall, size))
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+    os.unlink(f"{tmp}/packd-clone.pack")
+    os.unlink(f"{tmp}/git-clone.pack")
+    print(f"   {'':22} {'cpu s':>8} {'peak MB':>8} {'wall s':>8} {'bytes':>11} {'cpu ratio':>9}"
+          f" {'mem ratio':>9}")
+    print(f"   {'git pack-objects':22} {c:>8.3f} {rss:>8.1f} {wall:>8.3f} {git_bytes:>11}")
+    for label, pcpu, phwm, pwall, size in rows:
+        print(f"   {label:22} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {size:>11} "
+              f"{pcpu / c:>9.2f} {phwm / rss:>9.2f}")
+    print(f"   packd's pack is byte for byte git's: {identical}")
+
+
 def main():
     packd, repo, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+    mirror = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
     runs = int(os.environ.get("RUNS", "5"))
     days = [int(d) for d in os.environ.get("DAYS", "1 2 4 8 16 32 64 128").split()]
     root, name = os.path.dirname(repo), os.path.basename(repo)
@@ -222,54 +277,13 @@ def main():
 
     print("\n== full clone (every branch and tag, include-tag): server side")
     refs = git(repo, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags").split()
-    wants = sorted(set(refs))
-    git_runs = []
-    for _ in range(3):
-        git_runs.append(run_rusage(
-            ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
-             "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
-            "".join(w + "\n" for w in wants).encode(),
-            stdout=open(f"{tmp}/git-clone.pack", "wb")))
-    c, rss, wall, code = sorted(git_runs)[1]
-    git_bytes = os.path.getsize(f"{tmp}/git-clone.pack")
-
-    def clone_once(server, path):
-        base_cpu = server.cpu()
-        start = time.monotonic()
-        size = server.fetch(name, wants, [], path, include_tag=True)
-        return server.cpu() - base_cpu, time.monotonic() - start, size
-
-    # Three ways packd may serve it: a fresh server's first clone, the same clone again from
-    # the running server (indexes loaded), both without the clone cache; then, with the clone
-    # cache (emptied first), the clone that fills it and the next one, sent from it.
-    rows = []
-    cache = os.path.join(repo, "packd-cache")
-    shutil.rmtree(cache, ignore_errors=True)
-    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
-    try:
-        for label in ("packd, fresh server", "packd, running server"):
-            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
-            rows.append((label, pcpu, server.hwm(), pwall, size))
-        identical = filecmp.cmp(f"{tmp}/packd-clone.pack", f"{tmp}/git-clone.pack", shallow=False)
-    finally:
-        server.stop()
-    server = Packd(packd, root)
-    try:
-        for label in ("packd, cache filled", "packd, from cache"):
-            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
-            rows.append((label, pcpu, server.hwm(), pwall, size))
-    finally:
-        server.stop()
-        shutil.rmtree(cache, ignore_errors=True)
-    os.unlink(f"{tmp}/packd-clone.pack")
-    os.unlink(f"{tmp}/git-clone.pack")
-    print(f"   {'':22} {'cpu s':>8} {'peak MB':>8} {'wall s':>8} {'bytes':>11} {'cpu ratio':>9}"
-          f" {'mem ratio':>9}")
-    print(f"   {'git pack-objects':22} {c:>8.3f} {rss:>8.1f} {wall:>8.3f} {git_bytes:>11}")
-    for label, pcpu, phwm, pwall, size in rows:
-        print(f"   {label:22} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {size:>11} "
-              f"{pcpu / c:>9.2f} {phwm / rss:>9.2f}")
-    print(f"   packd's pack is byte for byte git's: {identical}")
+    full_clone(packd, repo, sorted(set(refs)), tmp)
+    if mirror:
+        print(f"\n== mirror clone of {os.path.basename(mirror)} (every ref, as `git clone --mirror`;"
+              " the issue's setting): server side")
+        print("   " + git(mirror, "count-objects", "-v").replace("\n", ", "))
+        refs = git(mirror, "for-each-ref", "--format=%(objectname)").split()
+        full_clone(packd, mirror, sorted(set(refs)), tmp)
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
