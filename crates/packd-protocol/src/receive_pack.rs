@@ -37,6 +37,7 @@ use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Limits on what one push may send.
@@ -344,15 +345,17 @@ impl ReceivePack {
         input: &mut dyn Read,
         out: &mut dyn Write,
     ) -> Result<PushStats, ProtocolError> {
-        self.serve_with(&mut || self.open(), input, out)
+        self.serve_with(&mut || self.open().map(Arc::new), input, out)
     }
 
     /// [`ReceivePack::serve`] with `repo` opening the repository (the one at this receiver's
     /// git directory) once the commands are read, for a caller that already has it open. It
-    /// must show the objects and refs as they are now: a push is checked against them.
+    /// must show the objects and refs as they are now: a push is checked against them. A
+    /// caller that keeps a clone decides when the repository is closed (a process that exits
+    /// next need not unmap its packs one by one).
     pub fn serve_with(
         &self,
-        repo: &mut dyn FnMut() -> Result<Repository, ProtocolError>,
+        repo: &mut dyn FnMut() -> Result<Arc<Repository>, ProtocolError>,
         input: &mut dyn Read,
         out: &mut dyn Write,
     ) -> Result<PushStats, ProtocolError> {
