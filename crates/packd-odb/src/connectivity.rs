@@ -226,8 +226,25 @@ pub fn check_incoming(
     // The quarantine holds one pack and no loose objects: its lookups never touch the disk.
     // The repository's loose objects are looked up adaptively (see `crate::existence`).
     let in_repo = ExistenceCheck::new(repo);
+    let small = ids.len() < crate::PARALLEL_FROM;
+    // Links found in the repository, for a small push checked on this thread: successive
+    // commits' trees link to the same unchanged entries, each looked up once (a lookup in a
+    // large index faults its pages in).
+    let known = std::sync::Mutex::new(crate::IdSet::default());
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
-        Ok(incoming.locate_packed(id)?.is_some() || in_repo.contains(id)?)
+        if incoming.locate_packed(id)?.is_some() {
+            return Ok(true);
+        }
+        if small && known.lock().is_ok_and(|k| k.contains(id)) {
+            return Ok(true);
+        }
+        let found = in_repo.contains(id)?;
+        if found && small {
+            if let Ok(mut k) = known.lock() {
+                k.insert(*id);
+            }
+        }
+        Ok(found)
     };
     let check = |id: &ObjectId| -> Result<(), CheckError> {
         let object = incoming
@@ -257,7 +274,7 @@ pub fn check_incoming(
     };
     // A small push is checked on this thread: starting a thread pool would cost more than
     // the checks.
-    if ids.len() < crate::PARALLEL_FROM {
+    if small {
         ids.iter().try_for_each(check)?;
     } else {
         ids.par_iter().try_for_each(check)?;
