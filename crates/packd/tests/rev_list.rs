@@ -404,3 +404,81 @@ fn lines_equal_gits_with_names() {
         assert_eq!(expected, got, "rev-list {query:?}");
     }
 }
+
+/// A fill-in walk of many commits (git bitmaps every one of the newest 100 commits, then only
+/// some): the tree walk is then split over two threads, with the bits and objects met joined
+/// after, and the rank index is still being built while the commits are walked. Both with
+/// git's pack alone and with a `.rev`, the answers must be git's.
+#[test]
+fn long_fill_in_walks_match_git() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("long.git");
+    let mut stream = String::new();
+    for i in 0..700 {
+        stream.push_str(&format!(
+            "commit refs/heads/main\nmark :{}\ncommitter C <c@example.com> {} +0000\ndata 2\nc\n",
+            i + 1,
+            1_600_000_000 + i
+        ));
+        if i > 0 {
+            stream.push_str(&format!("from :{i}\n"));
+        }
+        let content = format!("{i}\n");
+        stream.push_str(&format!(
+            "M 100644 inline d{}/e{}/f{}.txt\ndata {}\n{content}\n",
+            i % 7,
+            i % 3,
+            i % 13,
+            content.len()
+        ));
+    }
+    repo.fast_import(stream.as_bytes());
+    for rev in [false, true] {
+        let write_rev = format!("pack.writeReverseIndex={rev}");
+        repo.git(&["-c", &write_rev, "repack", "-adbq"]);
+        let mut longest = 0;
+        for tip in ["main~200", "main~300", "main~450"] {
+            for query in [vec![tip], vec![tip, "--not", "main~520"]] {
+                let mut args = vec!["rev-list", "--objects", "--use-bitmap-index"];
+                args.extend(&query);
+                let sorted = |out: &[u8]| {
+                    let mut ids: Vec<String> = String::from_utf8_lossy(out)
+                        .lines()
+                        .map(|l| l.split(' ').next().unwrap_or("").to_string())
+                        .collect();
+                    ids.sort();
+                    ids
+                };
+                let expected = sorted(&repo.git(&args));
+                let got = sorted(repo.packd(&args, None).assert_success().out().as_bytes());
+                assert!(!expected.is_empty());
+                assert!(
+                    expected == got,
+                    "rev-list {query:?} (.rev: {rev}) differs from git's"
+                );
+            }
+            let run = packd_debug(
+                &repo,
+                &[
+                    "rev-list",
+                    "--objects",
+                    "--count",
+                    "--use-bitmap-index",
+                    tip,
+                ],
+            );
+            let err = run.assert_success().err();
+            let walked = err
+                .lines()
+                .filter_map(|l| l.split(" commits and ").next()?.rsplit(' ').next())
+                .filter_map(|n| n.parse::<usize>().ok())
+                .max()
+                .unwrap_or(0);
+            longest = longest.max(walked);
+        }
+        assert!(
+            longest >= 16,
+            "no query walked 16 commits (.rev: {rev}), the split tree walk went untested"
+        );
+    }
+}
