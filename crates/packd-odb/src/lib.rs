@@ -41,5 +41,7 @@ pub(crate) const PARALLEL_FROM: usize = 512;
 pub use hash::{HashKind, ObjectId, Prefix};
 pub use id_set::{IdMap, IdSet};
 pub use object::{Object, ObjectHeader, ObjectKind};
-pub use odb::{IdOrder, Location, ObjectDb, OpenOptions, PrefixMatch, SERVING_CACHE_BUDGET};
+pub use odb::{
+    IdOrder, Location, ObjectDb, OpenOptions, PrefixMatch, SERVING_CACHE_BUDGET, SERVING_MAP_BUDGET,
+};
 pub use repository::{NameMatch, Repository, RepositoryOptions};

@@ -45,6 +45,9 @@ pub struct RepositoryOptions {
     /// less ([`crate::SERVING_CACHE_BUDGET`]): they keep many repositories open, and a
     /// clone's fill-in walk would otherwise keep most of the 96 MiB filled per repository.
     pub default_cache_budget: Option<u64>,
+    /// Resident pages each mapped pack file may keep (`None`: no bound); servers pass
+    /// [`crate::SERVING_MAP_BUDGET`].
+    pub map_budget: Option<u64>,
 }
 
 /// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
@@ -141,7 +144,14 @@ impl Repository {
             Some(d) => PathBuf::from(d),
             None => common_dir.join("objects"),
         };
-        let objects = ObjectDb::open(&objects_dir, &OpenOptions { cache_budget, hash })?;
+        let objects = ObjectDb::open(
+            &objects_dir,
+            &OpenOptions {
+                cache_budget,
+                hash,
+                map_budget: options.map_budget,
+            },
+        )?;
         Ok(Repository {
             git_dir,
             common_dir,

@@ -21,12 +21,29 @@ const READ_WHOLE_BELOW: u64 = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
     root: PathBuf,
+    /// Pages of a mapped file kept before its map is released; `u64::MAX`: never.
+    release_after_pages: u64,
 }
 
 impl LocalStorage {
-    /// Storage for the blobs under `root` (for a repository, its `objects` directory).
+    /// Storage for the blobs under `root` (for a repository, its `objects` directory). Mapped
+    /// files stay mapped whole: the fastest for a process that reads a pack at random.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        LocalStorage { root: root.into() }
+        LocalStorage {
+            root: root.into(),
+            release_after_pages: u64::MAX,
+        }
+    }
+
+    /// Bounds the pages of each mapped file this process keeps resident to about `bytes`:
+    /// once reads have touched that many, the map's pages are dropped from the process (they stay
+    /// in the page cache). A server walking trees scattered over a 500 MB pack would
+    /// otherwise keep hundreds of megabytes resident, as git does up to its
+    /// `core.packedGitLimit`. Random reads pay for it: every page is mapped again after each
+    /// release (`cat-file --batch` of shuffled ids took half again as much CPU with 16 MiB).
+    pub fn with_map_budget(mut self, bytes: u64) -> Self {
+        self.release_after_pages = (bytes / 4096).max(1);
+        self
     }
 
     /// The directory this storage reads from.
@@ -78,6 +95,7 @@ impl Storage for LocalStorage {
             bytes,
             file,
             touched_pages: AtomicU64::new(0),
+            release_after_pages: self.release_after_pages,
         }))
     }
 
@@ -126,26 +144,19 @@ struct LocalBlob {
     /// Pages handed out by [`Blob::read`] since the map was last released (an estimate: each
     /// range counts its pages plus one).
     touched_pages: AtomicU64,
+    /// See [`LocalStorage::with_map_budget`].
+    release_after_pages: u64,
 }
-
-/// Pages of a mapped file a process keeps resident before the map is released (16 MiB).
-///
-/// Every page of a map that a reader touched counts toward the server's resident memory until
-/// it is unmapped: a walk that reads trees scattered over a 500 MB pack would otherwise keep
-/// hundreds of megabytes resident (git bounds its maps the same way, `core.packedGitLimit`).
-/// Releasing drops the pages from this process only; they stay in the page cache, and a later
-/// read maps them again.
-const RELEASE_AFTER_PAGES: u64 = 4096;
 
 impl LocalBlob {
     /// Counts the pages `range` touches and releases the map's pages once enough were.
     fn note_touched(&self, range: &Range<u64>) {
-        if self.file.is_none() {
+        if self.file.is_none() || self.release_after_pages == u64::MAX {
             return;
         }
         let pages = (range.end - range.start).div_ceil(4096) + 1;
         let total = self.touched_pages.fetch_add(pages, Ordering::Relaxed) + pages;
-        if total >= RELEASE_AFTER_PAGES
+        if total >= self.release_after_pages
             && self
                 .touched_pages
                 .compare_exchange(total, 0, Ordering::Relaxed, Ordering::Relaxed)
@@ -155,7 +166,8 @@ impl LocalBlob {
         }
     }
 
-    /// Drops this process's mappings of the file's pages (see [`RELEASE_AFTER_PAGES`]).
+    /// Drops this process's mappings of the file's pages. They stay in the page cache; a
+    /// later read maps them again.
     #[cfg(unix)]
     fn release(&self) {
         // SAFETY: the range is exactly the read-only, shared file map this blob owns; dropping
@@ -317,16 +329,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big: Vec<u8> = (0..4_000_000u32).map(|i| (i % 253) as u8).collect();
         std::fs::write(dir.path().join("big"), &big).unwrap();
-        let blob = LocalStorage::new(dir.path()).open("big").unwrap();
+        let budget = 64;
+        let blob = LocalStorage::new(dir.path())
+            .with_map_budget(budget * 4096)
+            .open("big")
+            .unwrap();
         let held = blob.read(1_000..2_000).unwrap();
-        // Far more pages than RELEASE_AFTER_PAGES, so the map is released several times while
-        // `held` and the later slices are in use.
+        // Far more pages than the budget, so the map is released many times while `held` and
+        // the later slices are in use.
         let mut slices = Vec::new();
-        for i in 0..3 * RELEASE_AFTER_PAGES {
+        for i in 0..100 * budget {
             let at = (i * 7919 * 4096) % (big.len() as u64 - 5_000);
             let bytes = blob.read(at..at + 5_000).unwrap();
             assert_eq!(&bytes[..], &big[at as usize..at as usize + 5_000]);
-            if i % 1000 == 0 {
+            if i % 100 == 0 {
                 slices.push((at, bytes));
             }
         }

@@ -82,6 +82,7 @@ impl Cli {
         RepositoryOptions {
             cache_budget: self.cache_size,
             default_cache_budget: Some(packd_odb::SERVING_CACHE_BUDGET),
+            map_budget: Some(packd_odb::SERVING_MAP_BUDGET),
         }
     }
 
