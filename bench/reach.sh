@@ -14,9 +14,11 @@
 # opening a bitmap index with and without the table shows.
 #
 # Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, TABLES="true false",
-#        WRITERS="git" or "git packd", PACKD=target/release/packd)
+#        WRITERS="git" or "git packd", FULL=0, PACKD=target/release/packd)
 # WRITERS containing packd adds a copy whose bitmap packd wrote (`packd write-bitmap`, with the
-# lookup table and a .rev), read by both tools.
+# lookup table and a .rev), read by both tools. FULL=1 adds, for a repository given as an
+# argument, a copy that keeps its refs/pull/* (bench/data/full-<name>.git, as bench/fetch.sh
+# MIRROR=1 makes it; git/git's has 4,282 refs and 841,300 objects).
 # Run by hand, never in CI. Prints ratios packd/git; the target is <= 0.5 on every row.
 set -euo pipefail
 
@@ -152,5 +154,8 @@ for src in "${repos[@]}"; do
   done
   if [[ " ${WRITERS:-git} " == *" packd "* ]]; then
     report "$(packd_bitmapped_copy "$src")" "packd's bitmap and .rev (packd write-bitmap)"
+  fi
+  if [[ ${FULL:-0} == 1 && $src != "$data/spiky.git" ]]; then
+    report "$(full_copy "$src")" "git's bitmap, lookup table: true, every ref kept (refs/pull/* too)"
   fi
 done
