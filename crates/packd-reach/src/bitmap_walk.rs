@@ -99,6 +99,18 @@ impl BitmapIndex {
     /// pack's with a `.bitmap`. A bitmap that does not belong to its objects, or cannot be read,
     /// is skipped with one warning: the plain walk gives the answer.
     pub fn open(repo: &Repository) -> Result<Option<BitmapIndex>> {
+        Self::open_with(repo, false)
+    }
+
+    /// [`BitmapIndex::open`] for a caller that expects a fill-in walk (a one-shot query from
+    /// tips that are mostly not bitmapped): the pack's position index, which such a walk
+    /// waits for when the pack has no `.rev`, starts building on its own thread as soon as the
+    /// `.bitmap` is found, before the bitmap file is read.
+    pub fn open_warming(repo: &Repository) -> Result<Option<BitmapIndex>> {
+        Self::open_with(repo, true)
+    }
+
+    fn open_with(repo: &Repository, warm: bool) -> Result<Option<BitmapIndex>> {
         let started = std::time::Instant::now();
         if let Some((storage, midx, packs)) = repo.objects().multi_pack_index() {
             let name = format!("pack/multi-pack-index-{}.bitmap", hex(midx.checksum()));
@@ -116,9 +128,20 @@ impl BitmapIndex {
             }
         }
         for (storage, pack) in repo.objects().packs_with_storage() {
+            let mut early = None;
+            if warm
+                && crate::bitmap::bitmap_name(pack.name()).is_some_and(|name| storage.exists(&name))
+            {
+                let objects = Bitmapped::pack(storage.as_ref(), pack)?;
+                objects.warm_positions();
+                early = Some(objects);
+            }
             match PackBitmap::open_for_pack(storage.as_ref(), pack) {
                 Ok(Some(bitmap)) => {
-                    let objects = Bitmapped::pack(storage.as_ref(), pack)?;
+                    let objects = match early {
+                        Some(objects) => objects,
+                        None => Bitmapped::pack(storage.as_ref(), pack)?,
+                    };
                     return Ok(Some(BitmapIndex::opened(objects, bitmap, started)));
                 }
                 Ok(None) => {}

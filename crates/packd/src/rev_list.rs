@@ -87,7 +87,9 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     // pack; the plain walk then gives the same exact answer.
     tracing::debug!("arguments and refs read in {:?}", started.elapsed());
     let bitmaps = if use_bitmaps {
-        BitmapIndex::open(repo)?
+        // Tips of a command-line query seldom all have bitmaps: start the pack positions a
+        // fill-in walk needs while the bitmap is read.
+        BitmapIndex::open_warming(repo)?
     } else {
         None
     };
