@@ -1,25 +1,49 @@
-//! A quarantine for received objects: they are written and checked in a directory of their own,
+//! A quarantine for received objects: they are written and checked under names of their own,
 //! and enter the repository only when every check has passed.
 //!
 //! ```text
-//! objects/
-//!   incoming-<pid>-<nanos>-<n>/       the quarantine (removed on drop)
-//!     pack/pack-<hex>.pack            written by index_pack, read by the checks
-//!     pack/pack-<hex>.idx
-//!   pack/                             migrate(): .pack (and .rev) first, .idx last, then fsync
+//! objects/pack/
+//!   tmp_incoming_<pid>_<nanos>_<n>_pack   written by index_pack_quarantined, read by the checks
+//!   tmp_incoming_<pid>_<nanos>_<n>_idx    (removed on drop unless migrated)
+//!   pack-<hex>.pack                       migrate(): renamed, the .pack first, the .idx last,
+//!   pack-<hex>.idx                        then the directory fsynced
 //! ```
-//! Readers of the repository never see a quarantined object: they look in `objects/pack`, and a
-//! pack there becomes visible only once its `.idx` appears, after its data is in place.
+//! Readers of the repository never see a quarantined object: git and packd take a pack only
+//! through a name ending in `.idx` (packd: `pack-*.idx`), which a quarantined index gets at
+//! migration, after its data is in place. The files sit in `objects/pack` itself rather than in a
+//! directory of their own: no directory to make and remove (two `mkdir`s and two `rmdir`s were a
+//! twelfth of a small push's time), and migration is a rename within one directory. The `tmp_`
+//! prefix is git's own for temporary files there (`git prune` removes old ones).
 
+use crate::pack::ingest::{index_pack_quarantined, IngestOptions, Ingested};
 use crate::{Error, ObjectDb, OpenOptions, Result};
+use bytes::Bytes;
+use packd_storage::{Blob, LocalStorage, Storage, StorageError};
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// A quarantine directory under a repository's objects directory.
+/// The prefix of quarantine file names in `objects/pack`.
+const PREFIX: &str = "tmp_incoming_";
+
+/// A quarantine in a repository's `objects/pack` directory.
 #[derive(Debug)]
 pub struct Quarantine {
-    dir: PathBuf,
-    objects_dir: PathBuf,
+    /// The repository's `objects/pack`.
+    pack_dir: PathBuf,
+    /// `tmp_incoming_<pid>_<nanos>_<n>`: the files are `<stem>_pack` and `<stem>_idx`.
+    stem: String,
+    /// The pack received, once it is.
+    received: Option<Received>,
+}
+
+/// What [`Quarantine::ingest`] took in.
+#[derive(Debug)]
+struct Received {
+    hex: String,
+    /// The pack's and index's bytes, when ingest still had them.
+    written: Option<(Bytes, Bytes)>,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -34,44 +58,73 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 impl Quarantine {
-    /// Creates `objects_dir/incoming-<unique>/pack`.
+    /// A quarantine in `objects_dir/pack` (made if missing). Nothing is written until
+    /// [`Quarantine::ingest`].
     pub fn create(objects_dir: &Path) -> Result<Quarantine> {
-        sweep_abandoned(objects_dir);
+        let pack_dir = objects_dir.join("pack");
+        if !sweep_abandoned(&pack_dir) {
+            std::fs::create_dir_all(&pack_dir).map_err(io(&pack_dir))?;
+        }
         use std::sync::atomic::{AtomicU32, Ordering};
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let dir = objects_dir.join(format!(
-            "incoming-{}-{nanos}-{}",
+        let stem = format!(
+            "{PREFIX}{}_{nanos}_{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&dir).map_err(io(&dir))?;
-        let quarantine = Quarantine {
-            dir,
-            objects_dir: objects_dir.to_path_buf(),
-        };
-        let pack = quarantine.pack_dir();
-        std::fs::create_dir(&pack).map_err(io(&pack))?;
-        Ok(quarantine)
+        );
+        Ok(Quarantine {
+            pack_dir,
+            stem,
+            received: None,
+        })
     }
 
-    /// The quarantine directory (an objects directory of its own).
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The directory the quarantined files are in (the repository's `objects/pack`).
+    pub fn pack_dir(&self) -> &Path {
+        &self.pack_dir
     }
 
-    /// Where received packs go: pass this to `index_pack` as its pack directory.
-    pub fn pack_dir(&self) -> PathBuf {
-        self.dir.join("pack")
+    /// The quarantined files' common prefix: they are `<stem>_pack` and `<stem>_idx`.
+    pub fn stem(&self) -> &str {
+        &self.stem
     }
 
-    /// The quarantined objects alone, for the checks that run before migration.
+    /// Takes a pack in from `input` into the quarantine ([`index_pack_quarantined`]); `odb`
+    /// provides the bases of a thin pack. One pack per quarantine.
+    pub fn ingest(
+        &mut self,
+        input: &mut dyn Read,
+        odb: Option<&ObjectDb>,
+        options: &IngestOptions,
+        progress: &mut dyn FnMut(&str, u64, u64),
+    ) -> Result<Ingested> {
+        if self.received.is_some() {
+            return Err(Error::BadName("a quarantine takes one pack".into()));
+        }
+        let mut ingested =
+            index_pack_quarantined(input, &self.pack_dir, &self.stem, odb, options, progress)?;
+        self.received = Some(Received {
+            hex: ingested.hex.clone(),
+            written: ingested.written.take(),
+        });
+        Ok(ingested)
+    }
+
+    /// The quarantined objects alone, for the checks that run before migration (read from the
+    /// bytes ingest wrote when it still has them, else from the files).
     pub fn objects(&self) -> Result<ObjectDb> {
-        ObjectDb::open(
-            &self.dir,
+        let storage = QuarantineStorage {
+            pack_dir: LocalStorage::new(&self.pack_dir),
+            stem: self.stem.clone(),
+            received: self.received.is_some(),
+            written: self.received.as_ref().and_then(|r| r.written.clone()),
+        };
+        ObjectDb::from_storages(
+            vec![Arc::new(storage) as Arc<dyn Storage>],
             &OpenOptions {
                 cache_budget: 16 << 20,
                 ..OpenOptions::default()
@@ -79,84 +132,156 @@ impl Quarantine {
         )
     }
 
-    /// Moves the quarantined packs into the repository's `objects/pack`: each pack's data (and
-    /// `.rev`) first, its `.idx` last, then fsyncs the directory, which makes every name
-    /// durable at once. A pack the repository already has is left where it is. The quarantine
-    /// directory is removed when `self` drops.
+    /// Moves the quarantined pack into the repository: renames its data to `pack-<hex>.pack`,
+    /// then its index to `pack-<hex>.idx`, then fsyncs the directory, which makes both names
+    /// durable at once. A pack the repository already has is left where it is (and removed on
+    /// drop).
     ///
     /// No fsync between the data's rename and the index's: a crash between them can at worst
-    /// leave an index without its pack, which git and packd skip (a pack is opened only when
-    /// its `.pack` is there), and the push was not acknowledged (its refs move only after this
-    /// returns). git's own pack installation orders the renames the same way, without fsyncs.
-    pub fn migrate(self) -> Result<()> {
-        let target = self.objects_dir.join("pack");
-        if !target.is_dir() {
-            std::fs::create_dir_all(&target).map_err(io(&target))?;
+    /// leave a pack without its index, which no reader takes, and the push was not
+    /// acknowledged (its refs move only after this returns). git's own pack installation
+    /// orders the renames the same way, without fsyncs.
+    pub fn migrate(mut self) -> Result<()> {
+        let Some(received) = self.received.take() else {
+            return Ok(());
+        };
+        let hex = &received.hex;
+        let idx = self.pack_dir.join(format!("pack-{hex}.idx"));
+        if idx.exists() {
+            // Already there (the same pack pushed twice): this copy goes on drop.
+            self.received = Some(received);
+            return Ok(());
         }
-        let source = self.pack_dir();
-        let mut stems = Vec::new();
-        for entry in std::fs::read_dir(&source).map_err(io(&source))? {
-            let entry = entry.map_err(io(&source))?;
-            if let Some(stem) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".idx"))
-                .filter(|s| s.starts_with("pack-"))
-            {
-                stems.push(stem.to_string());
-            }
-        }
-        for stem in &stems {
-            if target.join(format!("{stem}.idx")).exists() {
-                continue;
-            }
-            for ext in ["pack", "rev", "idx"] {
-                let from = source.join(format!("{stem}.{ext}"));
-                let to = target.join(format!("{stem}.{ext}"));
-                match std::fs::rename(&from, &to) {
-                    Ok(()) => {}
-                    // Only the .rev is optional; a missing .pack or .idx is an error.
-                    Err(e) if ext == "rev" && e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io(&to)(e)),
-                }
-            }
-        }
-        sync_dir(&target)
+        let from = self.pack_dir.join(format!("{}_pack", self.stem));
+        let to = self.pack_dir.join(format!("pack-{hex}.pack"));
+        std::fs::rename(&from, &to).map_err(io(&to))?;
+        let from = self.pack_dir.join(format!("{}_idx", self.stem));
+        std::fs::rename(&from, &idx).map_err(io(&idx))?;
+        sync_dir(&self.pack_dir)
     }
 }
 
 impl Drop for Quarantine {
     fn drop(&mut self) {
-        // After a migration both directories are empty: two removals, no listing. Otherwise
-        // (a refused push) whatever is left.
-        let emptied =
-            std::fs::remove_dir(self.pack_dir()).is_ok() && std::fs::remove_dir(&self.dir).is_ok();
-        if !emptied {
-            let _ = std::fs::remove_dir_all(&self.dir);
+        // Migrated: nothing left. Refused (or the pack was there already): both files, when
+        // a pack was received (ingest leaves none behind when it fails).
+        if self.received.is_some() {
+            for ext in ["pack", "idx"] {
+                let _ = std::fs::remove_file(self.pack_dir.join(format!("{}_{ext}", self.stem)));
+            }
         }
     }
 }
 
-/// Removes the quarantines of receivers that died without cleaning up (killed mid-push): those
-/// whose process is gone (Linux: no `/proc/<pid>`), or, where that cannot be known, older than
-/// a day. Nothing in them was ever visible to readers, so removing them loses nothing.
-fn sweep_abandoned(objects_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(objects_dir) else {
-        return;
+/// The quarantined pack as the storage of an objects directory of its own: `pack/` lists its
+/// index alone, as `pack-q.idx`, and there are no loose objects.
+#[derive(Debug)]
+struct QuarantineStorage {
+    /// The repository's `objects/pack`, where the files are.
+    pack_dir: LocalStorage,
+    stem: String,
+    /// Whether a pack was received (else the storage is empty).
+    received: bool,
+    /// The pack's and index's bytes, when ingest still had them.
+    written: Option<(Bytes, Bytes)>,
+}
+
+const QUARANTINE_IDX: &str = "pack/pack-q.idx";
+const QUARANTINE_PACK: &str = "pack/pack-q.pack";
+
+impl QuarantineStorage {
+    /// The file name in `objects/pack` of one of the two blobs.
+    fn file(&self, name: &str) -> Option<String> {
+        if !self.received {
+            return None;
+        }
+        match name {
+            QUARANTINE_IDX => Some(format!("{}_idx", self.stem)),
+            QUARANTINE_PACK => Some(format!("{}_pack", self.stem)),
+            _ => None,
+        }
+    }
+}
+
+impl Storage for QuarantineStorage {
+    fn open(&self, name: &str) -> std::result::Result<Arc<dyn Blob>, StorageError> {
+        let file = self.file(name).ok_or_else(|| StorageError::NotFound {
+            name: self.describe(name),
+        })?;
+        if let Some((pack, idx)) = &self.written {
+            let bytes = if name == QUARANTINE_IDX { idx } else { pack };
+            return Ok(Arc::new(MemoryBlob {
+                name: self.pack_dir.describe(&file),
+                bytes: bytes.clone(),
+            }));
+        }
+        self.pack_dir.open(&file)
+    }
+
+    fn list(&self, dir: &str) -> std::result::Result<Vec<String>, StorageError> {
+        Ok(if dir == "pack" && self.received {
+            vec!["pack-q.idx".to_string()]
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.file(name).is_some()
+    }
+
+    fn describe(&self, name: &str) -> String {
+        match self.file(name) {
+            Some(file) => self.pack_dir.describe(&file),
+            None => format!("{} (quarantine {})", name, self.stem),
+        }
+    }
+}
+
+/// A quarantined file's bytes, as ingest wrote them.
+#[derive(Debug)]
+struct MemoryBlob {
+    name: String,
+    bytes: Bytes,
+}
+
+impl Blob for MemoryBlob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read(&self, range: std::ops::Range<u64>) -> std::result::Result<Bytes, StorageError> {
+        packd_storage::check_range(&self.name, &range, self.len())?;
+        Ok(self.bytes.slice(range.start as usize..range.end as usize))
+    }
+}
+
+/// Removes the quarantine files of receivers that died without cleaning up (killed mid-push):
+/// those whose process is gone (Linux: no `/proc/<pid>`), or, where that cannot be known, older
+/// than a day. Nothing in them was ever visible to readers, so removing them loses nothing.
+/// Returns whether `pack_dir` could be listed (it exists).
+fn sweep_abandoned(pack_dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(pack_dir) else {
+        return false;
     };
+    let mut proc_known = None;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("incoming-")) else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = rest.split('_').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
         if pid == std::process::id() {
             continue;
         }
-        let proc_root = Path::new("/proc/self");
-        let abandoned = if proc_root.exists() {
+        let proc_known = *proc_known.get_or_insert_with(|| Path::new("/proc/self").exists());
+        let abandoned = if proc_known {
             !Path::new(&format!("/proc/{pid}")).exists()
         } else {
             entry
@@ -168,35 +293,91 @@ fn sweep_abandoned(objects_dir: &Path) {
         };
         if abandoned {
             tracing::info!(
-                "removing the abandoned quarantine {}",
+                "removing the abandoned quarantine file {}",
                 entry.path().display()
             );
-            let _ = std::fs::remove_dir_all(entry.path());
+            let _ = std::fs::remove_file(entry.path());
         }
     }
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A pack of one blob.
+    fn one_blob_pack(data: &[u8]) -> Vec<u8> {
+        use sha1::Digest;
+        use std::io::Write;
+        let mut pack = b"PACK\0\0\0\x02\0\0\0\x01".to_vec();
+        crate::pack::data::encode_type_and_size(&mut pack, 3, data.len() as u64);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(data).unwrap();
+        pack.extend_from_slice(&z.finish().unwrap());
+        let sum = sha1::Sha1::digest(&pack);
+        pack.extend_from_slice(&sum);
+        pack
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn drop_removes_and_migrate_moves_packs() {
         let repo = tempfile::tempdir().unwrap();
         let objects = repo.path().join("objects");
-        std::fs::create_dir_all(objects.join("pack")).unwrap();
-        let q = Quarantine::create(&objects).unwrap();
-        let dir = q.dir().to_path_buf();
-        std::fs::write(q.pack_dir().join("pack-1.pack"), b"x").unwrap();
+        let pack_dir = objects.join("pack");
+        std::fs::create_dir_all(&pack_dir).unwrap();
+        let pack = one_blob_pack(b"hello\n");
+        let id = crate::ObjectId::compute(crate::ObjectKind::Blob, b"hello\n").unwrap();
+        let options = IngestOptions::default();
+
+        // Refused: both files go on drop.
+        let mut q = Quarantine::create(&objects).unwrap();
+        q.ingest(&mut &pack[..], None, &options, &mut |_, _, _| {})
+            .unwrap();
+        assert_eq!(files(&pack_dir).len(), 2);
+        assert!(files(&pack_dir).iter().all(|n| n.starts_with(PREFIX)));
+        let db = q.objects().unwrap();
+        assert_eq!(&db.read(&id).unwrap().unwrap().data[..], b"hello\n");
+        drop(db);
         drop(q);
-        assert!(!dir.exists());
-        let q = Quarantine::create(&objects).unwrap();
-        let dir = q.dir().to_path_buf();
-        std::fs::write(q.pack_dir().join("pack-1.pack"), b"x").unwrap();
-        std::fs::write(q.pack_dir().join("pack-1.idx"), b"y").unwrap();
+        assert!(files(&pack_dir).is_empty());
+
+        // Accepted: renamed into place, nothing else left.
+        let mut q = Quarantine::create(&objects).unwrap();
+        let ingested = q
+            .ingest(&mut &pack[..], None, &options, &mut |_, _, _| {})
+            .unwrap();
         q.migrate().unwrap();
-        assert!(!dir.exists());
-        assert!(objects.join("pack/pack-1.pack").exists());
-        assert!(objects.join("pack/pack-1.idx").exists());
+        let hex = ingested.hex;
+        assert_eq!(
+            files(&pack_dir),
+            [format!("pack-{hex}.idx"), format!("pack-{hex}.pack")]
+        );
+        let db = ObjectDb::open(&objects, &OpenOptions::default()).unwrap();
+        assert!(db.read(&id).unwrap().is_some());
+
+        // The same pack again: the repository's copy stays, the quarantine's goes.
+        let mut q = Quarantine::create(&objects).unwrap();
+        q.ingest(&mut &pack[..], None, &options, &mut |_, _, _| {})
+            .unwrap();
+        q.migrate().unwrap();
+        assert_eq!(files(&pack_dir).len(), 2);
+
+        // A dead receiver's files are swept by the next quarantine.
+        let dead = pack_dir.join(format!("{PREFIX}4194303999_1_0_pack"));
+        std::fs::write(&dead, b"x").unwrap();
+        let q = Quarantine::create(&objects).unwrap();
+        assert!(!dead.exists());
+        drop(q);
     }
 }

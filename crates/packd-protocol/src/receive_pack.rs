@@ -31,7 +31,7 @@ use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
-use packd_odb::pack::ingest::{index_pack_quarantined, IngestOptions};
+use packd_odb::pack::ingest::IngestOptions;
 use packd_odb::quarantine::Quarantine;
 use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
@@ -436,7 +436,7 @@ impl ReceivePack {
             (Err(e), vec![Err("unpacker error".to_string()); n])
         };
         let objects_dir = repo.common_dir().join("objects");
-        let quarantine = match Quarantine::create(&objects_dir) {
+        let mut quarantine = match Quarantine::create(&objects_dir) {
             Ok(q) => q,
             Err(e) => return unpacker(e.to_string()),
         };
@@ -445,9 +445,8 @@ impl ReceivePack {
                 fix_thin: true,
                 limits: self.options.limits,
             };
-            match index_pack_quarantined(
+            match quarantine.ingest(
                 input,
-                &quarantine.pack_dir(),
                 Some(repo.objects()),
                 &options,
                 &mut |stage, done, total| progress.update(stage, done, total),

@@ -50,12 +50,25 @@ fn refs(repo: &Repo) -> String {
 }
 
 fn quarantines(repo: &Repo) -> Vec<String> {
-    std::fs::read_dir(repo.objects_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let names = |dir: std::path::PathBuf| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut found: Vec<String> = names(repo.objects_dir())
+        .into_iter()
         .filter(|n| n.starts_with("incoming-"))
-        .collect()
+        .collect();
+    found.extend(
+        names(repo.objects_dir().join("pack"))
+            .into_iter()
+            .filter(|n| n.starts_with("tmp_incoming_")),
+    );
+    found
 }
 
 fn fsck(repo: &Repo) {

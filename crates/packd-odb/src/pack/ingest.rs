@@ -46,6 +46,11 @@ pub struct Ingested {
     pub existed: bool,
     /// Index positions in pack (offset) order: what a `.rev` file holds.
     pub pack_order: Vec<u32>,
+    /// The pack's and the index's bytes as written, when [`index_pack_quarantined`] still has
+    /// them (the pack's as read back for resolving: mapped or in memory; `None` after a thin
+    /// pack was completed, which changed the file): the checks that follow read them from here
+    /// rather than open the files again.
+    pub written: Option<(bytes::Bytes, bytes::Bytes)>,
 }
 
 /// Removes a file on drop unless disarmed.
@@ -130,33 +135,40 @@ pub fn index_pack(
     progress: &mut dyn FnMut(&str, u64, u64),
 ) -> Result<Ingested> {
     std::fs::create_dir_all(pack_dir).map_err(io(pack_dir))?;
-    ingest(input, pack_dir, odb, options, progress, true)
+    ingest(input, pack_dir, odb, options, progress, None)
 }
 
-/// [`index_pack`] into a quarantine's pack directory (which exists): the pack and index files
-/// are durable when this returns, but their names in `pack_dir` are not, as they need not be:
-/// [`crate::quarantine::Quarantine::migrate`] renames them into the repository and makes those
-/// names durable; a crash before leaves a quarantine that is swept away.
+/// [`index_pack`] into quarantine files of `pack_dir` (which exists): the pack is written as
+/// `<stem>_pack` and its index as `<stem>_idx`, names no reader takes for a pack (git and
+/// packd look for `*.idx`), and left there. Their contents are durable when this returns,
+/// their names are not, as they need not be: [`crate::quarantine::Quarantine::migrate`]
+/// renames them to `pack-<hex>.{pack,idx}` and makes those names durable; a crash before
+/// leaves files that are swept away. On failure neither file is left.
 pub fn index_pack_quarantined(
     input: &mut dyn Read,
     pack_dir: &Path,
+    stem: &str,
     odb: Option<&ObjectDb>,
     options: &IngestOptions,
     progress: &mut dyn FnMut(&str, u64, u64),
 ) -> Result<Ingested> {
-    ingest(input, pack_dir, odb, options, progress, false)
+    ingest(input, pack_dir, odb, options, progress, Some(stem))
 }
 
-/// [`index_pack`], the directory fsynced at the end when `sync_dir`.
+/// [`index_pack`] (`quarantine` `None`: the directory fsynced at the end) or
+/// [`index_pack_quarantined`] (the quarantine's stem).
 fn ingest(
     input: &mut dyn Read,
     pack_dir: &Path,
     odb: Option<&ObjectDb>,
     options: &IngestOptions,
     progress: &mut dyn FnMut(&str, u64, u64),
-    sync_dir: bool,
+    quarantine: Option<&str>,
 ) -> Result<Ingested> {
-    let tmp_name = temp_name("pack");
+    let tmp_name = match quarantine {
+        Some(stem) => format!("{stem}_pack"),
+        None => temp_name("pack"),
+    };
     let tmp_path = pack_dir.join(&tmp_name);
     let mut guard = TempFile(Some(tmp_path.clone()));
     let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
@@ -186,6 +198,12 @@ fn ingest(
     let external: Option<&ExternalBase> = if odb.is_some() { Some(&lookup) } else { None };
     let (resolved, mut index) =
         resolve_and_list(blob.as_ref(), &parsed.entries, external, progress)?;
+    // Kept for the checks of a quarantined pack, unless completing it changes the file.
+    let pack_bytes = if quarantine.is_some() && resolved.external_bases.is_empty() {
+        Some(blob.read_all()?)
+    } else {
+        None
+    };
     drop(blob);
 
     let mut checksum = parsed.checksum;
@@ -217,10 +235,36 @@ fn ingest(
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
 
     let hex = hex(&checksum);
-    let pack_path = pack_dir.join(format!("pack-{hex}.pack"));
-    let idx_path = pack_dir.join(format!("pack-{hex}.idx"));
     let idx_bytes = encode_v2(&mut index, &checksum);
     let pack_order = pack_order(&index);
+    if let Some(stem) = quarantine {
+        // The names are this push's own: written in place, no renames.
+        let idx_path = pack_dir.join(format!("{stem}_idx"));
+        let idx_guard = TempFile(Some(idx_path.clone()));
+        let mut f = File::create(&idx_path).map_err(io(&idx_path))?;
+        f.write_all(&idx_bytes).map_err(io(&idx_path))?;
+        f.sync_all().map_err(io(&idx_path))?;
+        drop(f);
+        std::mem::forget(idx_guard);
+        guard.0 = None;
+        return Ok(Ingested {
+            hex,
+            pack_path: tmp_path,
+            idx_path,
+            objects,
+            appended,
+            deltas: parsed
+                .entries
+                .iter()
+                .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
+                .count() as u32,
+            existed: false,
+            pack_order,
+            written: pack_bytes.map(|p| (p, bytes::Bytes::from(idx_bytes))),
+        });
+    }
+    let pack_path = pack_dir.join(format!("pack-{hex}.pack"));
+    let idx_path = pack_dir.join(format!("pack-{hex}.idx"));
 
     let existed = pack_path.exists() && idx_path.exists();
     if !existed {
@@ -234,10 +278,8 @@ fn ingest(
         drop(f);
         std::fs::rename(&idx_tmp, &idx_path).map_err(io(&idx_path))?;
         std::mem::forget(idx_guard);
-        if sync_dir {
-            if let Ok(dir) = File::open(pack_dir) {
-                let _ = dir.sync_all();
-            }
+        if let Ok(dir) = File::open(pack_dir) {
+            let _ = dir.sync_all();
         }
     }
     Ok(Ingested {
@@ -253,6 +295,7 @@ fn ingest(
             .count() as u32,
         existed,
         pack_order,
+        written: None,
     })
 }
 
@@ -315,6 +358,7 @@ pub fn index_pack_file(
             .count() as u32,
         existed: false,
         pack_order,
+        written: None,
     })
 }
 
