@@ -225,8 +225,12 @@ pub fn check_incoming(
     let ids = incoming.all_ids(crate::IdOrder::Storage)?;
     // The quarantine holds one pack and no loose objects: its lookups never touch the disk.
     // The repository's loose objects are looked up adaptively (see `crate::existence`).
-    let in_repo = ExistenceCheck::new(repo);
     let small = ids.len() < crate::PARALLEL_FROM;
+    let in_repo = if small {
+        ExistenceCheck::for_few(repo)
+    } else {
+        ExistenceCheck::new(repo)
+    };
     // Links found in the repository, for a small push checked on this thread: successive
     // commits' trees link to the same unchanged entries, each looked up once (a lookup in a
     // large index faults its pages in).

@@ -40,6 +40,8 @@ pub struct ExistenceCheck<'a> {
     /// How many loose `stat`s and listing probes were made (for logs and tests).
     stats: AtomicU64,
     probes: AtomicU64,
+    /// Packed lookups read ids with a `pread` rather than through the map (few lookups).
+    by_read: bool,
 }
 
 impl<'a> ExistenceCheck<'a> {
@@ -53,12 +55,28 @@ impl<'a> ExistenceCheck<'a> {
             fanouts: OnceLock::new(),
             stats: AtomicU64::new(0),
             probes: AtomicU64::new(0),
+            by_read: false,
+        }
+    }
+
+    /// A checker for few lookups (a small push): packed objects are looked up with
+    /// [`ObjectDb::contains_packed_by_read`], which reads a few ids of a large index with
+    /// one `pread` rather than fault its mapped pages in.
+    pub fn for_few(odb: &'a ObjectDb) -> ExistenceCheck<'a> {
+        ExistenceCheck {
+            by_read: true,
+            ..ExistenceCheck::new(odb)
         }
     }
 
     /// Whether `id` exists, packed or loose.
     pub fn contains(&self, id: &ObjectId) -> Result<bool> {
-        if self.odb.locate_packed(id)?.is_some() {
+        let packed = if self.by_read {
+            self.odb.contains_packed_by_read(id)
+        } else {
+            self.odb.locate_packed(id)?.is_some()
+        };
+        if packed {
             return Ok(true);
         }
         if let Some(listing) = self.listing.get() {

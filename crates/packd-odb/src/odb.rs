@@ -233,6 +233,23 @@ impl ObjectDb {
         Ok(None)
     }
 
+    /// Whether `id` is in a pack, for a process making few lookups: as
+    /// [`ObjectDb::locate_packed`], but the ids of large pack indexes are read with a `pread`
+    /// each ([`crate::pack::index::PackIndex::find_by_read`]) rather than faulted in, and no
+    /// offset is looked up.
+    pub fn contains_packed_by_read(&self, id: &ObjectId) -> bool {
+        self.sources.iter().any(|source| {
+            source
+                .midx
+                .as_ref()
+                .is_some_and(|(midx, _)| midx.find(id).is_some())
+                || source
+                    .outside_midx
+                    .iter()
+                    .any(|&p| source.packs[p].index().find_by_read(id).is_some())
+        })
+    }
+
     /// Whether `id` is stored loose in one of the objects directories (a `stat` each).
     pub fn contains_loose(&self, id: &ObjectId) -> bool {
         self.sources.iter().any(|s| s.loose.contains(id))

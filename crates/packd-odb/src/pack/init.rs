@@ -18,7 +18,8 @@ impl Pack {
         })?;
         let pack_name = format!("{stem}.pack");
         let idx_blob = storage.open(idx_name)?;
-        let index = PackIndex::from_bytes(idx_blob.name(), idx_blob.read_all()?)?;
+        let mut index = PackIndex::from_bytes(idx_blob.name(), idx_blob.read_all()?)?;
+        index.keep_blob(idx_blob);
         let data = storage.open(&pack_name)?;
         let file = data.name().to_string();
         if data.len() < 12 + 20 {

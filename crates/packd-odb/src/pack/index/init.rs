@@ -65,6 +65,7 @@ impl PackIndex {
             offsets_at: 0,
             large_offsets_at: 0,
             large_offsets_count: 0,
+            blob: None,
         };
         match version {
             IndexVersion::V1 => {

@@ -36,6 +36,8 @@ pub struct PackIndex {
     offsets_at: usize,
     large_offsets_at: usize,
     large_offsets_count: usize,
+    /// The file, kept for [`PackIndex::find_by_read`] when the index is large (see there).
+    blob: Option<std::sync::Arc<dyn packd_storage::Blob>>,
 }
 
 impl PackIndex {
