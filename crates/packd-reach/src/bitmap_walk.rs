@@ -133,7 +133,11 @@ impl BitmapIndex {
                 && crate::bitmap::bitmap_name(pack.name()).is_some_and(|name| storage.exists(&name))
             {
                 let objects = Bitmapped::pack(storage.as_ref(), pack)?;
-                objects.warm_positions();
+                // With a `.rev`, positions are searched in it until a walk needs the rank
+                // index: building it for a query that turns out to need no walk only costs.
+                if !objects.has_rev_file() {
+                    objects.warm_positions();
+                }
                 early = Some(objects);
             }
             match PackBitmap::open_for_pack(storage.as_ref(), pack) {

@@ -213,6 +213,15 @@ impl Bitmapped {
         }
     }
 
+    /// Whether positions can be read from a `.rev` file (one pack with a valid `.rev`, or a
+    /// multi-pack-index with its reverse index).
+    pub(crate) fn has_rev_file(&self) -> bool {
+        match self {
+            Bitmapped::Pack { rev, .. } => rev.is_some(),
+            Bitmapped::Midx { .. } => true,
+        }
+    }
+
     /// Starts building the pack's position index (its rank index: one pass over the `.idx`
     /// offsets, a few milliseconds on git.git) on a thread of its own, once: a fill-in walk
     /// that is about to ask many positions then finds it ready, or waits for the build already
