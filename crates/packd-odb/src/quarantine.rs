@@ -15,7 +15,7 @@
 //! twelfth of a small push's time), and migration is a rename within one directory. The `tmp_`
 //! prefix is git's own for temporary files there (`git prune` removes old ones).
 
-use crate::pack::ingest::{index_pack_quarantined, IngestOptions, Ingested};
+use crate::pack::ingest::{index_pack_quarantined, IngestOptions, Ingested, MemoryBlob};
 use crate::{Error, ObjectDb, OpenOptions, Result};
 use bytes::Bytes;
 use packd_storage::{Blob, LocalStorage, Storage, StorageError};
@@ -235,28 +235,6 @@ impl Storage for QuarantineStorage {
             Some(file) => self.pack_dir.describe(&file),
             None => format!("{} (quarantine {})", name, self.stem),
         }
-    }
-}
-
-/// A quarantined file's bytes, as ingest wrote them.
-#[derive(Debug)]
-struct MemoryBlob {
-    name: String,
-    bytes: Bytes,
-}
-
-impl Blob for MemoryBlob {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
-    fn read(&self, range: std::ops::Range<u64>) -> std::result::Result<Bytes, StorageError> {
-        packd_storage::check_range(&self.name, &range, self.len())?;
-        Ok(self.bytes.slice(range.start as usize..range.end as usize))
     }
 }
 

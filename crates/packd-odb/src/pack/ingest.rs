@@ -53,6 +53,63 @@ pub struct Ingested {
     pub written: Option<(bytes::Bytes, bytes::Bytes)>,
 }
 
+/// A pack at most this large is kept in memory as it is written, and resolved from there
+/// rather than opened and read again.
+const KEEP_PACKS_UP_TO: usize = 4 << 20;
+
+/// Writes to `out` and keeps a copy of what was written while it is at most
+/// [`KEEP_PACKS_UP_TO`] bytes.
+struct Tee<W> {
+    out: W,
+    copy: Option<Vec<u8>>,
+}
+
+impl<W: Write> Write for Tee<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        if let Some(copy) = &mut self.copy {
+            if copy.len() + n > KEEP_PACKS_UP_TO {
+                self.copy = None;
+            } else {
+                copy.extend_from_slice(&buf[..n]);
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Bytes in memory as a [`packd_storage::Blob`]: a pack or index just written, read back
+/// without the file.
+#[derive(Debug)]
+pub(crate) struct MemoryBlob {
+    /// The file the bytes are the contents of, for messages.
+    pub(crate) name: String,
+    /// The bytes.
+    pub(crate) bytes: bytes::Bytes,
+}
+
+impl packd_storage::Blob for MemoryBlob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> std::result::Result<bytes::Bytes, packd_storage::StorageError> {
+        packd_storage::check_range(&self.name, &range, self.len())?;
+        Ok(self.bytes.slice(range.start as usize..range.end as usize))
+    }
+}
+
 /// Removes a file on drop unless disarmed.
 struct TempFile(Option<PathBuf>);
 
@@ -172,7 +229,11 @@ fn ingest(
     let tmp_path = pack_dir.join(&tmp_name);
     let mut guard = TempFile(Some(tmp_path.clone()));
     let file = File::create(&tmp_path).map_err(io(&tmp_path))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    // Large writes (the threaded reader's) go past the buffer; the inline reader's are small.
+    let mut out = Tee {
+        out: BufWriter::with_capacity(64 << 10, file),
+        copy: Some(Vec::new()),
+    };
     let display = tmp_path.display().to_string();
     let parsed = read_pack(
         input,
@@ -181,14 +242,20 @@ fn ingest(
         &options.limits,
         &mut |n, total| progress("Receiving objects", n as u64, total as u64),
     )?;
+    let Tee { out, copy } = out;
     let file = out
         .into_inner()
         .map_err(|e| io(&tmp_path)(e.into_error()))?;
     file.sync_all().map_err(io(&tmp_path))?;
     drop(file);
 
-    let storage = LocalStorage::new(pack_dir);
-    let blob = storage.open(&tmp_name)?;
+    let blob: std::sync::Arc<dyn packd_storage::Blob> = match copy {
+        Some(bytes) => std::sync::Arc::new(MemoryBlob {
+            name: display.clone(),
+            bytes: bytes::Bytes::from(bytes),
+        }),
+        None => LocalStorage::new(pack_dir).open(&tmp_name)?,
+    };
     let lookup = |id: &ObjectId| -> Result<Option<(ObjectKind, Vec<u8>)>> {
         match odb {
             Some(odb) => Ok(odb.read(id)?.map(|o| (o.kind, o.data.to_vec()))),
