@@ -99,10 +99,19 @@ fn lock_path(path: &Path) -> PathBuf {
 
 fn take_lock(path: &Path) -> Result<Lock, String> {
     let lock = lock_path(path);
-    if let Some(parent) = lock.parent() {
-        std::fs::create_dir_all(parent).map_err(|_| "failed to lock".to_string())?;
-    }
-    match OpenOptions::new().write(true).create_new(true).open(&lock) {
+    let open = || OpenOptions::new().write(true).create_new(true).open(&lock);
+    // The directory usually exists: made only when the lock cannot be created without it.
+    let opened = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match lock.parent() {
+            Some(parent) => {
+                std::fs::create_dir_all(parent).map_err(|_| "failed to lock".to_string())?;
+                open()
+            }
+            None => Err(e),
+        },
+        other => other,
+    };
+    match opened {
         Ok(file) => Ok(Lock {
             path: lock,
             file: Some(file),

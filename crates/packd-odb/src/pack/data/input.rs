@@ -794,7 +794,9 @@ fn parse_into(
     }
     entries.reserve(count.min(1 << 20) as usize);
     let mut inflater = flate2::Decompress::new(true);
-    let mut scratch = vec![0u8; 64 * 1024];
+    // Where deltas inflate to, to find their ends: 16 KiB (four pages to fault in) serves
+    // as well as more, the inflater just goes round more often.
+    let mut scratch = vec![0u8; 16 * 1024];
     for n in 0..count {
         if n % 1024 == 0 {
             progress(n, count);
