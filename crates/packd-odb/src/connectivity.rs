@@ -251,14 +251,20 @@ pub fn check_incoming(
         Ok(found)
     };
     let check = |id: &ObjectId| -> Result<(), CheckError> {
-        let object = incoming
-            .read(id)?
+        let at = incoming
+            .locate_packed(id)?
             .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
         let existing = if in_repo.contains(id)? {
             repo.read(id)?
         } else {
             None
         };
+        // A new blob has no format to check and no links: not inflated again (index-pack
+        // inflated and hashed it already).
+        if existing.is_none() && incoming.header_at(id, &at)?.kind == ObjectKind::Blob {
+            return Ok(());
+        }
+        let object = incoming.read_at(id, &at)?;
         if let Some(existing) = existing {
             if existing.kind != object.kind || existing.data != object.data {
                 return Err(CheckError::Collision(*id));
@@ -307,6 +313,63 @@ mod tests {
             t.extend_from_slice(&[7u8; 20]);
         }
         t
+    }
+
+    /// A pack of blobs.
+    fn blob_pack(blobs: &[&[u8]]) -> Vec<u8> {
+        use sha1::Digest;
+        use std::io::Write;
+        let mut pack = b"PACK\0\0\0\x02".to_vec();
+        pack.extend_from_slice(&(blobs.len() as u32).to_be_bytes());
+        for data in blobs {
+            crate::pack::data::encode_type_and_size(&mut pack, 3, data.len() as u64);
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(data).unwrap();
+            pack.extend_from_slice(&z.finish().unwrap());
+        }
+        let sum = sha1::Sha1::digest(&pack);
+        pack.extend_from_slice(&sum);
+        pack
+    }
+
+    #[test]
+    fn new_blobs_pass_and_a_differing_copy_is_a_collision() {
+        use crate::pack::ingest::IngestOptions;
+        use crate::quarantine::Quarantine;
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        let id = ObjectId::compute(ObjectKind::Blob, b"hello\n").unwrap();
+        let check = |pack: &[u8]| {
+            let repo = ObjectDb::open(&objects, &crate::OpenOptions::default()).unwrap();
+            let mut q = Quarantine::create(&objects).unwrap();
+            q.ingest(
+                &mut &pack[..],
+                None,
+                &IngestOptions::default(),
+                &mut |_, _, _| {},
+            )
+            .unwrap();
+            let incoming = q.objects().unwrap();
+            check_incoming(&incoming, &repo, &[id])
+        };
+        assert_eq!(check(&blob_pack(&[b"hello\n", b"other\n"])).unwrap(), 2);
+        // The repository has a loose object of that id with other content.
+        let hex = id.to_hex();
+        std::fs::create_dir_all(objects.join(&hex[..2])).unwrap();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(b"blob 6\0bye!!\n").unwrap();
+        std::fs::write(objects.join(&hex[..2]).join(&hex[2..]), z.finish().unwrap()).unwrap();
+        assert!(matches!(
+            check(&blob_pack(&[b"hello\n"])),
+            Err(CheckError::Collision(c)) if c == id
+        ));
+        // Its own content: no collision.
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(b"blob 6\0hello\n").unwrap();
+        std::fs::write(objects.join(&hex[..2]).join(&hex[2..]), z.finish().unwrap()).unwrap();
+        assert_eq!(check(&blob_pack(&[b"hello\n"])).unwrap(), 1);
     }
 
     #[test]

@@ -113,7 +113,8 @@ impl ObjectDb {
         let mut dirs = Vec::new();
         collect_alternates(objects_dir, 0, &mut dirs)?;
         let storages: Vec<Arc<dyn Storage>> = dirs
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|d| {
                 let storage = match options.map_budget {
                     Some(bytes) => LocalStorage::new(d).with_map_budget(bytes),
@@ -122,7 +123,11 @@ impl ObjectDb {
                 Arc::new(storage) as Arc<dyn Storage>
             })
             .collect();
-        ObjectDb::from_storages(storages, options)
+        let mut db = ObjectDb::from_storages(storages, options)?;
+        for (source, dir) in db.sources.iter_mut().zip(dirs) {
+            source.loose.set_local_dir(dir);
+        }
+        Ok(db)
     }
 
     /// Opens objects directories given as storages, first one first.
