@@ -259,10 +259,19 @@ pub fn check_incoming(
         } else {
             None
         };
-        // A new blob has no format to check and no links: not inflated again (index-pack
-        // inflated and hashed it already).
-        if existing.is_none() && incoming.header_at(id, &at)?.kind == ObjectKind::Blob {
-            return Ok(());
+        // A new blob stored whole has no format to check and no links: not inflated again
+        // (index-pack inflated and hashed it already). Its entry's header tells, where a
+        // delta's kind would take its chain.
+        if existing.is_none() {
+            if let crate::Location::Packed { pack, offset } = &at {
+                let header = pack.entry_header(*offset)?;
+                if matches!(
+                    header.kind,
+                    crate::pack::data::EntryKind::Base(ObjectKind::Blob)
+                ) {
+                    return Ok(());
+                }
+            }
         }
         let object = incoming.read_at(id, &at)?;
         if let Some(existing) = existing {
