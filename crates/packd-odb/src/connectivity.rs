@@ -312,7 +312,7 @@ pub fn check_incoming(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn tree(entries: &[(&str, &str)]) -> Vec<u8> {
@@ -325,7 +325,8 @@ mod tests {
     }
 
     /// A pack of blobs.
-    fn blob_pack(blobs: &[&[u8]]) -> Vec<u8> {
+    /// A pack of `blobs`, for tests here and in the quarantine.
+    pub(crate) fn blob_pack(blobs: &[&[u8]]) -> Vec<u8> {
         use sha1::Digest;
         use std::io::Write;
         let mut pack = b"PACK\0\0\0\x02".to_vec();

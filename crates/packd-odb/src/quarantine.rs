@@ -284,20 +284,6 @@ fn sweep_abandoned(pack_dir: &Path) -> bool {
 mod tests {
     use super::*;
 
-    /// A pack of one blob.
-    fn one_blob_pack(data: &[u8]) -> Vec<u8> {
-        use sha1::Digest;
-        use std::io::Write;
-        let mut pack = b"PACK\0\0\0\x02\0\0\0\x01".to_vec();
-        crate::pack::data::encode_type_and_size(&mut pack, 3, data.len() as u64);
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-        z.write_all(data).unwrap();
-        pack.extend_from_slice(&z.finish().unwrap());
-        let sum = sha1::Sha1::digest(&pack);
-        pack.extend_from_slice(&sum);
-        pack
-    }
-
     fn files(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -314,7 +300,7 @@ mod tests {
         let objects = repo.path().join("objects");
         let pack_dir = objects.join("pack");
         std::fs::create_dir_all(&pack_dir).unwrap();
-        let pack = one_blob_pack(b"hello\n");
+        let pack = crate::connectivity::tests::blob_pack(&[b"hello\n"]);
         let id = crate::ObjectId::compute(crate::ObjectKind::Blob, b"hello\n").unwrap();
         let options = IngestOptions::default();
 

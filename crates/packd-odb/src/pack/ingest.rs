@@ -167,6 +167,14 @@ fn resolve_and_list(
 }
 
 /// Index positions in pack (offset) order: what a `.rev` file holds.
+/// How many of a pack's entries are deltas.
+fn delta_count(entries: &[crate::pack::data::input::InputEntry]) -> u32 {
+    entries
+        .iter()
+        .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
+        .count() as u32
+}
+
 fn pack_order(index: &[IndexEntry]) -> Vec<u32> {
     let mut by_offset: Vec<(u64, u32)> = index
         .iter()
@@ -320,11 +328,7 @@ fn ingest(
             idx_path,
             objects,
             appended,
-            deltas: parsed
-                .entries
-                .iter()
-                .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
-                .count() as u32,
+            deltas: delta_count(&parsed.entries),
             existed: false,
             pack_order,
             written: pack_bytes.map(|p| (p, bytes::Bytes::from(idx_bytes))),
@@ -355,11 +359,7 @@ fn ingest(
         idx_path,
         objects,
         appended,
-        deltas: parsed
-            .entries
-            .iter()
-            .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
-            .count() as u32,
+        deltas: delta_count(&parsed.entries),
         existed,
         pack_order,
         written: None,
@@ -418,11 +418,7 @@ pub fn index_pack_file(
         idx_path: idx_path.to_path_buf(),
         objects,
         appended: 0,
-        deltas: parsed
-            .entries
-            .iter()
-            .filter(|e| !matches!(e.kind, EntryKind::Base(_)))
-            .count() as u32,
+        deltas: delta_count(&parsed.entries),
         existed: false,
         pack_order,
         written: None,
