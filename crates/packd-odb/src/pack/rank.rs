@@ -119,7 +119,13 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for (n, spread) in [(1u64, 40u64), (700, 3), (5000, 40), (3000, 90_000), (70_000, 300)] {
+        for (n, spread) in [
+            (1u64, 40u64),
+            (700, 3),
+            (5000, 40),
+            (3000, 90_000),
+            (70_000, 300),
+        ] {
             let mut offsets = Vec::new();
             let mut at = 12u64;
             for _ in 0..n {
