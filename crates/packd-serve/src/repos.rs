@@ -196,7 +196,12 @@ mod tests {
     fn cached_until_packs_change() {
         let tmp = tempfile::tempdir().unwrap();
         let git_dir = repo(tmp.path());
-        let cache = RepoCache::new(4, UploadPackOptions::default(), 0, RepositoryOptions::default());
+        let cache = RepoCache::new(
+            4,
+            UploadPackOptions::default(),
+            0,
+            RepositoryOptions::default(),
+        );
         let a = cache.get(&git_dir).unwrap();
         let b = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "second lookup reopened");
@@ -216,7 +221,12 @@ mod tests {
     #[test]
     fn bounded() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = RepoCache::new(2, UploadPackOptions::default(), 0, RepositoryOptions::default());
+        let cache = RepoCache::new(
+            2,
+            UploadPackOptions::default(),
+            0,
+            RepositoryOptions::default(),
+        );
         let dirs: Vec<PathBuf> = (0..3)
             .map(|i| repo(&tmp.path().join(i.to_string())))
             .collect();
