@@ -15,10 +15,10 @@
 //! twelfth of a small push's time), and migration is a rename within one directory. The `tmp_`
 //! prefix is git's own for temporary files there (`git prune` removes old ones).
 
-use crate::pack::ingest::{index_pack_quarantined, IngestOptions, Ingested, MemoryBlob};
+use crate::pack::ingest::{index_pack_quarantined, IngestOptions, Ingested};
 use crate::{Error, ObjectDb, OpenOptions, Result};
 use bytes::Bytes;
-use packd_storage::{Blob, LocalStorage, Storage, StorageError};
+use packd_storage::{Blob, LocalStorage, MemoryBlob, Storage, StorageError};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -210,10 +210,10 @@ impl Storage for QuarantineStorage {
         })?;
         if let Some((pack, idx)) = &self.written {
             let bytes = if name == QUARANTINE_IDX { idx } else { pack };
-            return Ok(Arc::new(MemoryBlob {
-                name: self.pack_dir.describe(&file),
-                bytes: bytes.clone(),
-            }));
+            return Ok(Arc::new(MemoryBlob::new(
+                self.pack_dir.describe(&file),
+                bytes.clone(),
+            )));
         }
         self.pack_dir.open(&file)
     }

@@ -261,13 +261,11 @@ impl BitmapIndex {
             let Some(index_pos) = index.find(&id) else {
                 return Ok(None);
             };
-            let Some(bit) = self.bit_of(index_pos)? else {
-                return Ok(None);
-            };
-            if bits.get(bit) {
-                continue;
+            match self.mark(bits, index_pos)? {
+                None => return Ok(None),
+                Some(false) => continue,
+                Some(true) => {}
             }
-            bits.set(bit);
             if kind == ObjectKind::Tree {
                 trees += 1;
                 let object = self.read_at(repo, &id, index_pos)?;
@@ -456,13 +454,11 @@ impl BitmapIndex {
                 if !self.set_bits(&mut bits, &mut unplaced)? {
                     return Ok(None);
                 }
-                let Some(bit) = self.bit_of(index_pos)? else {
-                    return Ok(None);
-                };
-                if bits.get(bit) {
-                    continue;
+                match self.mark(&mut bits, index_pos)? {
+                    None => return Ok(None),
+                    Some(false) => continue,
+                    Some(true) => {}
                 }
-                bits.set(bit);
             }
             commits += 1;
             let commit = match read.remove(&id) {
@@ -540,6 +536,19 @@ impl BitmapIndex {
             started.elapsed() - commits_done,
         );
         Ok(Some(bits))
+    }
+
+    /// Sets the bit of the object at `index_pos`: `Some(true)` when it was not set yet,
+    /// `Some(false)` when it was, `None` when the object has no place in the bitmap's order.
+    fn mark(&self, bits: &mut Bitmap, index_pos: u32) -> Result<Option<bool>> {
+        let Some(bit) = self.bit_of(index_pos)? else {
+            return Ok(None);
+        };
+        if bits.get(bit) {
+            return Ok(Some(false));
+        }
+        bits.set(bit);
+        Ok(Some(true))
     }
 
     /// The objects reachable from `include` and not from `exclude` (only commits unless

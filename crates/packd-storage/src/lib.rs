@@ -7,8 +7,10 @@
 //! assume that a read is cheap or that bytes stay mapped.
 
 mod local;
+mod memory;
 
 pub use local::LocalStorage;
+pub use memory::MemoryBlob;
 
 use bytes::Bytes;
 use std::fmt;

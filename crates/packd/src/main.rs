@@ -96,37 +96,8 @@ impl Cli {
     }
 }
 
-/// `packd receive-pack [--stateless-rpc] [--advertise-refs] DIR`, as git push and ssh start it.
-#[derive(Debug, Parser)]
-#[command(name = "packd receive-pack")]
-struct QuickReceivePack {
-    #[command(flatten)]
-    args: receive_pack::Args,
-}
-
-/// The command line. `receive-pack` first is parsed with that subcommand's arguments alone:
-/// building the parser of every subcommand took a fiftieth of a small push's CPU. Whatever that
-/// does not parse (a global option, `--help`, a mistake) goes through the whole parser, so what
-/// packd accepts, prints and refuses is unchanged.
-fn parse_cli() -> Cli {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "receive-pack")
-    {
-        if let Ok(quick) = QuickReceivePack::try_parse_from(std::env::args_os().skip(1)) {
-            return Cli {
-                chdir: Vec::new(),
-                cache_size: None,
-                stats: false,
-                command: Command::ReceivePack(quick.args),
-            };
-        }
-    }
-    Cli::parse()
-}
-
 fn main() -> ExitCode {
-    let cli = parse_cli();
+    let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG").unwrap_or_else(|_| {

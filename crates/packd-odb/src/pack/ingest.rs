@@ -12,7 +12,7 @@ use crate::pack::data::{encode_type_and_size, EntryKind};
 use crate::pack::index::resolve::{resolve, ExternalBase};
 use crate::pack::index::write::{encode_v2, IndexEntry};
 use crate::{Error, ObjectDb, ObjectId, ObjectKind, Result};
-use packd_storage::{LocalStorage, Storage};
+use packd_storage::{LocalStorage, MemoryBlob, Storage};
 use sha1::Digest;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -79,34 +79,6 @@ impl<W: Write> Write for Tee<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
-    }
-}
-
-/// Bytes in memory as a [`packd_storage::Blob`]: a pack or index just written, read back
-/// without the file.
-#[derive(Debug)]
-pub(crate) struct MemoryBlob {
-    /// The file the bytes are the contents of, for messages.
-    pub(crate) name: String,
-    /// The bytes.
-    pub(crate) bytes: bytes::Bytes,
-}
-
-impl packd_storage::Blob for MemoryBlob {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
-    fn read(
-        &self,
-        range: std::ops::Range<u64>,
-    ) -> std::result::Result<bytes::Bytes, packd_storage::StorageError> {
-        packd_storage::check_range(&self.name, &range, self.len())?;
-        Ok(self.bytes.slice(range.start as usize..range.end as usize))
     }
 }
 
@@ -258,10 +230,9 @@ fn ingest(
     drop(file);
 
     let blob: std::sync::Arc<dyn packd_storage::Blob> = match copy {
-        Some(bytes) => std::sync::Arc::new(MemoryBlob {
-            name: display.clone(),
-            bytes: bytes::Bytes::from(bytes),
-        }),
+        Some(bytes) => {
+            std::sync::Arc::new(MemoryBlob::new(display.clone(), bytes::Bytes::from(bytes)))
+        }
         None => LocalStorage::new(pack_dir).open(&tmp_name)?,
     };
     let lookup = |id: &ObjectId| -> Result<Option<(ObjectKind, Vec<u8>)>> {

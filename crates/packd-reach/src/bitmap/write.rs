@@ -830,22 +830,6 @@ mod tests {
     use crate::bitmap::PackBitmap;
     use bytes::Bytes;
 
-    /// A blob over bytes in memory, for reading back what `serialize` wrote.
-    #[derive(Debug)]
-    struct Mem(Bytes);
-
-    impl packd_storage::Blob for Mem {
-        fn name(&self) -> &str {
-            "mem.bitmap"
-        }
-        fn len(&self) -> u64 {
-            self.0.len() as u64
-        }
-        fn read(&self, r: std::ops::Range<u64>) -> Result<Bytes, packd_storage::StorageError> {
-            Ok(self.0.slice(r.start as usize..r.end as usize))
-        }
-    }
-
     fn bits(ones: &[u64]) -> Bitmap {
         let mut b = Bitmap::new();
         for &i in ones {
@@ -896,7 +880,15 @@ mod tests {
                 cache.then_some(hashes.as_slice()),
             )
             .unwrap();
-            let bm = PackBitmap::open(Arc::new(Mem(Bytes::from(bytes))), &checksum, n).unwrap();
+            let bm = PackBitmap::open(
+                Arc::new(packd_storage::MemoryBlob::new(
+                    "mem.bitmap",
+                    Bytes::from(bytes),
+                )),
+                &checksum,
+                n,
+            )
+            .unwrap();
             bm.verify_checksum().unwrap();
             assert_eq!(bm.has_lookup_table(), table);
             assert_eq!(bm.used_lookup_table(), table);
