@@ -53,6 +53,10 @@ pub(crate) struct Planned {
     /// For objects counted by walking, the client's version of the same path: a thin delta's
     /// base when there is no bitmap to give name hashes.
     pub path_bases: IdMap<ObjectId>,
+    /// Every object of this pack is sent and nothing else (`items` is empty): the answer is
+    /// the pack file as it is (see `PackServer::write_whole_pack`), planned without a table
+    /// per object.
+    pub whole: Option<Arc<Pack>>,
 }
 
 impl Default for Planned {
@@ -64,11 +68,20 @@ impl Default for Planned {
             loose: Vec::new(),
             had: Had::Ids(IdSet::default()),
             path_bases: IdMap::default(),
+            whole: None,
         }
     }
 }
 
 impl Planned {
+    /// The number of objects to send.
+    pub fn len(&self) -> usize {
+        match &self.whole {
+            Some(pack) => pack.len() as usize,
+            None => self.items.len(),
+        }
+    }
+
     /// The position in `items` of the entry at `offset` of the pack of rank `rank`.
     pub fn find(&self, rank: u32, offset: u64) -> Option<usize> {
         self.items
@@ -151,6 +164,7 @@ impl Sorter {
             loose: self.loose,
             had,
             path_bases: IdMap::default(),
+            whole: None,
         }
     }
 }
@@ -194,6 +208,14 @@ impl PackServer {
                     }
                     self.apply_filter(index, request, &mut wanted)?;
                     let total = wanted.count_ones();
+                    if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
+                        progress.finish("Counting objects", total);
+                        return Ok(Planned {
+                            had: Had::Bits(had),
+                            whole: Some(pack.clone()),
+                            ..Planned::default()
+                        });
+                    }
                     let mut sorter = Sorter::new();
                     sorter.items.reserve(total as usize);
                     // One pack's bits are its entries in offset order: no lookups needed.
@@ -282,6 +304,50 @@ impl PackServer {
         let mut planned = sorter.finish(Had::Ids(counted.had));
         planned.path_bases = counted.path_bases;
         Ok(planned)
+    }
+
+    /// The bitmap's pack when `wanted` (`total` bits) is every object of it and the request
+    /// adds nothing else (no include-tag tag stored outside it), the client takes offset deltas
+    /// and the file starts with the header the stream must start with: then the pack file is
+    /// the answer, byte for byte, and no per-object plan is needed (a mirror clone of a
+    /// repository packed with `repack -adb`).
+    fn whole_pack<'a>(
+        &self,
+        index: &'a packd_reach::bitmap_walk::BitmapIndex,
+        request: &FetchRequest,
+        wanted: &Bitmap,
+        total: u64,
+    ) -> Result<Option<&'a Arc<Pack>>, PackError> {
+        let Some(pack) = index.single_pack() else {
+            return Ok(None);
+        };
+        if !request.ofs_delta
+            || total == 0
+            || total != pack.len() as u64
+            || wanted.last_set_bit() != Some(total - 1)
+            || pack.data_len() < 32
+        {
+            return Ok(None);
+        }
+        let head = pack.data().read(0..12).map_err(packd_odb::Error::from)?;
+        let mut expected = [0u8; 12];
+        expected[..4].copy_from_slice(b"PACK");
+        expected[4..8].copy_from_slice(&2u32.to_be_bytes());
+        expected[8..].copy_from_slice(&pack.len().to_be_bytes());
+        if head[..] != expected {
+            return Ok(None);
+        }
+        if request.include_tag {
+            // Every tag of the pack is wanted already; one stored elsewhere would be added.
+            for tag in self.tags_to_include(&|id| {
+                Ok(index.bit_of_id(id)?.is_some_and(|bit| wanted.get(bit)))
+            })? {
+                if index.bit_of_id(&tag)?.is_none() {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(pack))
     }
 
     /// Removes from `wanted` what the request's filter leaves out. Objects the client named in

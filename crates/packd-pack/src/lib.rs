@@ -222,7 +222,7 @@ impl PackServer {
         }
         let (shallow, keep) = walk::shallow_updates(&self.repo, request, cancel)?;
         let planned = self.count(request, keep.as_ref(), progress, cancel)?;
-        let object_count = u32::try_from(planned.items.len())
+        let object_count = u32::try_from(planned.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         if let (Some(config), Some(clone_cache::CacheUse::Fill(key))) = (&self.clone_cache, &cache)
         {

@@ -302,6 +302,223 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Index entries held at once while a whole pack is sent: the entries of a range of the pack
+/// that holds about this many, sorted by offset (16 bytes each).
+const WHOLE_PACK_ENTRIES: u32 = 1 << 17;
+
+/// Sends `pack` as it is: its file, byte for byte (the caller checked that the header is the
+/// stream's), then its own trailer, which must be the checksum its index records.
+///
+/// Every entry's bytes are still checked against the index's CRC-32 as they go out, without a
+/// table per object: the index is read range by range of the pack (a histogram of where entries
+/// start chooses ranges of about [`WHOLE_PACK_ENTRIES`] entries), each range's entries are
+/// sorted by offset, and each entry ends where the next starts. A damaged entry stops the
+/// stream before its last byte, so the client never gets it whole, nor a trailer.
+fn write_whole_pack(
+    pack: &Pack,
+    out: &mut dyn Write,
+    progress: &mut dyn ProgressSink,
+    cancel: &AtomicBool,
+) -> Result<PackStats, PackError> {
+    let index = pack.index();
+    let count = index.len();
+    let len = pack.data_len();
+    let name = pack.data_name();
+    let corrupt = |offset: u64, why: String| -> PackError {
+        packd_odb::Error::corrupt(name, offset, why).into()
+    };
+    if len < 32 {
+        return Err(corrupt(
+            0,
+            "shorter than a pack's header and trailer".into(),
+        ));
+    }
+    let trailer_at = len - 20;
+    let trailer = pack
+        .data()
+        .read_copy(trailer_at..len)
+        .map_err(packd_odb::Error::from)?;
+    if &trailer[..] != index.pack_checksum() {
+        return Err(corrupt(
+            trailer_at,
+            "the pack's checksum differs from the one its index records".into(),
+        ));
+    }
+    // Ranges of the pack of at most WHOLE_PACK_ENTRIES entries each (a bucket more crowded
+    // than that is a range of its own), from about 4096 buckets.
+    let mut shift = 12;
+    while (trailer_at >> shift) > 4096 {
+        shift += 1;
+    }
+    let mut buckets = Vec::new();
+    index.offset_histogram(shift, trailer_at, &mut buckets)?;
+    let counted: u64 = buckets.iter().map(|&b| b as u64).sum();
+    if counted != count as u64 {
+        return Err(corrupt(
+            trailer_at,
+            format!(
+                "{} of the index's {count} entries start at or past the trailer",
+                count as u64 - counted
+            ),
+        ));
+    }
+
+    let mut output = Output {
+        out,
+        buf: Vec::new(),
+        hash: None,
+        written: 0,
+        pending: None,
+    };
+    let mut stats = PackStats {
+        objects: count,
+        reused: count,
+        ..PackStats::default()
+    };
+    // The window: bytes [window_start, window_start + window.len()) of the file, of which
+    // those before `at` are checked (all but the last entry's tail) and sent when it moves.
+    let mut window: Vec<u8> = Vec::new();
+    let mut window_start = 0u64;
+    // The entry being read: its start, expected CRC (`None`: a v1 index) and index position,
+    // and the CRC of its bytes so far.
+    let mut current: Option<(u64, Option<u32>, u32)> = None;
+    let mut crc = crc32fast::Hasher::new();
+    let mut at = 0u64;
+    let has_crcs = index.has_crcs();
+    let data = pack.data();
+    let mut entries = Vec::new();
+    let mut done = 0u32;
+
+    // Reads and checks up to `to` (the next entry's start, or the trailer), sending windows as
+    // they are passed; the window then holds the byte at `to`, if there is one before the
+    // trailer.
+    let advance = |to: u64,
+                   window: &mut Vec<u8>,
+                   window_start: &mut u64,
+                   at: &mut u64,
+                   crc: &mut crc32fast::Hasher,
+                   output: &mut Output|
+     -> Result<(), PackError> {
+        loop {
+            let window_end = *window_start + window.len() as u64;
+            if *at == window_end && *at < trailer_at {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                output.write(window)?;
+                *window_start = window_end;
+                let end = trailer_at.min(window_end + WINDOW);
+                data.read_copy_into(window_end..end, window)
+                    .map_err(packd_odb::Error::from)?;
+                continue;
+            }
+            if *at >= to {
+                return Ok(());
+            }
+            let upto = to.min(window_end);
+            let from = (*at - *window_start) as usize;
+            crc.update(&window[from..(upto - *window_start) as usize]);
+            *at = upto;
+        }
+    };
+
+    let mut b = 0usize;
+    while b < buckets.len() {
+        let (first, mut n) = (b, buckets[b]);
+        b += 1;
+        while b < buckets.len() && n + buckets[b] <= WHOLE_PACK_ENTRIES {
+            n += buckets[b];
+            b += 1;
+        }
+        if n == 0 {
+            continue;
+        }
+        let range = ((first as u64) << shift)..((b as u64) << shift).min(trailer_at);
+        entries.clear();
+        index.entries_in(range, &mut entries)?;
+        entries.sort_unstable_by_key(|e: &packd_odb::pack::index::pass::EntryAt| e.offset);
+        for e in &entries {
+            if current.is_none() && e.offset != 12 {
+                return Err(corrupt(
+                    12,
+                    format!(
+                        "the first entry starts at {}, not after the header",
+                        e.offset
+                    ),
+                ));
+            }
+            if current.is_some() && e.offset <= at {
+                return Err(corrupt(
+                    e.offset,
+                    "two entries of the index start at this offset".into(),
+                ));
+            }
+            advance(
+                e.offset,
+                &mut window,
+                &mut window_start,
+                &mut at,
+                &mut crc,
+                &mut output,
+            )?;
+            if let Some(previous) = current.take() {
+                check_entry_crc(pack, previous, &mut crc)?;
+            } else {
+                // The header: the file's own, which the plan checked.
+                crc = crc32fast::Hasher::new();
+            }
+            // The entry's type, for the statistics (its first byte is in the window).
+            if let Some(&byte) = window.get((at - window_start) as usize) {
+                if matches!((byte >> 4) & 7, OFS_DELTA | REF_DELTA) {
+                    stats.reused_deltas += 1;
+                }
+            }
+            current = Some((e.offset, has_crcs.then_some(e.crc), e.position));
+            done += 1;
+            if done % 65536 == 0 {
+                progress.update("Writing objects", done as u64, Some(count as u64));
+            }
+        }
+    }
+    advance(
+        trailer_at,
+        &mut window,
+        &mut window_start,
+        &mut at,
+        &mut crc,
+        &mut output,
+    )?;
+    if let Some(last) = current.take() {
+        check_entry_crc(pack, last, &mut crc)?;
+    }
+    output.write(&window)?;
+    progress.finish("Writing objects", count as u64);
+    stats.bytes = output.finish(Some(&trailer))?;
+    Ok(stats)
+}
+
+/// Checks the CRC-32 of the entry `(offset, expected, position)` of `pack`, whose bytes
+/// `crc` has seen; starts `crc` over for the next entry.
+fn check_entry_crc(
+    pack: &Pack,
+    (offset, expected, position): (u64, Option<u32>, u32),
+    crc: &mut crc32fast::Hasher,
+) -> Result<(), PackError> {
+    let got = std::mem::take(crc).finalize();
+    if expected.is_some_and(|expected| expected != got) {
+        return Err(packd_odb::Error::corrupt(
+            pack.data_name(),
+            offset,
+            format!(
+                "object {}: the entry does not match the CRC-32 in its index",
+                pack.index().id(position)
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 impl PackServer {
     /// Writes `plan` to `out` (see the module documentation).
     pub(crate) fn write_planned(
@@ -313,6 +530,9 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
+        if let Some(pack) = &plan.whole {
+            return write_whole_pack(pack, out, progress, cancel);
+        }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         // Every entry of one pack, in its order: the stream is that pack file, byte for byte,

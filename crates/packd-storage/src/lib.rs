@@ -86,6 +86,16 @@ pub trait Blob: Send + Sync + fmt::Debug {
         self.read(range)
     }
 
+    /// [`Blob::read_copy`] into `buf` (emptied first), so that a stream of reads (a pack sent
+    /// whole) reuses one buffer rather than allocating one per read. Fails if the range reaches
+    /// past the end.
+    fn read_copy_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StorageError> {
+        let bytes = self.read_copy(range)?;
+        buf.clear();
+        buf.extend_from_slice(&bytes);
+        Ok(())
+    }
+
     /// The whole blob. Convenient for small files (indexes); a pack should be read by ranges.
     fn read_all(&self) -> Result<Bytes, StorageError> {
         self.read(0..self.len())

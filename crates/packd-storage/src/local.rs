@@ -219,6 +219,21 @@ impl Blob for LocalBlob {
         })?;
         Ok(Bytes::from(buf))
     }
+
+    fn read_copy_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StorageError> {
+        check_range(&self.name, &range, self.len())?;
+        let Some(file) = &self.file else {
+            buf.clear();
+            buf.extend_from_slice(&self.bytes[range.start as usize..range.end as usize]);
+            return Ok(());
+        };
+        read_exact_at_into(file, buf, range.start, (range.end - range.start) as usize).map_err(
+            |source| StorageError::Io {
+                name: self.name.clone(),
+                source,
+            },
+        )
+    }
 }
 
 /// Reads `len` bytes at `offset` into `buf` (emptied first) without zeroing the buffer
@@ -319,6 +334,12 @@ mod tests {
             &big[150_000..150_010]
         );
         assert!(blob.read_copy(199_990..200_001).is_err());
+        let mut buf = vec![7u8; 3];
+        blob.read_copy_into(150_000..150_010, &mut buf).unwrap();
+        assert_eq!(&buf[..], &big[150_000..150_010]);
+        small.read_copy_into(0..5, &mut buf).unwrap();
+        assert_eq!(&buf[..], b"hello");
+        assert!(blob.read_copy_into(199_990..200_001, &mut buf).is_err());
         assert!(storage.open("missing").unwrap_err().is_not_found());
         assert_eq!(storage.list("").unwrap(), vec!["big", "small"]);
         assert!(storage.list("nope").unwrap().is_empty());

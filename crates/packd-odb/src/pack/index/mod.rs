@@ -15,6 +15,7 @@
 
 mod init;
 mod lookup;
+pub mod pass;
 pub mod resolve;
 pub mod write;
 
