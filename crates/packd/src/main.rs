@@ -1,5 +1,12 @@
 //! `packd`: a git object store and pack server. This is the command line; the work is done by
 //! the library crates (`packd-storage`, `packd-odb`).
+//!
+//! packd starts at its own C `main` (see `start.rs`) rather than std's: a push over ssh or
+//! `git push --receive-pack` starts one process per push, and std's start-up is a measurable
+//! part of a small push.
+
+// Unit tests keep the test harness's own `main`.
+#![cfg_attr(not(test), no_main)]
 
 mod cat_file;
 mod index_pack;
@@ -7,6 +14,8 @@ mod pack_objects;
 mod receive_pack;
 mod rev_list;
 mod serve;
+#[cfg(not(test))]
+mod start;
 mod upload_pack;
 mod verify;
 mod write_bitmap;
@@ -21,6 +30,16 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "packd", version, about, long_about = None)]
 struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options every subcommand takes.
+#[derive(Debug, clap::Args)]
+struct GlobalArgs {
     /// Run as if started in DIR (repeatable, like git's -C).
     #[arg(short = 'C', value_name = "DIR", global = true)]
     chdir: Vec<PathBuf>,
@@ -33,9 +52,28 @@ struct Cli {
     /// Print delta base cache hits, misses and evictions to stderr when done.
     #[arg(long, global = true)]
     stats: bool,
+}
 
-    #[command(subcommand)]
-    command: Command,
+/// `packd receive-pack`'s command line alone. Started once per push (and `upload-pack` once per
+/// fetch over ssh), these two are parsed without building the whole command tree, every other
+/// subcommand's options included, which costs about as much as reading the repository's refs.
+#[derive(Debug, Parser)]
+#[command(name = "packd receive-pack")]
+struct ReceivePackCli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(flatten)]
+    args: receive_pack::Args,
+}
+
+/// `packd upload-pack`'s command line alone (see [`ReceivePackCli`]).
+#[derive(Debug, Parser)]
+#[command(name = "packd upload-pack")]
+struct UploadPackCli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(flatten)]
+    args: upload_pack::Args,
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,6 +105,42 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 impl Cli {
+    /// The command line, parsed by the one subcommand's parser when it is `receive-pack` or
+    /// `upload-pack` followed by its own arguments (anything it refuses, `--help` included, goes
+    /// to the full parser, so messages and behaviour stay the full parser's).
+    fn parse_args() -> Cli {
+        let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let sub = argv.get(1).and_then(|a| a.to_str());
+        let rest = || argv.iter().skip(2).cloned();
+        let program = || std::ffi::OsString::from("packd");
+        match sub {
+            Some("receive-pack") => {
+                if let Ok(c) =
+                    ReceivePackCli::try_parse_from(std::iter::once(program()).chain(rest()))
+                {
+                    return Cli {
+                        global: c.global,
+                        command: Command::ReceivePack(c.args),
+                    };
+                }
+            }
+            Some("upload-pack") => {
+                if let Ok(c) =
+                    UploadPackCli::try_parse_from(std::iter::once(program()).chain(rest()))
+                {
+                    return Cli {
+                        global: c.global,
+                        command: Command::UploadPack(c.args),
+                    };
+                }
+            }
+            _ => {}
+        }
+        Cli::parse_from(argv)
+    }
+}
+
+impl GlobalArgs {
     fn workdir(&self) -> Result<PathBuf> {
         let mut dir = std::env::current_dir().context("cannot read the current directory")?;
         for c in &self.chdir {
@@ -96,8 +170,10 @@ impl Cli {
     }
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Runs the command line; `start::main` calls it.
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> ExitCode {
+    let cli = Cli::parse_args();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG").unwrap_or_else(|_| {
@@ -114,27 +190,39 @@ fn main() -> ExitCode {
         logs.without_time().init();
     }
     let result = match &cli.command {
-        Command::CatFile(args) => cli.repository().and_then(|repo| {
+        Command::CatFile(args) => cli.global.repository().and_then(|repo| {
             let code = cat_file::run(&repo, args);
-            if cli.stats {
+            if cli.global.stats {
                 print_stats(&repo);
             }
             code
         }),
-        Command::Verify(args) => cli.workdir().and_then(|dir| verify::run(&dir, args)),
-        Command::RevList(args) => cli.repository().and_then(|repo| rev_list::run(&repo, args)),
+        Command::Verify(args) => cli.global.workdir().and_then(|dir| verify::run(&dir, args)),
+        Command::RevList(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| rev_list::run(&repo, args)),
         Command::WriteBitmap(args) => cli
+            .global
             .repository()
             .and_then(|repo| write_bitmap::run(&repo, args)),
-        Command::IndexPack(args) => cli.workdir().and_then(|dir| index_pack::run(&dir, args)),
+        Command::IndexPack(args) => cli
+            .global
+            .workdir()
+            .and_then(|dir| index_pack::run(&dir, args)),
         Command::PackObjects(args) => cli
+            .global
             .repository()
             .and_then(|repo| pack_objects::run(repo, args)),
-        Command::Serve(args) => serve::run(args, cli.serving_options()),
+        Command::Serve(args) => serve::run(args, cli.global.serving_options()),
         Command::UploadPack(args) => cli
+            .global
             .workdir()
-            .and_then(|dir| upload_pack::run(&dir, args, &cli.serving_options())),
-        Command::ReceivePack(args) => cli.workdir().and_then(|dir| receive_pack::run(&dir, args)),
+            .and_then(|dir| upload_pack::run(&dir, args, &cli.global.serving_options())),
+        Command::ReceivePack(args) => cli
+            .global
+            .workdir()
+            .and_then(|dir| receive_pack::run(&dir, args)),
     };
     match result {
         Ok(code) => code,

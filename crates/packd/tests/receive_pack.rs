@@ -524,3 +524,56 @@ fn create_on_push_makes_the_repository_only_when_enabled() {
     assert!(!run.success(), "{}", run.err());
     assert!(!root.parent().unwrap().join("escape.git").exists());
 }
+
+/// packd starts at its own entry point rather than std's (a push starts one process): it must
+/// still ignore SIGPIPE, so that a client gone before the advertisement is an error exit, not a
+/// death by signal; and `receive-pack DIR`, parsed by that subcommand's own parser, must
+/// advertise exactly what the full parser's `-C DIR receive-pack .` does.
+#[test]
+fn start_up_survives_a_closed_pipe_and_both_parsers_agree() {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    push(&client, &server, &["HEAD:refs/heads/main"]).assert_success();
+
+    let advertise = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(common::PACKD)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        out.stdout
+    };
+    let dir = server.git_dir.as_os_str();
+    let fast = advertise(&["receive-pack".as_ref(), dir]);
+    let full = advertise(&["-C".as_ref(), dir, "receive-pack".as_ref(), ".".as_ref()]);
+    assert!(
+        String::from_utf8_lossy(&fast).contains(&rev(&server, "main")),
+        "no main in the advertisement: {}",
+        String::from_utf8_lossy(&fast)
+    );
+    assert_eq!(fast, full);
+
+    // A pipe whose reader is already closed: the first write gets EPIPE (or SIGPIPE).
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills the two descriptors; the read end is closed at once and the write end
+    // is owned by the File handed to the child.
+    let writer = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::fs::File::from_raw_fd(fds[1])
+    };
+    let out = Command::new(common::PACKD)
+        .args(["receive-pack".as_ref(), dir])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), None, "killed by a signal: {out:?}");
+    assert!(!out.status.success(), "{out:?}");
+}
