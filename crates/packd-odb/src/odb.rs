@@ -12,6 +12,7 @@ use crate::pack::data::EntryKind;
 use crate::pack::multi_index::MultiPackIndex;
 use crate::pack::Pack;
 use crate::{Error, Object, ObjectHeader, Result};
+use bytes::Bytes;
 use packd_storage::{LocalStorage, Storage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -335,6 +336,39 @@ impl ObjectDb {
                 Ok(Object { kind, data })
             }
             Location::Loose(n) => self.sources[*n].loose.read(id)?.ok_or_else(|| vanished(id)),
+        }
+    }
+
+    /// [`ObjectDb::read_at`], also handing back the object's delta base when it was resolved
+    /// from a delta: where the base is stored and its content (see
+    /// [`Pack::decode_with_base`]). `None` for a loose object, an object stored whole, or one
+    /// found whole in the delta base cache.
+    pub fn read_at_with_base(
+        &self,
+        id: &ObjectId,
+        loc: &Location,
+    ) -> Result<(Object, Option<(Location, Bytes)>)> {
+        match loc {
+            Location::Packed { pack, offset } => {
+                let decoded = pack.decode_with_base(*offset, &self.cache)?;
+                let base = decoded.base.map(|(offset, data)| {
+                    (
+                        Location::Packed {
+                            pack: pack.clone(),
+                            offset,
+                        },
+                        data,
+                    )
+                });
+                Ok((
+                    Object {
+                        kind: decoded.kind,
+                        data: decoded.data,
+                    },
+                    base,
+                ))
+            }
+            Location::Loose(_) => Ok((self.read_at(id, loc)?, None)),
         }
     }
 

@@ -11,6 +11,9 @@
 use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
+#[cfg(test)]
+use crate::tree_diff::find_nul;
+use crate::tree_diff::scan_tree_against;
 use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
@@ -29,61 +32,38 @@ fn hex(bytes: &[u8]) -> String {
 /// (commits of another repository): `Tree` for a directory, `Blob` for the rest. Returns the
 /// number of entries. The same checks as `packd_odb::parse::tree_entries` (an octal mode of 1
 /// to 7 digits, a space, a name ended by NUL, 20 id bytes), with the NUL found eight bytes at a
-/// time: a fill-in walk parses every entry of every tree it reads (180,000 for git.git's
-/// `--all`), so this is its inner loop.
-fn scan_tree(id: &ObjectId, data: &[u8], mut f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
-    let bad = || packd_odb::Error::BadName(format!("object {id}: the tree is malformed"));
-    let mut rest = data;
-    let mut n = 0;
-    while !rest.is_empty() {
-        // The mode: 1 to 7 octal digits, then a space.
-        let mut mode = 0u32;
-        let mut i = 0;
-        loop {
-            match rest.get(i) {
-                Some(b' ') if i > 0 => break,
-                Some(&d @ b'0'..=b'7') if i < 7 => mode = mode << 3 | (d - b'0') as u32,
-                _ => return Err(bad()),
-            }
-            i += 1;
-        }
-        let name_at = i + 1;
-        let nul = name_at + find_nul(&rest[name_at..]).ok_or_else(bad)?;
-        let entry = rest
-            .get(nul + 1..nul + 21)
-            .and_then(ObjectId::from_bytes)
-            .ok_or_else(bad)?;
-        rest = &rest[nul + 21..];
-        n += 1;
-        match mode & 0o170000 {
-            0o160000 => {}
-            0o040000 => f(entry, ObjectKind::Tree),
-            _ => f(entry, ObjectKind::Blob),
-        }
-    }
-    Ok(n)
+/// time: a fill-in walk parses every entry of every tree it reads, so this is its inner loop.
+#[cfg(test)]
+fn scan_tree(id: &ObjectId, data: &[u8], f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
+    Ok(scan_tree_against(id, data, None, f)?.entries)
 }
 
-/// The index of the first NUL byte of `bytes`, eight bytes at a time (a word has a zero byte
-/// when `(w - 0x01..01) & !w & 0x80..80` is not zero; the lowest such byte is the first).
-fn find_nul(bytes: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut at = 0;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        let zero = w.wrapping_sub(LO) & !w & HI;
-        if zero != 0 {
-            return Some(at + (zero.trailing_zeros() / 8) as usize);
+/// What a fill-in tree walk did, for the debug log.
+#[derive(Debug, Default, Clone, Copy)]
+struct TreeWalk {
+    /// Trees read.
+    trees: u32,
+    /// Of those, delta bases read ahead of their turn (from a delta's decoding).
+    early: u32,
+    /// Trees compared with their delta base.
+    against: u32,
+    /// Entries of the trees read.
+    entries: usize,
+    /// Of those, entries found in the delta base, not looked up.
+    shared: usize,
+}
+
+impl std::ops::Add for TreeWalk {
+    type Output = TreeWalk;
+    fn add(self, o: TreeWalk) -> TreeWalk {
+        TreeWalk {
+            trees: self.trees + o.trees,
+            early: self.early + o.early,
+            against: self.against + o.against,
+            entries: self.entries + o.entries,
+            shared: self.shared + o.shared,
         }
-        at += 8;
     }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == 0)
-        .map(|i| at + i)
 }
 
 /// A bitmap and the objects it numbers (a pack's, or a multi-pack-index's), ready for queries.
@@ -245,38 +225,116 @@ impl BitmapIndex {
 
     /// Sets the bits of `roots` and of everything reachable from them that `bits` does not
     /// already have, reading each tree not yet set; objects in `seen` are not stacked again.
-    /// Returns the trees read and their entries, or `None` when an object is outside the
-    /// bitmapped objects.
+    /// Returns what it did, or `None` when an object is outside the bitmapped objects.
+    ///
+    /// A tree stored as a delta comes with its base's content (see
+    /// `ObjectDb::read_at_with_base`). When this walk has already read that base as a tree
+    /// (`walked`: its entries are all handled), only the tree's entries that are not byte for
+    /// byte the base's are handled ([`scan_tree_against`]). When the base is a tree still on
+    /// the stack (`pending`), it is read now from the content at hand, then the tree against
+    /// it. A base set in `bits` by a commit bitmap, or by this walk as a blob, is not enough:
+    /// only trees this walk read vouch for their entries, so a tree whose mode says blob, or a
+    /// bitmap built from such a tree, cannot hide another tree's entries.
     fn walk_trees(
         &self,
         repo: &Repository,
         bits: &mut Bitmap,
         seen: &mut IdSet,
         roots: Vec<(ObjectId, ObjectKind)>,
-    ) -> Result<Option<(u32, usize)>> {
+    ) -> Result<Option<TreeWalk>> {
         let index = &self.objects;
-        let mut stack = roots;
-        let (mut trees, mut entries) = (0u32, 0usize);
-        while let Some((id, kind)) = stack.pop() {
+        let mut done = TreeWalk::default();
+        // Trees read by this walk, and trees on its stack, by bit.
+        let mut walked = Bitmap::new();
+        let mut pending = Bitmap::new();
+        // (id, kind, index position, bit)
+        let mut stack: Vec<(ObjectId, ObjectKind, u32, u64)> = Vec::with_capacity(roots.len());
+        for (id, kind) in roots {
             let Some(index_pos) = index.find(&id) else {
                 return Ok(None);
             };
-            match self.mark(bits, index_pos)? {
-                None => return Ok(None),
-                Some(false) => continue,
-                Some(true) => {}
-            }
+            let Some(bit) = self.bit_of(index_pos)? else {
+                return Ok(None);
+            };
             if kind == ObjectKind::Tree {
-                trees += 1;
-                let object = self.read_at(repo, &id, index_pos)?;
-                entries += scan_tree(&id, &object.data, |entry, kind| {
-                    if seen.insert(entry) {
-                        stack.push((entry, kind));
+                pending.set(bit);
+            }
+            stack.push((id, kind, index_pos, bit));
+        }
+        let mut missing = false;
+        let mut error: Option<packd_odb::Error> = None;
+        // Stacks the entries `scan_tree_against` hands out (those not in `seen`).
+        macro_rules! push_new {
+            () => {
+                |entry: ObjectId, kind: ObjectKind| {
+                    if missing || !seen.insert(entry) {
+                        return;
                     }
-                })?;
+                    let bit = match index.find(&entry).map(|pos| (pos, self.bit_of(pos))) {
+                        Some((pos, Ok(Some(bit)))) => (pos, bit),
+                        Some((_, Err(e))) => {
+                            error = Some(e);
+                            missing = true;
+                            return;
+                        }
+                        _ => {
+                            missing = true;
+                            return;
+                        }
+                    };
+                    if kind == ObjectKind::Tree {
+                        pending.set(bit.1);
+                    }
+                    stack.push((entry, kind, bit.0, bit.1));
+                }
+            };
+        }
+        while let Some((id, kind, index_pos, bit)) = stack.pop() {
+            if bits.get(bit) {
+                continue;
+            }
+            bits.set(bit);
+            if kind != ObjectKind::Tree {
+                continue;
+            }
+            pending.clear(bit);
+            walked.set(bit);
+            done.trees += 1;
+            let (object, base) = repo
+                .objects()
+                .read_at_with_base(&id, &self.objects.location(index_pos)?)?;
+            let mut against = None;
+            if let Some((loc, base_data)) = base.filter(|_| object.kind == ObjectKind::Tree) {
+                if let Some(base_bit) = index.bit_at_location(&loc)? {
+                    if walked.get(base_bit) {
+                        against = Some(base_data);
+                    } else if pending.get(base_bit) && !bits.get(base_bit) {
+                        // The base is a tree this walk will read: read it now, from here.
+                        bits.set(base_bit);
+                        pending.clear(base_bit);
+                        walked.set(base_bit);
+                        done.trees += 1;
+                        done.early += 1;
+                        let scanned = scan_tree_against(&id, &base_data, None, push_new!())?;
+                        done.entries += scanned.entries;
+                        against = Some(base_data);
+                    }
+                }
+            }
+            if against.is_some() {
+                done.against += 1;
+            }
+            let scanned = scan_tree_against(&id, &object.data, against.as_deref(), push_new!())?;
+            done.entries += scanned.entries;
+            done.shared += scanned.shared;
+            if let Some(e) = error.take() {
+                return Err(e);
+            }
+            if missing {
+                return Ok(None);
             }
         }
-        Ok(Some((trees, entries)))
+        Ok(Some(done))
     }
 
     /// Whether `peeled` (annotated tags among `tips` and what they peel to) covers every tag
@@ -517,19 +575,24 @@ impl BitmapIndex {
             });
             bits.or_assign(&other_bits);
             match (mine?, theirs?) {
-                (Some((t1, e1)), Some((t2, e2))) => Some((t1 + t2, e1 + e2)),
+                (Some(a), Some(b)) => Some(a + b),
                 _ => None,
             }
         } else {
             self.walk_trees(repo, &mut bits, &mut seen, roots)?
         };
-        let Some((trees, entries)) = walked else {
+        let Some(walked) = walked else {
             return Ok(None);
         };
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {trees} trees ({entries} entries) walked, {} objects met; tips {:?}, commits {:?}, trees {:?}",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} bases read early, {} entries shared), {} objects met; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
+            walked.trees,
+            walked.entries,
+            walked.against,
+            walked.early,
+            walked.shared,
             seen.len(),
             tips_done,
             commits_done - tips_done,

@@ -8,6 +8,7 @@
 //! rev_index.rs a pack's .rev: index positions in pack order
 //! bitmapped.rs the objects a bitmap numbers (a pack's or a multi-pack-index's), in both orders
 //! bitmap_walk.rs  the same questions answered from bitmaps, with a fill-in walk
+//! tree_diff.rs the entries of a tree its delta base lacks (what a fill-in walk must look up)
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
@@ -17,4 +18,5 @@ mod bitmapped;
 pub mod ewah;
 pub mod ewah_encode;
 pub mod rev_index;
+mod tree_diff;
 pub mod walk;

@@ -24,6 +24,18 @@ impl RawEntry {
     }
 }
 
+/// An object read by [`Pack::decode_with_base`].
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    /// The object's kind.
+    pub kind: ObjectKind,
+    /// The object's content.
+    pub data: Bytes,
+    /// When the object was resolved from a delta: its base entry's offset in the same pack and
+    /// the base's content.
+    pub base: Option<(u64, Bytes)>,
+}
+
 /// Requests this close to the thread's previous one (in the same pack) count as sequential.
 const SEQUENTIAL_WINDOW: u64 = 1 << 20;
 
@@ -240,6 +252,28 @@ impl Pack {
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
+        self.decode_chain(offset, cache, None)
+    }
+
+    /// [`Pack::decode`], also handing back the object's delta base when the object was
+    /// resolved by applying a delta here: the base entry's offset in this pack and its whole
+    /// content (which decoding computes anyway, one step before the object). `None` for an
+    /// object stored whole, or found whole in `cache`. A tree walk compares a tree with its
+    /// base's entries to skip the entries the two share.
+    pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
+        let mut base = None;
+        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base))?;
+        Ok(Decoded { kind, data, base })
+    }
+
+    /// [`Pack::decode`]; with `base`, sets it to the offset and content of the requested
+    /// object's delta base when the object's own delta is applied.
+    fn decode_chain(
+        &self,
+        offset: u64,
+        cache: &DeltaBaseCache,
+        mut base_out: Option<&mut Option<(u64, Bytes)>>,
+    ) -> Result<(ObjectKind, Bytes)> {
         // Until the cache is under pressure (a short walk, the start of a long one), every
         // link is kept whatever the access pattern: the stride only rations a full cache.
         let stride = match cache_stride(self.id, offset) {
@@ -248,6 +282,8 @@ impl Pack {
         };
         let mut chain: Vec<(RawEntry, bool)> = Vec::new();
         let mut cur = offset;
+        // The base offset of the requested entry (meaningful once `chain` is not empty).
+        let mut first_base = 0u64;
         let (kind, mut data) = loop {
             if let Some(hit) = cache.get(&(self.id, cur)) {
                 break hit;
@@ -276,6 +312,9 @@ impl Pack {
                     if base == cur {
                         return Err(self.corrupt(cur, "the delta is its own base"));
                     }
+                    if chain.is_empty() {
+                        first_base = base;
+                    }
                     chain.push((entry, exact));
                     cur = base;
                 }
@@ -283,6 +322,11 @@ impl Pack {
         };
         while let Some((entry, exact)) = chain.pop() {
             let delta_bytes = self.inflate_entry(&entry, exact)?;
+            if chain.is_empty() {
+                if let Some(out) = base_out.as_deref_mut() {
+                    *out = Some((first_base, data.clone()));
+                }
+            }
             let out = delta::apply(&data, &delta_bytes)
                 .map_err(|e| self.corrupt(entry.offset, format!("delta: {e}")))?;
             data = Bytes::from(out);
