@@ -492,6 +492,8 @@ fn write_whole_pack(
         check_entry_crc(pack, last, &mut crc)?;
     }
     output.write(&window)?;
+    // The passes read the index's offset and CRC tables (8 bytes an entry) through its map.
+    index.release_pages();
     progress.finish("Writing objects", count as u64);
     stats.bytes = output.finish(Some(&trailer))?;
     Ok(stats)

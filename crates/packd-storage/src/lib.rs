@@ -96,9 +96,28 @@ pub trait Blob: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Drops this process's mapped pages of the blob, if it is mapped (they stay in the page
+    /// cache, and a later read maps them again): a server calls it once a large request no
+    /// longer needs them, so that pages a walk touched do not stay resident until the next
+    /// request. Bytes handed out earlier stay valid. Does nothing for blobs read into memory.
+    fn release_pages(&self) {}
+
     /// The whole blob. Convenient for small files (indexes); a pack should be read by ranges.
     fn read_all(&self) -> Result<Bytes, StorageError> {
         self.read(0..self.len())
+    }
+}
+
+/// Returns the heap's free memory to the system where the allocator keeps it (glibc keeps
+/// freed memory in each thread's arena; a server whose requests run on a pool of threads
+/// otherwise keeps the peak of each thread's last large request resident). A no-op elsewhere.
+/// Costs a walk over the free chunks: call it after a large request, not after every one.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the system;
+    // it touches no live allocation.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -17,6 +17,9 @@ use std::sync::Arc;
 /// Files at or below this size are read at open instead of mapped.
 const READ_WHOLE_BELOW: u64 = 64 * 1024;
 
+/// Bytes a fault on a file map maps at once (Linux's default `fault_around_bytes`).
+const FAULT_BLOCK: u64 = 64 * 1024;
+
 /// A [`Storage`] rooted at a local directory.
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
@@ -95,6 +98,7 @@ impl Storage for LocalStorage {
             bytes,
             file,
             touched_pages: AtomicU64::new(0),
+            last_block: AtomicU64::new(u64::MAX),
             release_after_pages: self.release_after_pages,
         }))
     }
@@ -141,20 +145,35 @@ struct LocalBlob {
     bytes: Bytes,
     /// The file behind a map, for [`Blob::read_copy`].
     file: Option<File>,
-    /// Pages handed out by [`Blob::read`] since the map was last released (an estimate: each
-    /// range counts its pages plus one).
+    /// Pages mapped by [`Blob::read`] since the map was last released (an estimate: see
+    /// [`LocalBlob::note_touched`]).
     touched_pages: AtomicU64,
+    /// The [`FAULT_BLOCK`] where the last read ended.
+    last_block: AtomicU64,
     /// See [`LocalStorage::with_map_budget`].
     release_after_pages: u64,
 }
 
 impl LocalBlob {
-    /// Counts the pages `range` touches and releases the map's pages once enough were.
+    /// Counts the pages `range` maps and releases the map's pages once enough were.
+    ///
+    /// A fault on a file map maps the whole 64 KiB block around the page (the kernel's
+    /// fault-around, which `MADV_RANDOM` does not turn off), so a read is counted as the blocks
+    /// it spans; a read that starts in the block where the previous one ended (a run of
+    /// neighbouring entries) does not count that block again. Counting pages read instead let
+    /// twice the budget stay resident during a fill-in walk's scattered tree reads.
     fn note_touched(&self, range: &Range<u64>) {
         if self.file.is_none() || self.release_after_pages == u64::MAX {
             return;
         }
-        let pages = (range.end - range.start).div_ceil(4096) + 1;
+        let first = range.start / FAULT_BLOCK;
+        let last = range.end.saturating_sub(1).max(range.start) / FAULT_BLOCK;
+        let previous = self.last_block.swap(last, Ordering::Relaxed);
+        let blocks = last - first + 1 - u64::from(previous == first);
+        if blocks == 0 {
+            return;
+        }
+        let pages = blocks * (FAULT_BLOCK / 4096);
         let total = self.touched_pages.fetch_add(pages, Ordering::Relaxed) + pages;
         if total >= self.release_after_pages
             && self
@@ -218,6 +237,13 @@ impl Blob for LocalBlob {
             source,
         })?;
         Ok(Bytes::from(buf))
+    }
+
+    fn release_pages(&self) {
+        if self.file.is_some() {
+            self.touched_pages.store(0, Ordering::Relaxed);
+            self.release();
+        }
     }
 
     fn read_copy_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StorageError> {

@@ -217,6 +217,21 @@ impl DeltaBaseCache {
         }
     }
 
+    /// Drops every entry (the counters stay). A server calls it after a long walk (a clone
+    /// counted over thousands of tips): the walk filled the cache with its own trees, which
+    /// later requests rarely share, and a full cache whose entries are then replaced by
+    /// another thread's allocations leaves the freed ones scattered over the first thread's
+    /// heap, where they stay resident.
+    pub fn clear(&self) {
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            let freed = shard.bytes;
+            *shard = Shard::default();
+            drop(shard);
+            self.bytes.fetch_sub(freed, Ordering::Relaxed);
+        }
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
@@ -231,6 +246,21 @@ impl DeltaBaseCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clear_empties_every_shard() {
+        let cache = DeltaBaseCache::new(1 << 20, 1000);
+        let data = Bytes::from(vec![1u8; 100]);
+        for off in 0..200u64 {
+            cache.insert((0, off), ObjectKind::Blob, &data);
+        }
+        assert!(cache.get(&(0, 5)).is_some());
+        cache.clear();
+        assert!((0..200u64).all(|off| cache.get(&(0, off)).is_none()));
+        assert_eq!(cache.bytes.load(Ordering::Relaxed), 0);
+        cache.insert((0, 7), ObjectKind::Blob, &data);
+        assert!(cache.get(&(0, 7)).is_some());
+    }
 
     #[test]
     fn stays_within_budget_and_counts() {
