@@ -342,7 +342,7 @@ impl ObjectDb {
     /// [`ObjectDb::read_at`], also handing back the object's delta base when it was resolved
     /// from a delta: where the base is stored and its content (see
     /// [`Pack::decode_with_base`]). `None` for a loose object, an object stored whole, or one
-    /// found whole in the delta base cache.
+    /// found whole in the delta base cache while its base is not.
     pub fn read_at_with_base(
         &self,
         id: &ObjectId,

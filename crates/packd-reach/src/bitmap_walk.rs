@@ -267,7 +267,10 @@ impl BitmapIndex {
         macro_rules! push_new {
             () => {
                 |entry: ObjectId, kind: ObjectKind| {
-                    if missing || !seen.insert(entry) {
+                    if missing {
+                        return;
+                    }
+                    if !seen.insert(entry) {
                         return;
                     }
                     let bit = match index.find(&entry).map(|pos| (pos, self.bit_of(pos))) {

@@ -258,9 +258,17 @@ impl Pack {
     /// [`Pack::decode`], also handing back the object's delta base when the object was
     /// resolved by applying a delta here: the base entry's offset in this pack and its whole
     /// content (which decoding computes anyway, one step before the object). `None` for an
-    /// object stored whole, or found whole in `cache`. A tree walk compares a tree with its
-    /// base's entries to skip the entries the two share.
+    /// object stored whole, or found whole in `cache` while its base is not. A tree walk
+    /// compares a tree with its base's entries to skip the entries the two share.
     pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
+        if let Some((kind, data)) = cache.get(&(self.id, offset)) {
+            // Found whole: its base is handed back only if it is at hand too.
+            let header = self.entry_header(offset)?;
+            let base = self
+                .delta_base_offset(offset, &header)?
+                .and_then(|at| Some((at, cache.get(&(self.id, at))?.1)));
+            return Ok(Decoded { kind, data, base });
+        }
         let mut base = None;
         let (kind, data) = self.decode_chain(offset, cache, Some(&mut base))?;
         Ok(Decoded { kind, data, base })

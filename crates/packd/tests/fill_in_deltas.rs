@@ -1,0 +1,199 @@
+//! Fill-in walks over trees stored as deltas of each other: a tree whose delta base the walk has
+//! read is compared with it, and only the entries the base lacks are looked up. The answers
+//! must still be git's, for histories where trees differ from their bases by an id, a mode, a
+//! kind (a file become a directory), an added or removed entry, or a gitlink.
+
+mod common;
+
+use common::*;
+
+/// A main line of 300 commits over wide directories (so that trees are large and git stores
+/// most of them as deltas), and 40 pull-request refs forked from it, each changing a few entries
+/// in the ways listed in the module doc. Packed with `repack -adf --window=50` and bitmaps: git
+/// bitmaps some commits only, so queries from the pull-request tips take fill-in walks.
+fn pull_request_history(sb: &Sandbox) -> Repo {
+    let repo = sb.init_bare("prs.git");
+    let mut s = String::new();
+    let mut time = 1_600_000_000u64;
+    let blob = |s: &mut String, mark: usize, content: &str| {
+        s.push_str(&format!(
+            "blob\nmark :{mark}\ndata {}\n{content}\n",
+            content.len()
+        ));
+    };
+    // Shared blobs for the pull requests (marks from 100000).
+    for j in 0..20 {
+        blob(&mut s, 100_000 + j, &format!("shared blob {j}\n"));
+    }
+    let path = |i: usize| match i % 3 {
+        0 => format!("f{:03}", i % 120),
+        1 => format!("d/g{:03}", i % 80),
+        _ => format!("d/e/h{:03}", i % 40),
+    };
+    for i in 0..300usize {
+        time += 60;
+        s.push_str(&format!(
+            "commit refs/heads/main\nmark :{}\ncommitter C <c@example.com> {time} +0000\ndata 2\nc\n",
+            i + 1
+        ));
+        if i > 0 {
+            s.push_str(&format!("from :{i}\n"));
+            let content = format!("version {i} of {}\n", path(i));
+            s.push_str(&format!(
+                "M 100644 inline {}\ndata {}\n{content}\n",
+                path(i),
+                content.len()
+            ));
+        } else {
+            for n in 0..240 {
+                let content = format!("first version of {}\n", path(n));
+                s.push_str(&format!(
+                    "M 100644 inline {}\ndata {}\n{content}\n",
+                    path(n),
+                    content.len()
+                ));
+            }
+        }
+    }
+    for k in 0..40usize {
+        let fork = 60 + 6 * k;
+        let r = format!("refs/pull/{k}/head");
+        let shared = 100_000 + k % 20;
+        for step in 0..3usize {
+            time += 60;
+            s.push_str(&format!(
+                "commit {r}\ncommitter P <p@example.com> {time} +0000\ndata 3\npr\n"
+            ));
+            if step == 0 {
+                s.push_str(&format!("from :{fork}\n"));
+            }
+            let target = path(k * 7 + 1);
+            match (k % 5, step) {
+                // The same path, another id.
+                (0, _) => {
+                    let content = format!("pr {k} step {step}\n");
+                    s.push_str(&format!(
+                        "M 100644 inline {target}\ndata {}\n{content}\n",
+                        content.len()
+                    ));
+                }
+                // The same id, then another mode.
+                (1, 0) => s.push_str(&format!("M 100644 :{shared} {target}\n")),
+                (1, _) => s.push_str(&format!(
+                    "M {} :{shared} {target}\n",
+                    if step == 1 { "100755" } else { "100644" }
+                )),
+                // A file becomes a directory of the same name, then a file again.
+                (2, 0) => s.push_str(&format!("D {target}\nM 100644 :{shared} {target}/x\n")),
+                (2, 1) => s.push_str(&format!("M 100644 :{shared} {target}/y\n")),
+                (2, _) => s.push_str(&format!("D {target}\nM 100644 :{shared} {target}\n")),
+                // Entries added and removed around the changed one.
+                (3, _) => s.push_str(&format!(
+                    "M 100644 :{shared} {target}-{step}\nD {}\n",
+                    path(k * 7 + 4 + 3 * step)
+                )),
+                // A gitlink beside a changed file.
+                (_, _) => s.push_str(&format!(
+                    "M 160000 {:040x} d/sub{step}\nM 100644 :{} {target}\n",
+                    k * 10 + step + 1,
+                    100_000 + (k + step) % 20
+                )),
+            }
+        }
+    }
+    repo.fast_import(s.as_bytes());
+    repo
+}
+
+fn sorted_ids(out: &[u8]) -> Vec<String> {
+    let mut ids: Vec<String> = String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or("").to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The debug log's count of trees compared with their delta base, summed over the walks.
+fn trees_against_base(err: &str) -> usize {
+    err.lines()
+        .filter_map(|l| {
+            l.split(" trees against their delta base")
+                .next()?
+                .rsplit('(')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum()
+}
+
+#[test]
+fn fill_in_walks_over_delta_trees_match_git() {
+    let sb = Sandbox::new();
+    let repo = pull_request_history(&sb);
+    for rev in [false, true] {
+        let write_rev = format!("pack.writeReverseIndex={rev}");
+        repo.git(&[
+            "-c",
+            &write_rev,
+            "repack",
+            "-adfbq",
+            "--window=50",
+            "--depth=50",
+        ]);
+        let mut compared = 0;
+        for query in [
+            vec!["--all"],
+            vec!["--branches", "--not", "main~100"],
+            vec!["refs/pull/3/head", "refs/pull/17/head", "--not", "main"],
+            vec!["refs/pull/0/head", "refs/pull/1/head", "refs/pull/2/head"],
+            vec![
+                "refs/pull/5/head",
+                "refs/pull/22/head",
+                "refs/pull/39/head",
+                "--not",
+                "main~250",
+            ],
+        ] {
+            let mut args = vec!["rev-list", "--objects", "--use-bitmap-index"];
+            args.extend(&query);
+            let expected = sorted_ids(&repo.git(&args));
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_packd"));
+            apply_env(&mut cmd, &repo.home);
+            cmd.env("PACKD_LOG", "packd_reach=debug");
+            cmd.arg("-C").arg(&repo.path).args(&args);
+            let run = run_cmd(cmd, None, std::time::Duration::from_secs(60));
+            run.assert_success();
+            let got = sorted_ids(run.out().as_bytes());
+            assert!(!expected.is_empty());
+            assert!(
+                expected == got,
+                "rev-list {query:?} (.rev: {rev}): {} objects from git, {} from packd",
+                expected.len(),
+                got.len()
+            );
+            compared += trees_against_base(&run.err());
+        }
+        // And the whole count, without bitmaps on git's side.
+        let plain = repo.git_str(&["rev-list", "--objects", "--all", "--count"]);
+        let ours = repo
+            .packd(
+                &[
+                    "rev-list",
+                    "--objects",
+                    "--all",
+                    "--count",
+                    "--use-bitmap-index",
+                ],
+                None,
+            )
+            .assert_success()
+            .out();
+        assert_eq!(plain.trim(), ours.trim(), ".rev: {rev}");
+        assert!(
+            compared > 0,
+            "no tree was compared with its delta base (.rev: {rev}): the test lost its point"
+        );
+    }
+}
