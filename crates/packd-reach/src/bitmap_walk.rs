@@ -18,7 +18,8 @@ use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
 use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
@@ -36,6 +37,18 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 fn scan_tree(id: &ObjectId, data: &[u8], f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
     Ok(scan_tree_against(id, data, None, f)?.entries)
+}
+
+/// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
+/// and the entry's offset.
+type StoredAt = (usize, u64);
+
+/// `loc` as a [`StoredAt`]; `None` for a loose object.
+fn stored_at(loc: &Location) -> Option<StoredAt> {
+    match loc {
+        Location::Packed { pack, offset } => Some((Arc::as_ptr(pack) as usize, *offset)),
+        Location::Loose(_) => None,
+    }
 }
 
 /// What a fill-in tree walk did, for the debug log.
@@ -228,13 +241,15 @@ impl BitmapIndex {
     /// Returns what it did, or `None` when an object is outside the bitmapped objects.
     ///
     /// A tree stored as a delta comes with its base's content (see
-    /// `ObjectDb::read_at_with_base`). When this walk has already read that base as a tree
-    /// (`walked`: its entries are all handled), only the tree's entries that are not byte for
-    /// byte the base's are handled ([`scan_tree_against`]). When the base is a tree still on
-    /// the stack (`pending`), it is read now from the content at hand, then the tree against
-    /// it. A base set in `bits` by a commit bitmap, or by this walk as a blob, is not enough:
-    /// only trees this walk read vouch for their entries, so a tree whose mode says blob, or a
-    /// bitmap built from such a tree, cannot hide another tree's entries.
+    /// `ObjectDb::read_at_with_base`). When this walk has already read the entry the base is
+    /// stored in as a tree (`walked`: all its entries are handled), only the tree's entries
+    /// that are not byte for byte the base's are handled ([`scan_tree_against`]). When the
+    /// base is a tree still on the stack (`pending`), it is read now from the content at hand,
+    /// then the tree against it. Bases are recognized by where they are stored, never through
+    /// bit numbers or ids, so the content compared is the content read. A base set in `bits`
+    /// by a commit bitmap, or by this walk as a blob, is not enough: only trees this walk read
+    /// vouch for their entries, so a tree whose mode says blob, or a bitmap built from such a
+    /// tree, cannot hide another tree's entries.
     fn walk_trees(
         &self,
         repo: &Repository,
@@ -244,9 +259,10 @@ impl BitmapIndex {
     ) -> Result<Option<TreeWalk>> {
         let index = &self.objects;
         let mut done = TreeWalk::default();
-        // Trees read by this walk, and trees on its stack, by bit.
-        let mut walked = Bitmap::new();
-        let mut pending = Bitmap::new();
+        // Trees read by this walk, and trees on its stack (with their bits), by where they are
+        // stored: a delta names its base by place, and a place read is the content compared.
+        let mut walked: HashSet<StoredAt> = HashSet::new();
+        let mut pending: HashMap<StoredAt, u64> = HashMap::new();
         // (id, kind, index position, bit)
         let mut stack: Vec<(ObjectId, ObjectKind, u32, u64)> = Vec::with_capacity(roots.len());
         for (id, kind) in roots {
@@ -257,38 +273,45 @@ impl BitmapIndex {
                 return Ok(None);
             };
             if kind == ObjectKind::Tree {
-                pending.set(bit);
+                if let Some(at) = stored_at(&index.location(index_pos)?) {
+                    pending.insert(at, bit);
+                }
             }
             stack.push((id, kind, index_pos, bit));
         }
         let mut missing = false;
         let mut error: Option<packd_odb::Error> = None;
-        // Stacks the entries `scan_tree_against` hands out (those not in `seen`).
+        // Stacks the entries `scan_tree_against` hands out that are not in `seen`.
         macro_rules! push_new {
             () => {
                 |entry: ObjectId, kind: ObjectKind| {
-                    if missing {
+                    if missing || !seen.insert(entry) {
                         return;
                     }
-                    if !seen.insert(entry) {
+                    let Some(pos) = index.find(&entry) else {
+                        missing = true;
                         return;
-                    }
-                    let bit = match index.find(&entry).map(|pos| (pos, self.bit_of(pos))) {
-                        Some((pos, Ok(Some(bit)))) => (pos, bit),
-                        Some((_, Err(e))) => {
+                    };
+                    let found = self.bit_of(pos).and_then(|bit| match (bit, kind) {
+                        (Some(bit), ObjectKind::Tree) => {
+                            Ok(Some((bit, stored_at(&index.location(pos)?))))
+                        }
+                        (Some(bit), _) => Ok(Some((bit, None))),
+                        (None, _) => Ok(None),
+                    });
+                    match found {
+                        Ok(Some((bit, at))) => {
+                            if let Some(at) = at {
+                                pending.insert(at, bit);
+                            }
+                            stack.push((entry, kind, pos, bit));
+                        }
+                        Ok(None) => missing = true,
+                        Err(e) => {
                             error = Some(e);
                             missing = true;
-                            return;
                         }
-                        _ => {
-                            missing = true;
-                            return;
-                        }
-                    };
-                    if kind == ObjectKind::Tree {
-                        pending.set(bit.1);
                     }
-                    stack.push((entry, kind, bit.0, bit.1));
                 }
             };
         }
@@ -300,27 +323,31 @@ impl BitmapIndex {
             if kind != ObjectKind::Tree {
                 continue;
             }
-            pending.clear(bit);
-            walked.set(bit);
             done.trees += 1;
-            let (object, base) = repo
-                .objects()
-                .read_at_with_base(&id, &self.objects.location(index_pos)?)?;
+            let location = index.location(index_pos)?;
+            if let Some(at) = stored_at(&location) {
+                pending.remove(&at);
+                walked.insert(at);
+            }
+            let (object, base) = repo.objects().read_at_with_base(&id, &location)?;
             let mut against = None;
-            if let Some((loc, base_data)) = base.filter(|_| object.kind == ObjectKind::Tree) {
-                if let Some(base_bit) = index.bit_at_location(&loc)? {
-                    if walked.get(base_bit) {
+            if let Some((base_location, base_data)) =
+                base.filter(|_| object.kind == ObjectKind::Tree)
+            {
+                if let Some(base_at) = stored_at(&base_location) {
+                    if walked.contains(&base_at) {
                         against = Some(base_data);
-                    } else if pending.get(base_bit) && !bits.get(base_bit) {
-                        // The base is a tree this walk will read: read it now, from here.
-                        bits.set(base_bit);
-                        pending.clear(base_bit);
-                        walked.set(base_bit);
-                        done.trees += 1;
-                        done.early += 1;
-                        let scanned = scan_tree_against(&id, &base_data, None, push_new!())?;
-                        done.entries += scanned.entries;
-                        against = Some(base_data);
+                    } else if let Some(base_bit) = pending.remove(&base_at) {
+                        if !bits.get(base_bit) {
+                            // The base is a tree this walk will read: read it now, from here.
+                            bits.set(base_bit);
+                            walked.insert(base_at);
+                            done.trees += 1;
+                            done.early += 1;
+                            let scanned = scan_tree_against(&id, &base_data, None, push_new!())?;
+                            done.entries += scanned.entries;
+                            against = Some(base_data);
+                        }
                     }
                 }
             }

@@ -195,20 +195,6 @@ impl Bitmapped {
         }
     }
 
-    /// The pack position (bit) of the entry at `loc`, when it is an entry of the bitmapped pack
-    /// (not a multi-pack-index's) that the index lists: a delta's base, met by offset. `None`
-    /// otherwise.
-    pub(crate) fn bit_at_location(&self, loc: &Location) -> Result<Option<u64>> {
-        match (self, loc) {
-            (Bitmapped::Pack { pack, .. }, Location::Packed { pack: p, offset })
-                if Arc::ptr_eq(pack, p) =>
-            {
-                Ok(pack.pack_position_of_offset(*offset)?.map(u64::from))
-            }
-            _ => Ok(None),
-        }
-    }
-
     /// The position in id order of the object at pack position (bit) `bit`.
     pub(crate) fn position_at(&self, bit: u32) -> Option<u32> {
         match self {

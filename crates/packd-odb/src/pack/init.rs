@@ -229,27 +229,6 @@ impl Pack {
         )
     }
 
-    /// The pack position of the entry starting at `offset` (see [`Pack::pack_position`]), for a
-    /// caller that has an offset rather than an index position (a delta's base); `None` when no
-    /// entry of the index starts there.
-    pub fn pack_position_of_offset(&self, offset: u64) -> Result<Option<u32>> {
-        if !self.has_reverse_index() {
-            let rank = self.rank.get_or_init(|| {
-                super::rank::RankIndex::build(&self.index, self.data.len() - 20)
-                    .ok()
-                    .flatten()
-            });
-            if let Some(rank) = rank {
-                return Ok(rank.rank(offset));
-            }
-        }
-        let rev = self.reverse_index()?;
-        Ok(rev.offsets[..rev.positions.len()]
-            .binary_search(&offset)
-            .ok()
-            .map(|p| p as u32))
-    }
-
     /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer). The
     /// first call builds the reverse index.
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
