@@ -320,6 +320,17 @@ fn write_whole_pack(
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
+    write_whole_pack_in(pack, out, progress, cancel, WHOLE_PACK_ENTRIES)
+}
+
+/// [`write_whole_pack`] holding about `range_entries` index entries at once.
+fn write_whole_pack_in(
+    pack: &Pack,
+    out: &mut dyn Write,
+    progress: &mut dyn ProgressSink,
+    cancel: &AtomicBool,
+    range_entries: u32,
+) -> Result<PackStats, PackError> {
     let index = pack.index();
     let count = index.len();
     let len = pack.data_len();
@@ -344,7 +355,7 @@ fn write_whole_pack(
             "the pack's checksum differs from the one its index records".into(),
         ));
     }
-    // Ranges of the pack of at most WHOLE_PACK_ENTRIES entries each (a bucket more crowded
+    // Ranges of the pack of at most `range_entries` entries each (a bucket more crowded
     // than that is a range of its own), from about 4096 buckets.
     let mut shift = 12;
     while (trailer_at >> shift) > 4096 {
@@ -426,7 +437,7 @@ fn write_whole_pack(
     while b < buckets.len() {
         let (first, mut n) = (b, buckets[b]);
         b += 1;
-        while b < buckets.len() && n + buckets[b] <= WHOLE_PACK_ENTRIES {
+        while b < buckets.len() && n + buckets[b] <= range_entries {
             n += buckets[b];
             b += 1;
         }
@@ -1046,6 +1057,115 @@ impl PackServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Quiet;
+    impl ProgressSink for Quiet {
+        fn update(&mut self, _: &str, _: u64, _: Option<u64>) {}
+        fn finish(&mut self, _: &str, _: u64) {}
+    }
+
+    fn git(dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("git runs");
+        if let Some(input) = stdin {
+            child.stdin.take().unwrap().write_all(input).unwrap();
+        }
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success(), "git {args:?}");
+    }
+
+    /// A bare repository with one pack of a few hundred objects (deltas among them).
+    fn packed_repo(dir: &std::path::Path) -> std::path::PathBuf {
+        let mut stream = Vec::new();
+        for c in 0..40u32 {
+            stream.extend_from_slice(
+                format!(
+                    "commit refs/heads/main\ncommitter A <a@example.com> {} +0000\ndata 2\nc\n",
+                    1_700_000_000 + c
+                )
+                .as_bytes(),
+            );
+            for f in 0..4u32 {
+                let body: String = (0..200)
+                    .map(|l| format!("file {f} line {l} {}\n", if l == c { c } else { 0 }))
+                    .collect();
+                stream.extend_from_slice(
+                    format!("M 644 inline f{f}\ndata {}\n{body}\n", body.len()).as_bytes(),
+                );
+            }
+        }
+        git(dir, &["init", "-q", "--bare", "r.git"], None);
+        let repo = dir.join("r.git");
+        git(&repo, &["fast-import", "--quiet"], Some(&stream));
+        git(&repo, &["repack", "-adfq"], None);
+        repo
+    }
+
+    fn only_pack(repo: &std::path::Path) -> std::path::PathBuf {
+        std::fs::read_dir(repo.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .expect("a pack")
+    }
+
+    fn whole(repo: &std::path::Path, range_entries: u32) -> Result<Vec<u8>, PackError> {
+        let opened = packd_odb::Repository::open(repo, &Default::default()).unwrap();
+        let pack = opened.objects().packs().next().expect("a pack").clone();
+        let mut out = Vec::new();
+        let never = AtomicBool::new(false);
+        let stats = write_whole_pack_in(&pack, &mut out, &mut Quiet, &never, range_entries)?;
+        assert_eq!(stats.bytes, out.len() as u64);
+        assert_eq!(stats.objects, pack.len());
+        assert!(
+            stats.reused_deltas > 0 && stats.reused_deltas < stats.objects,
+            "{stats:?}"
+        );
+        Ok(out)
+    }
+
+    #[test]
+    fn whole_pack_is_the_file_whatever_the_range_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = packed_repo(dir.path());
+        let file = std::fs::read(only_pack(&repo)).unwrap();
+        for range_entries in [1, 7, 64, WHOLE_PACK_ENTRIES] {
+            let out = whole(&repo, range_entries).unwrap();
+            assert!(out == file, "{range_entries} entries a range: not the file");
+        }
+    }
+
+    #[test]
+    fn whole_pack_with_a_damaged_entry_fails_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = packed_repo(dir.path());
+        let path = only_pack(&repo);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x40;
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&path, perms).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        for range_entries in [5, WHOLE_PACK_ENTRIES] {
+            let err = whole(&repo, range_entries).unwrap_err().to_string();
+            assert!(err.contains("CRC-32"), "{err}");
+            assert!(
+                err.contains(&path.file_name().unwrap().to_string_lossy().to_string()),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn headers_round_trip_through_the_decoder() {
