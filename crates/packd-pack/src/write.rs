@@ -306,6 +306,12 @@ impl<'a> Cursor<'a> {
 /// that holds about this many, sorted by offset (16 bytes each).
 const WHOLE_PACK_ENTRIES: u32 = 1 << 17;
 
+/// Bytes read at once when a whole pack is sent: a page short of [`WINDOW`]. With whole
+/// mebibytes, the clone cache's 1 MiB buffered writes fell at 1 MiB-aligned offsets of its file,
+/// where the kernel's copy into the page cache took six times as long (ext4, Linux 6.18: 0.4 s
+/// of CPU for a 489 MB mirror clone, against 0.07 s at the offsets a page-short window gives).
+const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
+
 /// Sends `pack` as it is: its file, byte for byte (the caller checked that the header is the
 /// stream's), then its own trailer, which must be the checksum its index records.
 ///
@@ -418,7 +424,7 @@ fn write_whole_pack_in(
                 }
                 output.write(window)?;
                 *window_start = window_end;
-                let end = trailer_at.min(window_end + WINDOW);
+                let end = trailer_at.min(window_end + WHOLE_PACK_WINDOW);
                 data.read_copy_into(window_end..end, window)
                     .map_err(packd_odb::Error::from)?;
                 continue;
