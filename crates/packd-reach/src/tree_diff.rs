@@ -49,17 +49,10 @@ impl Entry {
 /// NUL, 20 id bytes (the checks of `packd_odb::parse::tree_entries`). `None` when malformed.
 #[inline]
 pub(crate) fn parse_entry(rest: &[u8]) -> Option<Entry> {
-    let mut mode = 0u32;
-    let mut i = 0;
-    loop {
-        match rest.get(i) {
-            Some(b' ') if i > 0 => break,
-            Some(&d @ b'0'..=b'7') if i < 7 => mode = mode << 3 | (d - b'0') as u32,
-            _ => return None,
-        }
-        i += 1;
-    }
-    let name_at = i + 1;
+    let (mode, name_at) = match common_mode(rest) {
+        Some(found) => found,
+        None => parse_mode(rest)?,
+    };
     let nul = name_at + find_nul(rest.get(name_at..)?)?;
     let len = nul + 21;
     if rest.len() < len {
@@ -71,6 +64,43 @@ pub(crate) fn parse_entry(rest: &[u8]) -> Option<Entry> {
         nul,
         mode,
     })
+}
+
+/// The modes git writes, as the first bytes of an entry (little-endian, with the space), how
+/// many bytes that is, and the mode: one comparison instead of a loop over the digits.
+const COMMON_MODES: [(u64, u32, u32); 5] = [
+    (u64::from_le_bytes(*b"100644 \0"), 7, 0o100644),
+    (u64::from_le_bytes(*b"40000 \0\0"), 6, 0o040000),
+    (u64::from_le_bytes(*b"100755 \0"), 7, 0o100755),
+    (u64::from_le_bytes(*b"120000 \0"), 7, 0o120000),
+    (u64::from_le_bytes(*b"160000 \0"), 7, 0o160000),
+];
+
+/// The mode and where the name starts, when the entry at the start of `rest` has one of the
+/// [`COMMON_MODES`] (and at least eight bytes, which every entry has).
+#[inline]
+fn common_mode(rest: &[u8]) -> Option<(u32, usize)> {
+    let word = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+    COMMON_MODES.iter().find_map(|&(bytes, n, mode)| {
+        let mask = u64::MAX >> (64 - 8 * n);
+        (word & mask == bytes).then_some((mode, n as usize))
+    })
+}
+
+/// The mode of the entry at the start of `rest` and where its name starts: 1 to 7 octal
+/// digits, then a space.
+fn parse_mode(rest: &[u8]) -> Option<(u32, usize)> {
+    let mut mode = 0u32;
+    let mut i = 0;
+    loop {
+        match rest.get(i) {
+            Some(b' ') if i > 0 => break,
+            Some(&d @ b'0'..=b'7') if i < 7 => mode = mode << 3 | (d - b'0') as u32,
+            _ => return None,
+        }
+        i += 1;
+    }
+    Some((mode, i + 1))
 }
 
 /// The index of the first NUL byte of `bytes`, eight bytes at a time (a word has a zero byte
@@ -374,6 +404,27 @@ mod tests {
             for e in reference(&data, &b) {
                 assert!(got.contains(&e), "byte {at}");
             }
+        }
+    }
+
+    #[test]
+    fn common_modes_parse_as_the_digits_do() {
+        for mode in [
+            "100644", "40000", "100755", "120000", "160000", "644", "040000", "1234567",
+        ] {
+            for name in ["a", "a-longer-name.txt"] {
+                let mut entry = format!("{mode} {name}\0").into_bytes();
+                entry.extend_from_slice(&[7; 20]);
+                let e = parse_entry(&entry).unwrap();
+                let (digits, at) = parse_mode(&entry).unwrap();
+                assert_eq!((e.mode, e.name_at), (digits, at), "{mode}");
+                assert_eq!(e.len, entry.len());
+                assert_eq!(&entry[e.name_at..e.nul], name.as_bytes());
+            }
+        }
+        // A common mode's bytes followed by no name, or cut short.
+        for bad in [&b"100644 "[..], b"40000 \0", b"100644 a\0short"] {
+            assert!(parse_entry(bad).is_none(), "{bad:?}");
         }
     }
 
