@@ -82,11 +82,31 @@ impl Planned {
         }
     }
 
-    /// The position in `items` of the entry at `offset` of the pack of rank `rank`.
-    pub fn find(&self, rank: u32, offset: u64) -> Option<usize> {
-        self.items
-            .binary_search_by(|i| (i.rank, i.offset).cmp(&(rank, offset)))
+    /// The position in `items`, before `before`, of the entry at `offset` of the pack of rank
+    /// `rank`: where a delta's base was written, if it was.
+    ///
+    /// A base is usually stored a little before its delta, so the search gallops back from
+    /// `before` (probes at distances 1, 2, 4...) and then halves the last gap: a few probes
+    /// near an entry already in cache, where a search of the whole plan (400k items for a
+    /// clone of git.git) cost 4% of a clone.
+    pub fn find_before(&self, rank: u32, offset: u64, before: usize) -> Option<usize> {
+        let key = (rank, offset);
+        let items = &self.items[..before.min(self.items.len())];
+        // Invariant: the key, if present, is in items[..hi].
+        let mut hi = items.len();
+        let mut step = 1;
+        let lo = loop {
+            let lo = hi.saturating_sub(step);
+            if lo == 0 || (items[lo].rank, items[lo].offset) <= key {
+                break lo;
+            }
+            hi = lo;
+            step *= 2;
+        };
+        items[lo..hi]
+            .binary_search_by(|i| (i.rank, i.offset).cmp(&key))
             .ok()
+            .map(|k| lo + k)
     }
 
     /// The id of `item`.
@@ -417,5 +437,43 @@ impl PackServer {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `find_before` finds exactly what a search of the items before the position finds.
+    #[test]
+    fn find_before_agrees_with_a_plain_search() {
+        let mut items = Vec::new();
+        for rank in 0..3u32 {
+            for k in 0..300u64 {
+                items.push(Item {
+                    rank,
+                    offset: 12 + k * 7 + (k % 5),
+                });
+            }
+        }
+        let plan = Planned {
+            items,
+            ..Planned::default()
+        };
+        let n = plan.items.len();
+        let mut probes: Vec<(u32, u64)> = plan.items.iter().map(|i| (i.rank, i.offset)).collect();
+        probes.extend([(0, 0), (0, 13), (1, 5000), (3, 12), (2, 11)]);
+        for before in [0, 1, 2, 3, 299, 300, 301, 512, n - 1, n, n + 5] {
+            for &(rank, offset) in &probes {
+                let plain = plan.items[..before.min(n)]
+                    .iter()
+                    .position(|i| (i.rank, i.offset) == (rank, offset));
+                assert_eq!(
+                    plan.find_before(rank, offset, before),
+                    plain,
+                    "({rank}, {offset}) before {before}"
+                );
+            }
+        }
     }
 }

@@ -803,9 +803,9 @@ impl PackServer {
                     delta: false,
                 });
             }
-            EntryKind::OfsDelta { base_offset } => match plan.find(rank, base_offset) {
-                Some(j) if j < i => (Some(j), None),
-                _ => (None, Some(pack.index().id(pack.position_at(base_offset)?))),
+            EntryKind::OfsDelta { base_offset } => match plan.find_before(rank, base_offset, i) {
+                Some(j) => (Some(j), None),
+                None => (None, Some(pack.index().id(pack.position_at(base_offset)?))),
             },
             EntryKind::RefDelta { base } => (None, Some(base)),
         };
@@ -858,7 +858,7 @@ impl PackServer {
         let Some(rank) = plan.packs.iter().position(|p| Arc::ptr_eq(p, &pack)) else {
             return Ok(None);
         };
-        Ok(plan.find(rank as u32, offset).filter(|&j| j < i))
+        Ok(plan.find_before(rank as u32, offset, i))
     }
 
     /// Whether the client has `id`.
@@ -966,8 +966,7 @@ impl PackServer {
                     .packs
                     .iter()
                     .position(|p| Arc::ptr_eq(p, &pack))
-                    .and_then(|rank| plan.find(rank as u32, offset))
-                    .filter(|&j| j < i),
+                    .and_then(|rank| plan.find_before(rank as u32, offset, i)),
                 _ => None,
             };
             Ok(written.map(|j| (c, Some(j))))
