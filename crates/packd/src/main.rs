@@ -54,26 +54,17 @@ struct GlobalArgs {
     stats: bool,
 }
 
-/// `packd receive-pack`'s command line alone. Started once per push (and `upload-pack` once per
-/// fetch over ssh), these two are parsed without building the whole command tree, every other
-/// subcommand's options included, which costs about as much as reading the repository's refs.
+/// One subcommand's command line alone, `A` being its arguments. `packd receive-pack` is
+/// started once per push (and `upload-pack` once per fetch over ssh), so these two are parsed
+/// without building the whole command tree, every other subcommand's options included, which
+/// costs about as much as reading the repository's refs.
 #[derive(Debug, Parser)]
-#[command(name = "packd receive-pack")]
-struct ReceivePackCli {
+#[command(name = "packd")]
+struct OneCommand<A: clap::Args> {
     #[command(flatten)]
     global: GlobalArgs,
     #[command(flatten)]
-    args: receive_pack::Args,
-}
-
-/// `packd upload-pack`'s command line alone (see [`ReceivePackCli`]).
-#[derive(Debug, Parser)]
-#[command(name = "packd upload-pack")]
-struct UploadPackCli {
-    #[command(flatten)]
-    global: GlobalArgs,
-    #[command(flatten)]
-    args: upload_pack::Args,
+    args: A,
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,33 +101,23 @@ impl Cli {
     /// to the full parser, so messages and behaviour stay the full parser's).
     fn parse_args() -> Cli {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        let sub = argv.get(1).and_then(|a| a.to_str());
-        let rest = || argv.iter().skip(2).cloned();
-        let program = || std::ffi::OsString::from("packd");
-        match sub {
-            Some("receive-pack") => {
-                if let Ok(c) =
-                    ReceivePackCli::try_parse_from(std::iter::once(program()).chain(rest()))
-                {
-                    return Cli {
-                        global: c.global,
-                        command: Command::ReceivePack(c.args),
-                    };
-                }
-            }
-            Some("upload-pack") => {
-                if let Ok(c) =
-                    UploadPackCli::try_parse_from(std::iter::once(program()).chain(rest()))
-                {
-                    return Cli {
-                        global: c.global,
-                        command: Command::UploadPack(c.args),
-                    };
-                }
-            }
-            _ => {}
+        // The arguments after the subcommand's name, parsed by its own parser.
+        fn alone<A: clap::Args + clap::FromArgMatches>(
+            argv: &[std::ffi::OsString],
+        ) -> Option<(GlobalArgs, A)> {
+            let args = std::iter::once("packd".into()).chain(argv.iter().skip(2).cloned());
+            let c = OneCommand::<A>::try_parse_from(args).ok()?;
+            Some((c.global, c.args))
         }
-        Cli::parse_from(argv)
+        let one = match argv.get(1).and_then(|a| a.to_str()) {
+            Some("receive-pack") => alone(&argv).map(|(g, a)| (g, Command::ReceivePack(a))),
+            Some("upload-pack") => alone(&argv).map(|(g, a)| (g, Command::UploadPack(a))),
+            _ => None,
+        };
+        match one {
+            Some((global, command)) => Cli { global, command },
+            None => Cli::parse_from(argv),
+        }
     }
 }
 

@@ -105,15 +105,6 @@ fn pull_request_history(sb: &Sandbox) -> Repo {
     repo
 }
 
-fn sorted_ids(out: &[u8]) -> Vec<String> {
-    let mut ids: Vec<String> = String::from_utf8_lossy(out)
-        .lines()
-        .map(|l| l.split(' ').next().unwrap_or("").to_string())
-        .collect();
-    ids.sort();
-    ids
-}
-
 /// The debug log's count of trees compared with their delta base, summed over the walks.
 fn trees_against_base(err: &str) -> usize {
     err.lines()

@@ -441,16 +441,9 @@ fn long_fill_in_walks_match_git() {
             for query in [vec![tip], vec![tip, "--not", "main~520"]] {
                 let mut args = vec!["rev-list", "--objects", "--use-bitmap-index"];
                 args.extend(&query);
-                let sorted = |out: &[u8]| {
-                    let mut ids: Vec<String> = String::from_utf8_lossy(out)
-                        .lines()
-                        .map(|l| l.split(' ').next().unwrap_or("").to_string())
-                        .collect();
-                    ids.sort();
-                    ids
-                };
-                let expected = sorted(&repo.git(&args));
-                let got = sorted(repo.packd(&args, None).assert_success().out().as_bytes());
+                let expected = common::sorted_ids(&repo.git(&args));
+                let got =
+                    common::sorted_ids(repo.packd(&args, None).assert_success().out().as_bytes());
                 assert!(!expected.is_empty());
                 assert!(
                     expected == got,

@@ -460,6 +460,16 @@ pub fn sorted_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
     v
 }
 
+/// The object ids of `rev-list --objects` output (the first word of each line), sorted.
+pub fn sorted_ids(out: &[u8]) -> Vec<String> {
+    let mut ids: Vec<String> = String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or("").to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// Names on stdin: one per line.
 pub fn lines_input<S: AsRef<str>>(names: &[S]) -> Vec<u8> {
     let mut s = String::new();
