@@ -30,11 +30,6 @@ packd=${PACKD:-$root/target/release/packd}
 data=$here/data
 mkdir -p "$data"
 [[ -x $packd ]] || (cd "$root" && cargo build --release)
-# packd runs from an installed copy, as in fetch.sh and push.sh (see lib/setup.sh): the
-# linker's own output file costs each process more page faults.
-mkdir -p "$data/bin"
-install -m 755 "$packd" "$data/bin/packd-reach"
-packd=$data/bin/packd-reach
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
 
 # --- repositories -------------------------------------------------------------------------------
@@ -67,6 +62,7 @@ EOF
 # bitmapped_copy SRC TABLE: a copy of SRC with git's bitmaps (bench/lib/copies.sh).
 # shellcheck source=lib/copies.sh
 source "$here/lib/copies.sh"
+packd=$(installed_copy "$packd" packd-reach)
 
 # A copy of the lookup-table copy whose bitmap (and .rev) packd wrote instead: git and packd both
 # read packd's files.

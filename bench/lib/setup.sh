@@ -8,12 +8,7 @@ data=$here/data
 mkdir -p "$data/results"
 [[ $# -eq 1 ]] || { echo "usage: bench/$(basename "$0") REPO" >&2; exit 2; }
 [[ -x $packd ]] || (cd "$root" && cargo build --release)
-# packd runs from a copy, as an installed binary would: the file the linker wrote costs every
-# process more page faults (here 165 against 148 for a copy of the same bytes, its page cache
-# being in smaller folios): 0.15 ms more CPU per start, 4% of a small push.
-mkdir -p "$data/bin"
-install -m 755 "$packd" "$data/bin/packd"
-packd=$data/bin/packd
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
 # shellcheck source=copies.sh
 source "$here/lib/copies.sh"
+packd=$(installed_copy "$packd" packd)

@@ -231,24 +231,11 @@ pub fn check_incoming(
     } else {
         ExistenceCheck::new(repo)
     };
-    // Links found in the repository, for a small push checked on this thread: successive
-    // commits' trees link to the same unchanged entries, each looked up once (a lookup in a
-    // large index faults its pages in).
-    let known = std::sync::Mutex::new(crate::IdSet::default());
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
         if incoming.locate_packed(id)?.is_some() {
             return Ok(true);
         }
-        if small && known.lock().is_ok_and(|k| k.contains(id)) {
-            return Ok(true);
-        }
-        let found = in_repo.contains(id)?;
-        if found && small {
-            if let Ok(mut k) = known.lock() {
-                k.insert(*id);
-            }
-        }
-        Ok(found)
+        Ok(in_repo.contains(id)?)
     };
     let check = |id: &ObjectId| -> Result<(), CheckError> {
         let at = incoming
@@ -324,7 +311,6 @@ pub(crate) mod tests {
         t
     }
 
-    /// A pack of blobs.
     /// A pack of `blobs`, for tests here and in the quarantine.
     pub(crate) fn blob_pack(blobs: &[&[u8]]) -> Vec<u8> {
         use sha1::Digest;

@@ -40,10 +40,12 @@ pub struct ExistenceCheck<'a> {
     /// How many loose `stat`s and listing probes were made (for logs and tests).
     stats: AtomicU64,
     probes: AtomicU64,
-    /// Packed lookups read ids with a `pread` rather than through the map (few lookups).
-    by_read: bool,
-    /// Packed lookups made so far by `pread`: past [`READ_LOOKUPS`], through the map.
-    reads: std::sync::atomic::AtomicU32,
+    /// Packed lookups still to make with a `pread` rather than through the map: none for
+    /// [`ExistenceCheck::new`], [`READ_LOOKUPS`] for [`ExistenceCheck::for_few`].
+    reads_left: std::sync::atomic::AtomicU32,
+    /// Ids found so far, kept for few lookups ([`ExistenceCheck::for_few`]): a small push's
+    /// successive trees link to the same unchanged entries, each then looked up once.
+    found: Option<parking_lot::Mutex<IdSet>>,
 }
 
 /// Most packed lookups made with a `pread` ([`ExistenceCheck::for_few`]); later ones go through
@@ -63,24 +65,45 @@ impl<'a> ExistenceCheck<'a> {
             fanouts: OnceLock::new(),
             stats: AtomicU64::new(0),
             probes: AtomicU64::new(0),
-            by_read: false,
-            reads: std::sync::atomic::AtomicU32::new(0),
+            reads_left: std::sync::atomic::AtomicU32::new(0),
+            found: None,
         }
     }
 
     /// A checker for few lookups (a small push): the first [`READ_LOOKUPS`] packed lookups
     /// are made with [`ObjectDb::contains_packed_by_read`], which reads a few ids of a large
-    /// index with one `pread` rather than fault its mapped pages in.
+    /// index with one `pread` rather than fault its mapped pages in, and an id found is not
+    /// looked up again.
     pub fn for_few(odb: &'a ObjectDb) -> ExistenceCheck<'a> {
         ExistenceCheck {
-            by_read: true,
+            reads_left: std::sync::atomic::AtomicU32::new(READ_LOOKUPS),
+            found: Some(parking_lot::Mutex::new(IdSet::default())),
             ..ExistenceCheck::new(odb)
         }
     }
 
     /// Whether `id` exists, packed or loose.
     pub fn contains(&self, id: &ObjectId) -> Result<bool> {
-        let packed = if self.by_read && self.reads.fetch_add(1, Ordering::Relaxed) < READ_LOOKUPS {
+        let Some(found) = &self.found else {
+            return self.look_up(id);
+        };
+        if found.lock().contains(id) {
+            return Ok(true);
+        }
+        let exists = self.look_up(id)?;
+        if exists {
+            found.lock().insert(*id);
+        }
+        Ok(exists)
+    }
+
+    /// [`ExistenceCheck::contains`], without the ids found before.
+    fn look_up(&self, id: &ObjectId) -> Result<bool> {
+        let by_read = self
+            .reads_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        let packed = if by_read {
             self.odb.contains_packed_by_read(id)
         } else {
             self.odb.locate_packed(id)?.is_some()

@@ -17,42 +17,6 @@ const MAX_HEADER: usize = 32;
 #[derive(Debug, Clone)]
 pub struct LooseStore {
     storage: Arc<dyn Storage>,
-    /// The directory on the local disk, when known: `stat`s relative to it.
-    local: Option<Arc<LocalDir>>,
-}
-
-/// An objects directory on the local disk, opened at its first `stat`: a lookup then walks
-/// two path components (`xx/yyyy...`) rather than the whole path from `/` (on a small push
-/// with 56 objects, each statted for the collision check, the walk was most of the cost).
-#[derive(Debug)]
-struct LocalDir {
-    path: std::path::PathBuf,
-    dir: std::sync::OnceLock<Option<std::fs::File>>,
-}
-
-impl LocalDir {
-    /// Whether `name` exists under the directory (`None`: the directory cannot be opened).
-    #[cfg(unix)]
-    fn exists(&self, name: &str) -> Option<bool> {
-        use std::os::fd::AsRawFd;
-        let dir = self
-            .dir
-            .get_or_init(|| std::fs::File::open(&self.path).ok())
-            .as_ref()?;
-        let name = std::ffi::CString::new(name).ok()?;
-        // SAFETY: `stat` is plain old data that fstatat fills in (zeroes are a valid value);
-        // the descriptor is open for as long as `dir` lives, the name is NUL-terminated.
-        let found = unsafe {
-            let mut stat: libc::stat = std::mem::zeroed();
-            libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut stat, 0) == 0
-        };
-        Some(found)
-    }
-
-    #[cfg(not(unix))]
-    fn exists(&self, _name: &str) -> Option<bool> {
-        None
-    }
 }
 
 fn object_name(id: &ObjectId) -> String {
@@ -94,19 +58,7 @@ fn parse_header(name: &str, bytes: &[u8]) -> Result<(ObjectKind, u64, usize)> {
 impl LooseStore {
     /// The loose objects under `storage` (an objects directory).
     pub fn new(storage: Arc<dyn Storage>) -> LooseStore {
-        LooseStore {
-            storage,
-            local: None,
-        }
-    }
-
-    /// Tells that the storage is the local directory `dir`: existence checks then `stat`
-    /// relative to it (as [`Storage::exists`] would, a name that cannot be statted is absent).
-    pub fn set_local_dir(&mut self, dir: std::path::PathBuf) {
-        self.local = Some(Arc::new(LocalDir {
-            path: dir,
-            dir: std::sync::OnceLock::new(),
-        }));
+        LooseStore { storage }
     }
 
     fn open(&self, id: &ObjectId) -> Result<Option<Arc<dyn Blob>>> {
@@ -119,11 +71,7 @@ impl LooseStore {
 
     /// Whether the object is stored loose.
     pub fn contains(&self, id: &ObjectId) -> bool {
-        let name = object_name(id);
-        if let Some(found) = self.local.as_ref().and_then(|l| l.exists(&name)) {
-            return found;
-        }
-        self.storage.exists(&name)
+        self.storage.exists(&object_name(id))
     }
 
     /// The object's kind and size, inflating only its header.
@@ -198,7 +146,6 @@ impl LooseStore {
         Ok(())
     }
 
-    /// Every loose object id, in directory order.
     /// Appends the ids of the loose objects whose first byte is `first` (one fan-out directory).
     pub fn ids_with_first_byte(&self, first: u8, out: &mut Vec<ObjectId>) -> Result<()> {
         self.ids_in(&format!("{first:02x}"), out, |_| true)
@@ -210,10 +157,8 @@ impl LooseStore {
     pub fn fanout_dirs(&self) -> Result<[bool; 256]> {
         let mut present = [false; 256];
         for dir in self.storage.list("")? {
-            if let [hi, lo] = dir.as_bytes() {
-                if let (Some(h), Some(l)) = (hex_value(*hi), hex_value(*lo)) {
-                    present[(h * 16 + l) as usize] = true;
-                }
+            if let Some(byte) = fanout_byte(&dir) {
+                present[byte as usize] = true;
             }
         }
         Ok(present)
@@ -222,12 +167,20 @@ impl LooseStore {
     /// Appends the ids of every loose object.
     pub fn all_ids(&self, out: &mut Vec<ObjectId>) -> Result<()> {
         for dir in self.storage.list("")? {
-            let b = dir.as_bytes();
-            if b.len() == 2 && hex_value(b[0]).is_some() && hex_value(b[1]).is_some() {
+            if fanout_byte(&dir).is_some() {
                 self.ids_in(&dir, out, |_| true)?;
             }
         }
         Ok(())
+    }
+}
+
+/// The first byte of the ids a fan-out directory named `name` holds (`"3f"`: 0x3f), or `None`
+/// when the name is not two hex digits.
+fn fanout_byte(name: &str) -> Option<u8> {
+    match name.as_bytes() {
+        [hi, lo] => Some(hex_value(*hi)? * 16 + hex_value(*lo)?),
+        _ => None,
     }
 }
 

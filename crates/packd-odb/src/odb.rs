@@ -114,8 +114,7 @@ impl ObjectDb {
         let mut dirs = Vec::new();
         collect_alternates(objects_dir, 0, &mut dirs)?;
         let storages: Vec<Arc<dyn Storage>> = dirs
-            .iter()
-            .cloned()
+            .into_iter()
             .map(|d| {
                 let storage = match options.map_budget {
                     Some(bytes) => LocalStorage::new(d).with_map_budget(bytes),
@@ -124,11 +123,7 @@ impl ObjectDb {
                 Arc::new(storage) as Arc<dyn Storage>
             })
             .collect();
-        let mut db = ObjectDb::from_storages(storages, options)?;
-        for (source, dir) in db.sources.iter_mut().zip(dirs) {
-            source.loose.set_local_dir(dir);
-        }
-        Ok(db)
+        ObjectDb::from_storages(storages, options)
     }
 
     /// Opens objects directories given as storages, first one first.
@@ -256,19 +251,14 @@ impl ObjectDb {
         })
     }
 
-    /// Whether `id` is stored loose in one of the objects directories (a `stat` each).
-    pub fn contains_loose(&self, id: &ObjectId) -> bool {
-        self.sources.iter().any(|s| s.loose.contains(id))
-    }
-
     /// For each objects directory, which of its fan-out directories exist (see
     /// [`LooseStore::fanout_dirs`]), for [`ObjectDb::contains_loose_in`].
     pub fn loose_fanouts(&self) -> Result<Vec<[bool; 256]>> {
         self.sources.iter().map(|s| s.loose.fanout_dirs()).collect()
     }
 
-    /// [`ObjectDb::contains_loose`], with a `stat` only in the objects directories where the
-    /// id's fan-out directory exists according to `fanouts` (from [`ObjectDb::loose_fanouts`]).
+    /// Whether `id` is stored loose in one of the objects directories, with a `stat` only in
+    /// those where the id's fan-out directory exists according to `fanouts` (from [`ObjectDb::loose_fanouts`]).
     pub fn contains_loose_in(&self, id: &ObjectId, fanouts: &[[bool; 256]]) -> bool {
         let first = id.as_bytes()[0] as usize;
         self.sources

@@ -83,16 +83,6 @@ impl Quarantine {
         })
     }
 
-    /// The directory the quarantined files are in (the repository's `objects/pack`).
-    pub fn pack_dir(&self) -> &Path {
-        &self.pack_dir
-    }
-
-    /// The quarantined files' common prefix: they are `<stem>_pack` and `<stem>_idx`.
-    pub fn stem(&self) -> &str {
-        &self.stem
-    }
-
     /// Takes a pack in from `input` into the quarantine ([`index_pack_quarantined`]); `odb`
     /// provides the bases of a thin pack. One pack per quarantine.
     pub fn ingest(

@@ -345,16 +345,8 @@ impl PackServer {
             || total == 0
             || total != pack.len() as u64
             || wanted.last_set_bit() != Some(total - 1)
-            || pack.data_len() < 32
+            || !crate::write::sends_as_is(pack)?
         {
-            return Ok(None);
-        }
-        let head = pack.data().read(0..12).map_err(packd_odb::Error::from)?;
-        let mut expected = [0u8; 12];
-        expected[..4].copy_from_slice(b"PACK");
-        expected[4..8].copy_from_slice(&2u32.to_be_bytes());
-        expected[8..].copy_from_slice(&pack.len().to_be_bytes());
-        if head[..] != expected {
             return Ok(None);
         }
         if request.include_tag {

@@ -351,16 +351,7 @@ fn write_whole_pack_in(
         ));
     }
     let trailer_at = len - 20;
-    let trailer = pack
-        .data()
-        .read_copy(trailer_at..len)
-        .map_err(packd_odb::Error::from)?;
-    if &trailer[..] != index.pack_checksum() {
-        return Err(corrupt(
-            trailer_at,
-            "the pack's checksum differs from the one its index records".into(),
-        ));
-    }
+    let trailer = verified_trailer(pack)?;
     // Ranges of the pack of at most `range_entries` entries each (a bucket more crowded
     // than that is a range of its own), from about 4096 buckets.
     let mut shift = 12;
@@ -525,17 +516,54 @@ fn check_entry_crc(
 ) -> Result<(), PackError> {
     let got = std::mem::take(crc).finalize();
     if expected.is_some_and(|expected| expected != got) {
+        return Err(crc_mismatch(pack, offset, pack.index().id(position)));
+    }
+    Ok(())
+}
+
+/// Whether `pack`'s file starts with the header a stream of all its entries starts with
+/// (version 2, its object count): then the file, sent as it is, is that stream.
+pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
+    if pack.data_len() < 32 {
+        return Ok(false);
+    }
+    let head = pack.data().read(0..12).map_err(packd_odb::Error::from)?;
+    let mut expected = [0u8; 12];
+    expected[..4].copy_from_slice(b"PACK");
+    expected[4..8].copy_from_slice(&2u32.to_be_bytes());
+    expected[8..].copy_from_slice(&pack.len().to_be_bytes());
+    Ok(head[..] == expected)
+}
+
+/// The error for the entry of object `id` at `offset` of `pack` whose bytes do not match the
+/// CRC-32 its index records.
+fn crc_mismatch(pack: &Pack, offset: u64, id: ObjectId) -> PackError {
+    packd_odb::Error::corrupt(
+        pack.data_name(),
+        offset,
+        format!("object {id}: the entry does not match the CRC-32 in its index"),
+    )
+    .into()
+}
+
+/// The trailer of `pack` (its checksum, which a stream that copies every entry of the file
+/// ends with), checked against the one its index records.
+fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
+    let len = pack.data_len();
+    let at = len.saturating_sub(20);
+    let stored = pack
+        .data()
+        .read_copy(at..len)
+        .map_err(packd_odb::Error::from)?;
+    if &stored[..] != pack.index().pack_checksum() {
         return Err(packd_odb::Error::corrupt(
             pack.data_name(),
-            offset,
-            format!(
-                "object {}: the entry does not match the CRC-32 in its index",
-                pack.index().id(position)
-            ),
+            at,
+            "the pack's checksum differs from the one its index records",
         )
         .into());
     }
-    Ok(())
+    Ok(stored)
 }
 
 impl PackServer {
@@ -554,16 +582,20 @@ impl PackServer {
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
-        // Every entry of one pack, in its order: the stream is that pack file, byte for byte,
-        // and its trailer is the pack's own checksum (nothing to hash).
-        let whole_pack = ofs_delta
+        // Every entry of one pack (items are sorted and distinct, so these are all of them), as
+        // a count without bitmaps can give: that pack file is the stream, as for a whole plan.
+        if ofs_delta
             && plan.packs.len() == 1
             && plan.items.last().is_some_and(|i| i.rank == 0)
-            && plan.packs[0].len() == count;
+            && plan.packs[0].len() == count
+            && sends_as_is(&plan.packs[0])?
+        {
+            return write_whole_pack(&plan.packs[0], out, progress, cancel);
+        }
         let mut output = Output {
             out,
             buf: Vec::with_capacity(OUT_BUFFER),
-            hash: (!whole_pack).then(Sha1::new),
+            hash: Some(Sha1::new()),
             written: 0,
             pending: None,
         };
@@ -641,33 +673,18 @@ impl PackServer {
             };
             let entry = decode_entry_header(&head_bytes, item.offset, HashKind::Sha1)
                 .map_err(|what| packd_odb::Error::corrupt(pack.data_name(), item.offset, what))?;
-            let send = if whole_pack {
-                if item.offset != here {
-                    return Err(packd_odb::Error::corrupt(
-                        pack.data_name(),
-                        item.offset,
-                        "the pack's entries do not follow one another",
-                    )
-                    .into());
-                }
-                Send::Reuse {
-                    header: head_bytes[..entry.header_len].to_vec(),
-                    delta: !matches!(entry.kind, EntryKind::Base(_)),
-                }
-            } else {
-                self.choose(
-                    plan,
-                    i,
-                    item.rank,
-                    pack,
-                    &entry,
-                    ofs_delta,
-                    thin,
-                    &new_offsets,
-                    here,
-                    &mut header,
-                )?
-            };
+            let send = self.choose(
+                plan,
+                i,
+                item.rank,
+                pack,
+                &entry,
+                ofs_delta,
+                thin,
+                &new_offsets,
+                here,
+                &mut header,
+            )?;
             let id = || pack.index().id(index_pos);
             // Counted by walking (no bitmap): an object the client has an older version of
             // goes as a thin delta against it rather than whole.
@@ -722,15 +739,7 @@ impl PackServer {
                 crc.finalize()
             };
             if expected_crc.is_some_and(|expected| expected != crc) {
-                return Err(packd_odb::Error::corrupt(
-                    pack.data_name(),
-                    item.offset,
-                    format!(
-                        "object {}: the entry does not match the CRC-32 in its index",
-                        id()
-                    ),
-                )
-                .into());
+                return Err(crc_mismatch(pack, item.offset, id()));
             }
             if small {
                 let (from, to) = in_window;
@@ -755,26 +764,7 @@ impl PackServer {
             }
         }
         progress.finish("Writing objects", count as u64);
-        let trailer = if whole_pack {
-            let pack = &plan.packs[0];
-            let len = pack.data_len();
-            let stored = pack
-                .data()
-                .read(len.saturating_sub(20)..len)
-                .map_err(packd_odb::Error::from)?;
-            if &stored[..] != pack.index().pack_checksum() {
-                return Err(packd_odb::Error::corrupt(
-                    pack.data_name(),
-                    len.saturating_sub(20),
-                    "the pack's checksum differs from the one its index records",
-                )
-                .into());
-            }
-            Some(stored)
-        } else {
-            None
-        };
-        stats.bytes = output.finish(trailer.as_deref())?;
+        stats.bytes = output.finish(None)?;
         Ok(stats)
     }
 

@@ -11,8 +11,6 @@
 use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
-#[cfg(test)]
-use crate::tree_diff::find_nul;
 use crate::tree_diff::scan_tree_against;
 use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
@@ -27,16 +25,6 @@ const SPLIT_ROOTS: usize = 16;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Calls `f(id, kind)` for every entry of the tree `id` whose content is `data`, but gitlinks
-/// (commits of another repository): `Tree` for a directory, `Blob` for the rest. Returns the
-/// number of entries. The same checks as `packd_odb::parse::tree_entries` (an octal mode of 1
-/// to 7 digits, a space, a name ended by NUL, 20 id bytes), with the NUL found eight bytes at a
-/// time: a fill-in walk parses every entry of every tree it reads, so this is its inner loop.
-#[cfg(test)]
-fn scan_tree(id: &ObjectId, data: &[u8], f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
-    Ok(scan_tree_against(id, data, None, f)?.entries)
 }
 
 /// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
@@ -263,21 +251,21 @@ impl BitmapIndex {
         // stored: a delta names its base by place, and a place read is the content compared.
         let mut walked: HashSet<StoredAt> = HashSet::new();
         let mut pending: HashMap<StoredAt, u64> = HashMap::new();
-        // (id, kind, index position, bit)
-        let mut stack: Vec<(ObjectId, ObjectKind, u32, u64)> = Vec::with_capacity(roots.len());
+        // (id, kind, bit, where a tree is stored)
+        let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>)> =
+            Vec::with_capacity(roots.len());
         for (id, kind) in roots {
-            let Some(index_pos) = index.find(&id) else {
+            let found = match index.find(&id) {
+                Some(pos) => self.stack_entry(pos, kind)?,
+                None => None,
+            };
+            let Some((bit, location)) = found else {
                 return Ok(None);
             };
-            let Some(bit) = self.bit_of(index_pos)? else {
-                return Ok(None);
-            };
-            if kind == ObjectKind::Tree {
-                if let Some(at) = stored_at(&index.location(index_pos)?) {
-                    pending.insert(at, bit);
-                }
+            if let Some(at) = location.as_ref().and_then(stored_at) {
+                pending.insert(at, bit);
             }
-            stack.push((id, kind, index_pos, bit));
+            stack.push((id, kind, bit, location));
         }
         let mut missing = false;
         let mut error: Option<packd_odb::Error> = None;
@@ -288,23 +276,16 @@ impl BitmapIndex {
                     if missing || !seen.insert(entry) {
                         return;
                     }
-                    let Some(pos) = index.find(&entry) else {
-                        missing = true;
-                        return;
+                    let found = match index.find(&entry) {
+                        Some(pos) => self.stack_entry(pos, kind),
+                        None => Ok(None),
                     };
-                    let found = self.bit_of(pos).and_then(|bit| match (bit, kind) {
-                        (Some(bit), ObjectKind::Tree) => {
-                            Ok(Some((bit, stored_at(&index.location(pos)?))))
-                        }
-                        (Some(bit), _) => Ok(Some((bit, None))),
-                        (None, _) => Ok(None),
-                    });
                     match found {
-                        Ok(Some((bit, at))) => {
-                            if let Some(at) = at {
+                        Ok(Some((bit, location))) => {
+                            if let Some(at) = location.as_ref().and_then(stored_at) {
                                 pending.insert(at, bit);
                             }
-                            stack.push((entry, kind, pos, bit));
+                            stack.push((entry, kind, bit, location));
                         }
                         Ok(None) => missing = true,
                         Err(e) => {
@@ -315,16 +296,16 @@ impl BitmapIndex {
                 }
             };
         }
-        while let Some((id, kind, index_pos, bit)) = stack.pop() {
+        while let Some((id, kind, bit, location)) = stack.pop() {
             if bits.get(bit) {
                 continue;
             }
             bits.set(bit);
-            if kind != ObjectKind::Tree {
+            // Only trees are read (and only they carry where they are stored).
+            let (ObjectKind::Tree, Some(location)) = (kind, location) else {
                 continue;
-            }
+            };
             done.trees += 1;
-            let location = index.location(index_pos)?;
             if let Some(at) = stored_at(&location) {
                 pending.remove(&at);
                 walked.insert(at);
@@ -365,6 +346,24 @@ impl BitmapIndex {
             }
         }
         Ok(Some(done))
+    }
+
+    /// What a tree walk stacks for the object at `index_pos`: its bit and, for a tree, where it
+    /// is stored (what a delta names its base by, and where the tree is read from when
+    /// popped). `None` when the object has no bit.
+    fn stack_entry(
+        &self,
+        index_pos: u32,
+        kind: ObjectKind,
+    ) -> Result<Option<(u64, Option<Location>)>> {
+        let Some(bit) = self.bit_of(index_pos)? else {
+            return Ok(None);
+        };
+        let location = match kind {
+            ObjectKind::Tree => Some(self.objects.location(index_pos)?),
+            _ => None,
+        };
+        Ok(Some((bit, location)))
     }
 
     /// Whether `peeled` (annotated tags among `tips` and what they peel to) covers every tag
@@ -439,13 +438,15 @@ impl BitmapIndex {
         // With many tips, most are covered by the first bitmaps taken: knowing pack positions
         // (one bucketing pass) is cheaper than decoding every tip's bitmap.
         let check_covered = tips.len() > 16;
-        // A tip without a bitmap means a fill-in walk, which needs pack positions: the sooner
-        // their index starts building on its own thread, the more of it overlaps with reading
-        // the tips and walking commits.
+        // A tip without a bitmap likely means a fill-in walk, which needs pack positions: the
+        // sooner their index starts building on its own thread, the more of it overlaps with
+        // reading the tips and walking commits (the sure decision comes once they are read,
+        // below). A tag is judged by what it peels to, when packed-refs says.
         if check_covered
-            || tips
-                .iter()
-                .any(|tip| !matches!(index.find(tip), Some(pos) if self.bitmap.contains(pos)))
+            || tips.iter().any(|tip| {
+                let commit = peeled.get(tip).unwrap_or(tip);
+                !matches!(index.find(commit), Some(pos) if self.bitmap.contains(pos))
+            })
         {
             self.objects.warm_positions();
         }
@@ -779,73 +780,5 @@ impl BitmapIndex {
             .filter_map(|b| self.objects.position_at(b as u32))
             .map(|i| self.objects.id(i))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_the_first_nul_at_every_position() {
-        for len in 0..40 {
-            for at in 0..len {
-                let mut bytes = vec![b'a'; len];
-                bytes[at] = 0;
-                if at + 3 < len {
-                    bytes[at + 3] = 0;
-                }
-                // Bytes that trip a careless zero-byte test (0x80, 0x01 after a zero).
-                if at > 0 {
-                    bytes[at - 1] = 0x80;
-                }
-                assert_eq!(find_nul(&bytes), Some(at), "len {len} at {at}");
-            }
-            assert_eq!(find_nul(&vec![0x81; len]), None);
-        }
-    }
-
-    #[test]
-    fn scans_trees_as_the_parser_does() {
-        let id = |n: u8| ObjectId::from_bytes(&[n; 20]).unwrap();
-        let mut tree = Vec::new();
-        for (mode, name, n) in [
-            ("100644", "a-rather-long-file-name.txt", 1u8),
-            ("40000", "dir", 2),
-            ("160000", "submodule", 3),
-            ("120000", "l", 4),
-        ] {
-            tree.extend_from_slice(format!("{mode} {name}\0").as_bytes());
-            tree.extend_from_slice(&[n; 20]);
-        }
-        let mut got = Vec::new();
-        let n = scan_tree(&id(9), &tree, |e, k| got.push((e, k))).unwrap();
-        assert_eq!(n, 4);
-        assert_eq!(
-            got,
-            vec![
-                (id(1), ObjectKind::Blob),
-                (id(2), ObjectKind::Tree),
-                (id(4), ObjectKind::Blob)
-            ]
-        );
-        let parsed: Vec<_> = packd_odb::parse::tree_entries(&id(9), &tree)
-            .map(|e| e.unwrap().2)
-            .collect();
-        assert_eq!(parsed, vec![id(1), id(2), id(3), id(4)]);
-        // Malformed: every truncation, a bad digit, an empty or long mode.
-        for cut in 0..=tree.len() {
-            let part = &tree[..cut];
-            assert_eq!(
-                scan_tree(&id(9), part, |_, _| {}).is_err(),
-                packd_odb::parse::tree_entries(&id(9), part).any(|e| e.is_err()),
-                "cut {cut}"
-            );
-        }
-        for bad in [&b"100648 x\0"[..], b" x\0", b"10064400 x\0"] {
-            let mut t = bad.to_vec();
-            t.extend_from_slice(&[1; 20]);
-            assert!(scan_tree(&id(9), &t, |_, _| {}).is_err());
-        }
     }
 }

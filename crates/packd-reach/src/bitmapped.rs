@@ -270,20 +270,9 @@ impl Bitmapped {
     /// Whether the position index is being built on another thread and is not there yet:
     /// [`Bitmapped::bit_of`] would wait for it.
     pub(crate) fn positions_pending(&self) -> bool {
-        match self {
-            Bitmapped::Pack {
-                pack,
-                rev: None,
-                warming,
-                warmed,
-                ..
-            } => {
-                warming.load(std::sync::atomic::Ordering::Relaxed)
-                    && !warmed.load(std::sync::atomic::Ordering::Acquire)
-                    && !pack.has_reverse_index()
-            }
-            _ => false,
-        }
+        let warming = matches!(self, Bitmapped::Pack { warming, .. }
+            if warming.load(std::sync::atomic::Ordering::Relaxed));
+        warming && !self.is_ready()
     }
 
     /// The sort key of id-order position `pos` in pack order.

@@ -436,4 +436,72 @@ mod tests {
             assert!(scan_tree_against(&id(9), bad, None, |_, _| {}).is_err());
         }
     }
+
+    /// `scan_tree_against` without a base: the number of entries.
+    fn scan_tree(id: &ObjectId, data: &[u8], f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
+        Ok(scan_tree_against(id, data, None, f)?.entries)
+    }
+
+    #[test]
+    fn finds_the_first_nul_at_every_position() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut bytes = vec![b'a'; len];
+                bytes[at] = 0;
+                if at + 3 < len {
+                    bytes[at + 3] = 0;
+                }
+                // Bytes that trip a careless zero-byte test (0x80, 0x01 after a zero).
+                if at > 0 {
+                    bytes[at - 1] = 0x80;
+                }
+                assert_eq!(find_nul(&bytes), Some(at), "len {len} at {at}");
+            }
+            assert_eq!(find_nul(&vec![0x81; len]), None);
+        }
+    }
+
+    #[test]
+    fn scans_trees_as_the_parser_does() {
+        let id = |n: u8| ObjectId::from_bytes(&[n; 20]).unwrap();
+        let mut tree = Vec::new();
+        for (mode, name, n) in [
+            ("100644", "a-rather-long-file-name.txt", 1u8),
+            ("40000", "dir", 2),
+            ("160000", "submodule", 3),
+            ("120000", "l", 4),
+        ] {
+            tree.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+            tree.extend_from_slice(&[n; 20]);
+        }
+        let mut got = Vec::new();
+        let n = scan_tree(&id(9), &tree, |e, k| got.push((e, k))).unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(
+            got,
+            vec![
+                (id(1), ObjectKind::Blob),
+                (id(2), ObjectKind::Tree),
+                (id(4), ObjectKind::Blob)
+            ]
+        );
+        let parsed: Vec<_> = packd_odb::parse::tree_entries(&id(9), &tree)
+            .map(|e| e.unwrap().2)
+            .collect();
+        assert_eq!(parsed, vec![id(1), id(2), id(3), id(4)]);
+        // Malformed: every truncation, a bad digit, an empty or long mode.
+        for cut in 0..=tree.len() {
+            let part = &tree[..cut];
+            assert_eq!(
+                scan_tree(&id(9), part, |_, _| {}).is_err(),
+                packd_odb::parse::tree_entries(&id(9), part).any(|e| e.is_err()),
+                "cut {cut}"
+            );
+        }
+        for bad in [&b"100648 x\0"[..], b" x\0", b"10064400 x\0"] {
+            let mut t = bad.to_vec();
+            t.extend_from_slice(&[1; 20]);
+            assert!(scan_tree(&id(9), &t, |_, _| {}).is_err());
+        }
+    }
 }

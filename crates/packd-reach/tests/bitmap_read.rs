@@ -630,31 +630,14 @@ fn multi_pack_index_bitmap() {
 // Damaged files
 // ---------------------------------------------------------------------------------------------
 
-/// A bitmap file held in memory, to damage at will.
-#[derive(Debug)]
-struct Mem {
-    bytes: Bytes,
-}
-
-impl Blob for Mem {
-    fn name(&self) -> &str {
-        "damaged.bitmap"
-    }
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-    fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
-        packd_storage::check_range("damaged.bitmap", &range, self.len())?;
-        Ok(self.bytes.slice(range.start as usize..range.end as usize))
-    }
-}
-
 /// Opens `bytes` as the bitmap of `pack` and reads every commit bitmap; the first error, if any.
 /// Also checks that whatever is returned stays within the pack.
 fn read_everything(bytes: Vec<u8>, pack: &Pack, use_table: bool) -> Result<(), BitmapError> {
-    let blob = Arc::new(Mem {
-        bytes: bytes.into(),
-    });
+    // The bitmap file held in memory, to damage at will.
+    let blob = Arc::new(packd_storage::MemoryBlob::new(
+        "damaged.bitmap",
+        bytes.into(),
+    ));
     let bm = PackBitmap::open_with(blob, pack.index().pack_checksum(), pack.len(), use_table)?;
     for pos in bm.commit_positions().collect::<Vec<_>>() {
         if let Some(b) = bm.commit_bitmap(pos)? {

@@ -50,21 +50,19 @@ pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     let mut input = stdin.lock();
     // The client may take long to send its pack: if packs came or went meanwhile (another
     // push, a repack), the push is checked against a fresh view of the objects.
-    let mut reopened = None;
+    // Repositories are left for the process's exit to unmap, all at once: cheaper than pack by
+    // pack (a twentieth of a small push's time).
     let mut repository = || {
         if stamp.is_some() && pack_dir_stamp(&dir) == stamp {
             return Ok(repo.clone());
         }
         let fresh = Arc::new(packd_odb::Repository::open(&git_dir, &Default::default())?);
-        reopened = Some(fresh.clone());
+        std::mem::forget(fresh.clone());
         Ok(fresh)
     };
     let stats = receive.serve_with(&mut repository, &mut input, &mut out)?;
     out.flush()?;
-    // Left for the process's exit to unmap, all at once: cheaper than pack by pack (a
-    // twentieth of a small push's time).
     std::mem::forget(repo);
-    std::mem::forget(reopened);
     if let Some(e) = &stats.unpack_error {
         tracing::warn!("push refused: {e}");
     }

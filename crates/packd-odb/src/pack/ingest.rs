@@ -138,7 +138,13 @@ fn resolve_and_list(
     Ok((resolved, index))
 }
 
-/// Index positions in pack (offset) order: what a `.rev` file holds.
+/// Creates `path` holding `bytes`, on disk (synced) before it returns.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).map_err(io(path))?;
+    f.write_all(bytes).map_err(io(path))?;
+    f.sync_all().map_err(io(path))
+}
+
 /// How many of a pack's entries are deltas.
 fn delta_count(entries: &[crate::pack::data::input::InputEntry]) -> u32 {
     entries
@@ -147,6 +153,7 @@ fn delta_count(entries: &[crate::pack::data::input::InputEntry]) -> u32 {
         .count() as u32
 }
 
+/// Index positions in pack (offset) order: what a `.rev` file holds.
 fn pack_order(index: &[IndexEntry]) -> Vec<u32> {
     let mut by_offset: Vec<(u64, u32)> = index
         .iter()
@@ -287,10 +294,7 @@ fn ingest(
         // The names are this push's own: written in place, no renames.
         let idx_path = pack_dir.join(format!("{stem}_idx"));
         let idx_guard = TempFile(Some(idx_path.clone()));
-        let mut f = File::create(&idx_path).map_err(io(&idx_path))?;
-        f.write_all(&idx_bytes).map_err(io(&idx_path))?;
-        f.sync_all().map_err(io(&idx_path))?;
-        drop(f);
+        write_synced(&idx_path, &idx_bytes)?;
         std::mem::forget(idx_guard);
         guard.0 = None;
         return Ok(Ingested {
@@ -314,10 +318,7 @@ fn ingest(
         guard.0 = None;
         let idx_tmp = pack_dir.join(temp_name("idx"));
         let idx_guard = TempFile(Some(idx_tmp.clone()));
-        let mut f = File::create(&idx_tmp).map_err(io(&idx_tmp))?;
-        f.write_all(&idx_bytes).map_err(io(&idx_tmp))?;
-        f.sync_all().map_err(io(&idx_tmp))?;
-        drop(f);
+        write_synced(&idx_tmp, &idx_bytes)?;
         std::fs::rename(&idx_tmp, &idx_path).map_err(io(&idx_path))?;
         std::mem::forget(idx_guard);
         if let Ok(dir) = File::open(pack_dir) {
@@ -377,10 +378,7 @@ pub fn index_pack_file(
     let idx_dir = idx_path.parent().unwrap_or(Path::new("."));
     let idx_tmp = idx_dir.join(temp_name("idx"));
     let idx_guard = TempFile(Some(idx_tmp.clone()));
-    let mut f = File::create(&idx_tmp).map_err(io(&idx_tmp))?;
-    f.write_all(&idx_bytes).map_err(io(&idx_tmp))?;
-    f.sync_all().map_err(io(&idx_tmp))?;
-    drop(f);
+    write_synced(&idx_tmp, &idx_bytes)?;
     std::fs::rename(&idx_tmp, idx_path).map_err(io(idx_path))?;
     std::mem::forget(idx_guard);
     Ok(Ingested {

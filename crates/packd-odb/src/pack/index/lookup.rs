@@ -133,9 +133,11 @@ impl PackIndex {
             key.copy_from_slice(&want[1..9]);
             let key = u64::from_be_bytes(key) as u128;
             let guess = range.start + ((key * n as u128) >> 64) as u32;
-            let lo = guess.saturating_sub(READ_WINDOW / 2).max(range.start);
-            let hi = (lo + READ_WINDOW).min(range.end);
-            (hi - READ_WINDOW, hi)
+            // A window of READ_WINDOW ids around the guess, inside the bucket (n > READ_WINDOW).
+            let lo = guess
+                .saturating_sub(READ_WINDOW / 2)
+                .clamp(range.start, range.end - READ_WINDOW);
+            (lo, lo + READ_WINDOW)
         };
         let at = (self.ids_at + lo as usize * HASH) as u64;
         let Ok(ids) = blob.read_copy(at..at + (hi - lo) as u64 * HASH as u64) else {
