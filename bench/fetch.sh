@@ -8,7 +8,7 @@
 #
 # Usage: bench/fetch.sh REPO      e.g. bench/fetch.sh /work/.mirror/git+git/repo
 #        (RUNS=5, DAYS="1 2 4 8 16 32 64 128", HTTP_CLONE=1, MIRROR=1,
-#         PACKD=target/release/packd)
+#         PACKD=the release build)
 # REPO is copied once to bench/data/reach-<name>-true.git with git's bitmaps (as bench/reach.sh
 # does: refs/pull/* dropped, promisor mark removed, `repack -adb`), and for MIRROR=1 to
 # bench/data/full-<name>.git with every ref except the few that reach objects the snapshot

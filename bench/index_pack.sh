@@ -14,18 +14,19 @@
 #
 # Usage: bench/index_pack.sh [REPO]   (default bench/data/reach-repo-true.git, made by
 #        bench/fetch.sh; RUNS=5, FULL_RUNS=1, DAYS="32 128", FULL=1 adds the full pack,
-#        PACKD=target/release/packd). Run by hand, never in CI.
+#        PACKD=the release build). Run by hand, never in CI.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-packd=${PACKD:-${CARGO_TARGET_DIR:-$root/target}/release/packd}
+# shellcheck source=lib/release.sh
+source "$here/lib/release.sh"
+packd=${PACKD:-$(release_binary "$root")}
 data=$here/data
 repo=$(cd "${1:-$data/reach-repo-true.git}" && pwd)
 runs=${RUNS:-5}
 full_runs=${FULL_RUNS:-1}
 days=${DAYS:-32 128}
-[[ -x $packd ]] || (cd "$root" && cargo build --release -p packd)
 [[ -x /usr/bin/time ]] || { echo "needs /usr/bin/time" >&2; exit 2; }
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
 mkdir -p "$data/results"

@@ -18,8 +18,8 @@
 #   REPO        repository to read (bare or not); never written to. Default:
 #               bench/data/synthetic.git, built by bench/make-synthetic-repo.sh if missing.
 #   RUNS=N      runs per measurement (default 3); use RUNS=1 on big repositories.
-#   PACKD=PATH  the packd binary (default target/release/packd, built with
-#               `cargo build --release` if missing).
+#   PACKD=PATH  the packd binary (default the release build,
+#               target/<host triple>/release/packd, brought up to date first).
 #   PACKD_ARGS  extra global options for packd, e.g. PACKD_ARGS="--cache-size 256m".
 #   SKIP_VERIFY=1 / SKIP_CHECK=1  leave out the verify timings / the output comparison.
 #   TIMER=bash  time with bash's `time` even if /usr/bin/time exists (no peak RSS then).
@@ -50,11 +50,9 @@ if [[ -n ${PACKD:-} ]]; then
   packd=$PACKD
   [[ -x $packd ]] || { echo "error: PACKD=$packd is not an executable" >&2; exit 1; }
 else
-  packd=$root/target/release/packd
-  if [[ ! -x $packd ]]; then
-    echo "== $packd missing: cargo build --release"
-    (cd "$root" && cargo build --release)
-  fi
+  # shellcheck source=lib/release.sh
+  source "$here/lib/release.sh"
+  packd=$(release_binary "$root")
 fi
 read -r -a packd_args <<< "${PACKD_ARGS:-}"
 

@@ -7,7 +7,7 @@
 # wrapper around each side's receive-pack: `git push --receive-pack='wrap RECEIVER'`).
 #
 # Usage: bench/push.sh REPO      e.g. bench/push.sh /work/.mirror/git+git/repo
-#        (RUNS=5, CASES="a b c", PACKD=target/release/packd)
+#        (RUNS=5, CASES="a b c", PACKD=the release build)
 # REPO is copied once with bitmaps as bench/fetch.sh does. Run by hand, never in CI.
 set -euo pipefail
 

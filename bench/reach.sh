@@ -14,7 +14,7 @@
 # opening a bitmap index with and without the table shows.
 #
 # Usage: bench/reach.sh [REPO...]      (RUNS=5, SPIKES=5000, TABLES="true false",
-#        WRITERS="git" or "git packd", FULL=0, PACKD=target/release/packd)
+#        WRITERS="git" or "git packd", FULL=0, PACKD=the release build)
 # WRITERS containing packd adds a copy whose bitmap packd wrote (`packd write-bitmap`, with the
 # lookup table and a .rev), read by both tools. FULL=1 adds, for a repository given as an
 # argument, a copy that keeps its refs/pull/* (bench/data/full-<name>.git, as bench/fetch.sh
@@ -26,10 +26,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 runs=${RUNS:-5}
 spikes=${SPIKES:-5000}
-packd=${PACKD:-$root/target/release/packd}
+# shellcheck source=lib/release.sh
+source "$here/lib/release.sh"
+packd=${PACKD:-$(release_binary "$root")}
 data=$here/data
 mkdir -p "$data"
-[[ -x $packd ]] || (cd "$root" && cargo build --release)
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0
 
 # --- repositories -------------------------------------------------------------------------------
