@@ -11,6 +11,7 @@
 use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
+use crate::last_at_path::{child_path, LastAtPath, ROOT};
 use crate::tree_diff::scan_tree_against;
 use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
@@ -22,6 +23,10 @@ use std::sync::Arc;
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
 const SPLIT_ROOTS: usize = 16;
+
+/// Bytes of tree content a fill-in tree walk keeps to compare the next version of each
+/// directory with (per thread; see [`LastAtPath`]).
+const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -50,8 +55,13 @@ struct TreeWalk {
     against: u32,
     /// Entries of the trees read.
     entries: usize,
-    /// Of those, entries found in the delta base, not looked up.
+    /// Of those, entries found in the delta base or the last tree at the same path, not
+    /// looked up.
     shared: usize,
+    /// Trees compared with the last tree read at the same path.
+    by_path: u32,
+    /// Bytes of tree content kept for comparing by path, at the end.
+    held: usize,
 }
 
 impl std::ops::Add for TreeWalk {
@@ -63,6 +73,8 @@ impl std::ops::Add for TreeWalk {
             against: self.against + o.against,
             entries: self.entries + o.entries,
             shared: self.shared + o.shared,
+            by_path: self.by_path + o.by_path,
+            held: self.held + o.held,
         }
     }
 }
@@ -238,6 +250,10 @@ impl BitmapIndex {
     /// by a commit bitmap, or by this walk as a blob, is not enough: only trees this walk read
     /// vouch for their entries, so a tree whose mode says blob, or a bitmap built from such a
     /// tree, cannot hide another tree's entries.
+    ///
+    /// A tree whose delta base this walk has not read is compared instead with the last tree
+    /// this walk read at the same path ([`LastAtPath`]), most often the same directory in a
+    /// neighbouring commit: read by this walk too, it vouches for its entries just as well.
     fn walk_trees(
         &self,
         repo: &Repository,
@@ -251,8 +267,9 @@ impl BitmapIndex {
         // stored: a delta names its base by place, and a place read is the content compared.
         let mut walked: HashSet<StoredAt> = HashSet::new();
         let mut pending: HashMap<StoredAt, u64> = HashMap::new();
-        // (id, kind, bit, where a tree is stored)
-        let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>)> =
+        let mut last = LastAtPath::new(LAST_AT_PATH_BUDGET);
+        // (id, kind, bit, where a tree is stored, the hash of its path)
+        let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> =
             Vec::with_capacity(roots.len());
         for (id, kind) in roots {
             let found = match index.find(&id) {
@@ -265,14 +282,15 @@ impl BitmapIndex {
             if let Some(at) = location.as_ref().and_then(stored_at) {
                 pending.insert(at, bit);
             }
-            stack.push((id, kind, bit, location));
+            stack.push((id, kind, bit, location, ROOT));
         }
         let mut missing = false;
         let mut error: Option<packd_odb::Error> = None;
-        // Stacks the entries `scan_tree_against` hands out that are not in `seen`.
+        // Stacks the entries `scan_tree_against` hands out that are not in `seen`, as entries
+        // of the directory whose path hashes to `$path`.
         macro_rules! push_new {
-            () => {
-                |entry: ObjectId, kind: ObjectKind| {
+            ($path:expr) => {
+                |entry: ObjectId, kind: ObjectKind, name: &[u8]| {
                     if missing || !seen.insert(entry) {
                         return;
                     }
@@ -285,7 +303,11 @@ impl BitmapIndex {
                             if let Some(at) = location.as_ref().and_then(stored_at) {
                                 pending.insert(at, bit);
                             }
-                            stack.push((entry, kind, bit, location));
+                            let path = match kind {
+                                ObjectKind::Tree => child_path($path, name),
+                                _ => 0,
+                            };
+                            stack.push((entry, kind, bit, location, path));
                         }
                         Ok(None) => missing = true,
                         Err(e) => {
@@ -296,7 +318,7 @@ impl BitmapIndex {
                 }
             };
         }
-        while let Some((id, kind, bit, location)) = stack.pop() {
+        while let Some((id, kind, bit, location, path)) = stack.pop() {
             if bits.get(bit) {
                 continue;
             }
@@ -320,13 +342,17 @@ impl BitmapIndex {
                         against = Some(base_data);
                     } else if let Some(base_bit) = pending.remove(&base_at) {
                         if !bits.get(base_bit) {
-                            // The base is a tree this walk will read: read it now, from here.
+                            // The base is a tree this walk will read: read it now, from here
+                            // (most likely another version of the same directory).
                             bits.set(base_bit);
                             walked.insert(base_at);
                             done.trees += 1;
                             done.early += 1;
-                            let scanned = scan_tree_against(&id, &base_data, None, push_new!())?;
+                            let against_last = last.get(path).map(|d| d.as_ref());
+                            let scanned =
+                                scan_tree_against(&id, &base_data, against_last, push_new!(path))?;
                             done.entries += scanned.entries;
+                            done.shared += scanned.shared;
                             against = Some(base_data);
                         }
                     }
@@ -334,8 +360,12 @@ impl BitmapIndex {
             }
             if against.is_some() {
                 done.against += 1;
+            } else if let Some(previous) = last.get(path) {
+                done.by_path += 1;
+                against = Some(previous.clone());
             }
-            let scanned = scan_tree_against(&id, &object.data, against.as_deref(), push_new!())?;
+            let scanned =
+                scan_tree_against(&id, &object.data, against.as_deref(), push_new!(path))?;
             done.entries += scanned.entries;
             done.shared += scanned.shared;
             if let Some(e) = error.take() {
@@ -344,7 +374,11 @@ impl BitmapIndex {
             if missing {
                 return Ok(None);
             }
+            if object.kind == ObjectKind::Tree {
+                last.put(path, object.data);
+            }
         }
+        done.held = last.held();
         Ok(Some(done))
     }
 
@@ -616,12 +650,14 @@ impl BitmapIndex {
             return Ok(None);
         };
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} bases read early, {} entries shared), {} objects met; tips {:?}, commits {:?}, trees {:?}",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
             walked.trees,
             walked.entries,
             walked.against,
+            walked.by_path,
+            walked.held,
             walked.early,
             walked.shared,
             seen.len(),

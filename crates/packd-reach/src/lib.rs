@@ -9,6 +9,7 @@
 //! bitmapped.rs the objects a bitmap numbers (a pack's or a multi-pack-index's), in both orders
 //! bitmap_walk.rs  the same questions answered from bitmaps, with a fill-in walk
 //! tree_diff.rs the entries of a tree its delta base lacks (what a fill-in walk must look up)
+//! last_at_path.rs  the last tree a fill-in walk read at each path (compared with the next)
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
@@ -17,6 +18,7 @@ pub mod bitmap_walk;
 mod bitmapped;
 pub mod ewah;
 pub mod ewah_encode;
+mod last_at_path;
 pub mod rev_index;
 mod tree_diff;
 pub mod walk;

@@ -152,7 +152,7 @@ pub(crate) struct Scanned {
     pub(crate) shared: usize,
 }
 
-/// Calls `f(id, kind)` for every entry of the tree `id` whose content is `data`, except
+/// Calls `f(id, kind, name)` for every entry of the tree `id` whose content is `data`, except
 /// gitlinks and except entries that are byte for byte an entry of the tree whose content is
 /// `base` (when `base` is `None`, for every entry but gitlinks). An error when `data` is
 /// malformed; a malformed `base` only ends the matching where it goes wrong.
@@ -160,7 +160,7 @@ pub(crate) fn scan_tree_against(
     id: &ObjectId,
     data: &[u8],
     base: Option<&[u8]>,
-    mut f: impl FnMut(ObjectId, ObjectKind),
+    mut f: impl FnMut(ObjectId, ObjectKind, &[u8]),
 ) -> Result<Scanned> {
     let bad = || packd_odb::Error::BadName(format!("object {id}: the tree is malformed"));
     let base = base.unwrap_or(&[]);
@@ -220,7 +220,7 @@ pub(crate) fn scan_tree_against(
         }
         if let Some(kind) = entry.kind() {
             let oid = ObjectId::from_bytes(&bytes[entry.nul + 1..]).ok_or_else(bad)?;
-            f(oid, kind);
+            f(oid, kind, &bytes[entry.name_at..entry.nul]);
         }
     }
     Ok(scanned)
@@ -245,7 +245,7 @@ mod tests {
 
     fn new_entries(data: &[u8], base: Option<&[u8]>) -> (Vec<(ObjectId, ObjectKind)>, Scanned) {
         let mut got = Vec::new();
-        let s = scan_tree_against(&id(99), data, base, |e, k| got.push((e, k))).unwrap();
+        let s = scan_tree_against(&id(99), data, base, |e, k, _| got.push((e, k))).unwrap();
         (got, s)
     }
 
@@ -432,14 +432,18 @@ mod tests {
     fn a_malformed_tree_is_an_error_whatever_its_base() {
         let good = tree(&[("100644", "a", 1)]);
         for bad in [&good[..good.len() - 1], b"100648 x\0", b" x\0"] {
-            assert!(scan_tree_against(&id(9), bad, Some(&good), |_, _| {}).is_err());
-            assert!(scan_tree_against(&id(9), bad, None, |_, _| {}).is_err());
+            assert!(scan_tree_against(&id(9), bad, Some(&good), |_, _, _| {}).is_err());
+            assert!(scan_tree_against(&id(9), bad, None, |_, _, _| {}).is_err());
         }
     }
 
     /// `scan_tree_against` without a base: the number of entries.
-    fn scan_tree(id: &ObjectId, data: &[u8], f: impl FnMut(ObjectId, ObjectKind)) -> Result<usize> {
-        Ok(scan_tree_against(id, data, None, f)?.entries)
+    fn scan_tree(
+        id: &ObjectId,
+        data: &[u8],
+        mut f: impl FnMut(ObjectId, ObjectKind),
+    ) -> Result<usize> {
+        Ok(scan_tree_against(id, data, None, |e, k, _| f(e, k))?.entries)
     }
 
     #[test]

@@ -105,35 +105,35 @@ fn pull_request_history(sb: &Sandbox) -> Repo {
     repo
 }
 
-/// The debug log's count of trees compared with their delta base, summed over the walks.
-fn trees_against_base(err: &str) -> usize {
+/// The debug log's count of trees compared with their delta base (`what` = "their delta
+/// base") or with the last tree read at their path ("the last tree at their path"), summed over
+/// the walks.
+fn trees_against(err: &str, what: &str) -> usize {
+    let marker = format!(" against {what}");
     err.lines()
         .filter_map(|l| {
-            l.split(" trees against their delta base")
-                .next()?
-                .rsplit('(')
-                .next()?
-                .parse::<usize>()
-                .ok()
+            let before = l.split(&marker).next().filter(|b| b.len() < l.len())?;
+            let n = before.rsplit([' ', '(']).next()?;
+            let n = if n == "trees" {
+                before.strip_suffix(" trees")?.rsplit([' ', '(']).next()?
+            } else {
+                n
+            };
+            n.parse::<usize>().ok()
         })
         .sum()
 }
 
-#[test]
-fn fill_in_walks_over_delta_trees_match_git() {
-    let sb = Sandbox::new();
-    let repo = pull_request_history(&sb);
+/// Repacks `repo` with `repack` (after `-adfbq`) and runs rev-list queries from pull-request
+/// tips, with and without a `.rev`, asserting packd's answers are git's. Returns the trees
+/// compared with their delta base and those compared with the last tree at their path.
+fn queries_match_git(repo: &Repo, repack: &[&str]) -> (usize, usize) {
+    let (mut against_base, mut by_path) = (0, 0);
     for rev in [false, true] {
         let write_rev = format!("pack.writeReverseIndex={rev}");
-        repo.git(&[
-            "-c",
-            &write_rev,
-            "repack",
-            "-adfbq",
-            "--window=50",
-            "--depth=50",
-        ]);
-        let mut compared = 0;
+        let mut args = vec!["-c", &write_rev, "repack", "-adfbq"];
+        args.extend(repack);
+        repo.git(&args);
         for query in [
             vec!["--all"],
             vec!["--branches", "--not", "main~100"],
@@ -160,11 +160,12 @@ fn fill_in_walks_over_delta_trees_match_git() {
             assert!(!expected.is_empty());
             assert!(
                 expected == got,
-                "rev-list {query:?} (.rev: {rev}): {} objects from git, {} from packd",
+                "rev-list {query:?} (repack {repack:?}, .rev: {rev}): {} objects from git, {} from packd",
                 expected.len(),
                 got.len()
             );
-            compared += trees_against_base(&run.err());
+            against_base += trees_against(&run.err(), "their delta base");
+            by_path += trees_against(&run.err(), "the last tree at their path");
         }
         // And the whole count, without bitmaps on git's side.
         let plain = repo.git_str(&["rev-list", "--objects", "--all", "--count"]);
@@ -181,10 +182,32 @@ fn fill_in_walks_over_delta_trees_match_git() {
             )
             .assert_success()
             .out();
-        assert_eq!(plain.trim(), ours.trim(), ".rev: {rev}");
-        assert!(
-            compared > 0,
-            "no tree was compared with its delta base (.rev: {rev}): the test lost its point"
-        );
+        assert_eq!(plain.trim(), ours.trim(), "repack {repack:?}, .rev: {rev}");
     }
+    (against_base, by_path)
+}
+
+#[test]
+fn fill_in_walks_over_delta_trees_match_git() {
+    let sb = Sandbox::new();
+    let repo = pull_request_history(&sb);
+    let (against_base, _) = queries_match_git(&repo, &["--window=50", "--depth=50"]);
+    assert!(
+        against_base > 0,
+        "no tree was compared with its delta base: the test lost its point"
+    );
+}
+
+/// Without deltas, every tree read after the first at its path is compared with the previous
+/// one read there (the same directory in another commit), and the answers are still git's.
+#[test]
+fn fill_in_walks_compare_trees_with_the_last_at_their_path() {
+    let sb = Sandbox::new();
+    let repo = pull_request_history(&sb);
+    let (against_base, by_path) = queries_match_git(&repo, &["--window=0"]);
+    assert_eq!(against_base, 0, "a pack without deltas");
+    assert!(
+        by_path > 0,
+        "no tree was compared with the last at its path: the test lost its point"
+    );
 }
