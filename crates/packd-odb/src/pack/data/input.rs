@@ -794,9 +794,10 @@ fn parse_into(
     }
     entries.reserve(count.min(1 << 20) as usize);
     let mut inflater = flate2::Decompress::new(true);
-    // Where deltas inflate to, to find their ends: 16 KiB (four pages to fault in) serves
-    // as well as more, the inflater just goes round more often.
-    let mut scratch = vec![0u8; 16 * 1024];
+    // Where deltas inflate to, to find their ends: 16 KiB serves as well as more, the
+    // inflater just goes round more often. Filled through its spare capacity, so only the
+    // pages a delta's bytes reach are ever touched (a small push's deltas touch one).
+    let mut scratch: Vec<u8> = Vec::with_capacity(16 * 1024);
     for n in 0..count {
         if n % 1024 == 0 {
             progress(n, count);
@@ -888,7 +889,8 @@ fn parse_into(
                     inflater.decompress_vec(input, chunk, flate2::FlushDecompress::None)
                 }
                 Sink::Discard => {
-                    inflater.decompress(input, &mut scratch, flate2::FlushDecompress::None)
+                    scratch.clear();
+                    inflater.decompress_vec(input, &mut scratch, flate2::FlushDecompress::None)
                 }
             }
             .map_err(|e| s.corrupt(offset, format!("the entry's data is not valid zlib: {e}")))?;
