@@ -12,7 +12,7 @@ use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
 use crate::ewah::Bitmap;
 use crate::last_at_path::{child_path, LastAtPath, ROOT};
-use crate::tree_diff::scan_tree_against;
+use crate::tree_diff::{scan_tree_against, Against};
 use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
@@ -251,9 +251,13 @@ impl BitmapIndex {
     /// vouch for their entries, so a tree whose mode says blob, or a bitmap built from such a
     /// tree, cannot hide another tree's entries.
     ///
-    /// A tree whose delta base this walk has not read is compared instead with the last tree
-    /// this walk read at the same path ([`LastAtPath`]), most often the same directory in a
-    /// neighbouring commit: read by this walk too, it vouches for its entries just as well.
+    /// The last tree this walk read at the same path ([`LastAtPath`]), most often the same
+    /// directory in a neighbouring commit, vouches for its entries just as well, and is kept
+    /// with where its entries start, so runs of bytes equal in both trees are skipped without
+    /// parsing: a tree is compared with it when there is one (unless its delta base was just
+    /// read early, which comes with its starts too), else with its delta base. Preferring the
+    /// delta base when the walk had read it looked up 28,000 more entries on git/git with
+    /// pull-request refs and parsed 12,000 trees' shared runs (0.15 billion instructions more).
     fn walk_trees(
         &self,
         repo: &Repository,
@@ -268,6 +272,8 @@ impl BitmapIndex {
         let mut walked: HashSet<StoredAt> = HashSet::new();
         let mut pending: HashMap<StoredAt, u64> = HashMap::new();
         let mut last = LastAtPath::new(LAST_AT_PATH_BUDGET);
+        // Where the entries of the tree scanned, and of a delta base read early, start.
+        let (mut starts, mut base_starts) = (Vec::new(), Vec::new());
         // (id, kind, bit, where a tree is stored, the hash of its path)
         let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> =
             Vec::with_capacity(roots.len());
@@ -333,13 +339,15 @@ impl BitmapIndex {
                 walked.insert(at);
             }
             let (object, base) = repo.objects().read_at_with_base(&id, &location)?;
-            let mut against = None;
-            if let Some((base_location, base_data)) =
-                base.filter(|_| object.kind == ObjectKind::Tree)
-            {
+            // The walked tree to compare with: the delta base when it was just read early
+            // (its starts are at hand), else the last tree at this path, else the delta base
+            // when this walk read it.
+            let mut base_data = None;
+            let mut base_scanned = false;
+            if let Some((base_location, data)) = base.filter(|_| object.kind == ObjectKind::Tree) {
                 if let Some(base_at) = stored_at(&base_location) {
                     if walked.contains(&base_at) {
-                        against = Some(base_data);
+                        base_data = Some(data);
                     } else if let Some(base_bit) = pending.remove(&base_at) {
                         if !bits.get(base_bit) {
                             // The base is a tree this walk will read: read it now, from here
@@ -348,24 +356,38 @@ impl BitmapIndex {
                             walked.insert(base_at);
                             done.trees += 1;
                             done.early += 1;
-                            let against_last = last.get(path).map(|d| d.as_ref());
-                            let scanned =
-                                scan_tree_against(&id, &base_data, against_last, push_new!(path))?;
+                            let scanned = scan_tree_against(
+                                &id,
+                                &data,
+                                last.get(path),
+                                &mut base_starts,
+                                push_new!(path),
+                            )?;
                             done.entries += scanned.entries;
                             done.shared += scanned.shared;
-                            against = Some(base_data);
+                            base_data = Some(data);
+                            base_scanned = true;
                         }
                     }
                 }
             }
-            if against.is_some() {
-                done.against += 1;
-            } else if let Some(previous) = last.get(path) {
-                done.by_path += 1;
-                against = Some(previous.clone());
-            }
+            let previous = if base_scanned { None } else { last.get(path) };
+            let against = match (&base_data, previous) {
+                (_, Some(previous)) => {
+                    done.by_path += 1;
+                    Some(previous)
+                }
+                (Some(data), None) => {
+                    done.against += 1;
+                    Some(Against {
+                        data,
+                        starts: base_scanned.then_some(&base_starts[..]),
+                    })
+                }
+                (None, None) => None,
+            };
             let scanned =
-                scan_tree_against(&id, &object.data, against.as_deref(), push_new!(path))?;
+                scan_tree_against(&id, &object.data, against, &mut starts, push_new!(path))?;
             done.entries += scanned.entries;
             done.shared += scanned.shared;
             if let Some(e) = error.take() {
@@ -375,7 +397,7 @@ impl BitmapIndex {
                 return Ok(None);
             }
             if object.kind == ObjectKind::Tree {
-                last.put(path, object.data);
+                starts = last.put(path, object.data, std::mem::take(&mut starts));
             }
         }
         done.held = last.held();

@@ -12,6 +12,7 @@
 //! Paths are known by a 64-bit hash of their names, never compared: a collision only pairs a
 //! tree with an unrelated one, whose entries then match less, so the answer stays exact.
 
+use crate::tree_diff::Against;
 use bytes::Bytes;
 use std::collections::HashMap;
 
@@ -33,8 +34,10 @@ pub(crate) fn child_path(parent: u64, name: &[u8]) -> u64 {
 
 /// The content of the last tree read at each path, within a budget of bytes.
 pub(crate) struct LastAtPath {
-    trees: HashMap<u64, Bytes>,
-    /// Bytes of content held.
+    /// Each path's tree: its content and where its entries start (see
+    /// [`crate::tree_diff::Against::starts`]).
+    trees: HashMap<u64, (Bytes, Vec<u32>)>,
+    /// Bytes held: contents, and four per entry start.
     held: usize,
     /// Most bytes of content held at once: a tree that would go past it is not kept (its
     /// path keeps the older version, if any).
@@ -51,23 +54,33 @@ impl LastAtPath {
         }
     }
 
-    /// The content of the last tree kept for `path`.
-    pub(crate) fn get(&self, path: u64) -> Option<&Bytes> {
-        self.trees.get(&path)
+    /// The last tree kept for `path`: its content and where its entries start.
+    pub(crate) fn get(&self, path: u64) -> Option<Against<'_>> {
+        self.trees.get(&path).map(|(data, starts)| Against {
+            data,
+            starts: Some(starts),
+        })
     }
 
-    /// Keeps `data` (the content of a tree the walk read, all of whose entries it handled) as
-    /// the last tree at `path`, unless that would hold more than the budget.
-    pub(crate) fn put(&mut self, path: u64, data: Bytes) {
-        let old = self.trees.get(&path).map_or(0, |d| d.len());
-        if self.held - old + data.len() > self.budget {
-            return;
+    /// Keeps `data` (the content of a tree the walk read, all of whose entries it handled) and
+    /// `starts` (where its entries start, as the scan of `data` wrote them) as the last tree at
+    /// `path`, unless that would hold more than the budget. Returns a vector no longer needed
+    /// (the one replaced, or `starts` itself), to be reused.
+    pub(crate) fn put(&mut self, path: u64, data: Bytes, starts: Vec<u32>) -> Vec<u32> {
+        let size = |data: &Bytes, starts: &Vec<u32>| data.len() + 4 * starts.len();
+        let old = self.trees.get(&path).map_or(0, |(d, s)| size(d, s));
+        let new = size(&data, &starts);
+        if self.held - old + new > self.budget {
+            return starts;
         }
-        self.held = self.held - old + data.len();
-        self.trees.insert(path, data);
+        self.held = self.held - old + new;
+        match self.trees.insert(path, (data, starts)) {
+            Some((_, old_starts)) => old_starts,
+            None => Vec::new(),
+        }
     }
 
-    /// Bytes of content held.
+    /// Bytes held.
     pub(crate) fn held(&self) -> usize {
         self.held
     }
@@ -83,17 +96,22 @@ mod tests {
         let b = child_path(ROOT, b"b");
         assert_ne!(a, b);
         assert_ne!(child_path(a, b"x"), child_path(b, b"x"));
-        let mut last = LastAtPath::new(10);
-        last.put(a, Bytes::from_static(b"1234"));
-        last.put(a, Bytes::from_static(b"123456"));
-        assert_eq!(last.get(a).unwrap().as_ref(), b"123456");
-        assert_eq!(last.held(), 6);
-        // Past the budget: not kept, the older version stays.
-        last.put(b, Bytes::from_static(b"12345"));
+        let mut last = LastAtPath::new(26);
+        let put = |last: &mut LastAtPath, path, data: &'static [u8]| {
+            last.put(path, Bytes::from_static(data), vec![0, data.len() as u32])
+        };
+        put(&mut last, a, b"1234");
+        put(&mut last, a, b"123456");
+        assert_eq!(last.get(a).unwrap().data, b"123456");
+        assert_eq!(last.get(a).unwrap().starts, Some(&[0, 6][..]));
+        assert_eq!(last.held(), 14);
+        // Past the budget (a tree holds its length plus four bytes per start): not kept,
+        // the older version stays.
+        assert_eq!(put(&mut last, b, b"12345"), vec![0, 5]);
         assert!(last.get(b).is_none());
-        last.put(a, Bytes::from_static(b"12345678901"));
-        assert_eq!(last.get(a).unwrap().as_ref(), b"123456");
-        last.put(b, Bytes::from_static(b"1234"));
-        assert_eq!(last.held(), 10);
+        put(&mut last, a, b"12345678901234567890");
+        assert_eq!(last.get(a).unwrap().data, b"123456");
+        put(&mut last, b, b"1234");
+        assert_eq!(last.held(), 26);
     }
 }

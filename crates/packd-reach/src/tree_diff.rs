@@ -152,28 +152,118 @@ pub(crate) struct Scanned {
     pub(crate) shared: usize,
 }
 
+/// A tree to compare another with: its content and, when known, where its entries start.
+#[derive(Clone, Copy)]
+pub(crate) struct Against<'a> {
+    /// The tree's content.
+    pub(crate) data: &'a [u8],
+    /// Where each entry of `data` starts, then `data.len()`: what [`scan_tree_against`] wrote
+    /// for `data` itself (so that `data` parsed whole, by the same rules). Runs of bytes
+    /// equal in both trees are then skipped without parsing either.
+    pub(crate) starts: Option<&'a [u32]>,
+}
+
+/// The length of the longest common prefix of `a` and `b`, eight bytes at a time.
+#[inline]
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
 /// Calls `f(id, kind, name)` for every entry of the tree `id` whose content is `data`, except
-/// gitlinks and except entries that are byte for byte an entry of the tree whose content is
-/// `base` (when `base` is `None`, for every entry but gitlinks). An error when `data` is
+/// gitlinks and except entries that are byte for byte an entry of the tree `base` (when
+/// `base` is `None`, for every entry but gitlinks). Writes to `starts` where each entry of
+/// `data` starts, then `data.len()` (see [`Against::starts`]). An error when `data` is
 /// malformed; a malformed `base` only ends the matching where it goes wrong.
+///
+/// Where the two trees have a run of equal bytes starting at an entry of each, every entry of
+/// `data` inside the run is an entry of `base`: the same bytes at an entry start parse the
+/// same way. With the base's entry starts known, such entries are not even parsed.
 pub(crate) fn scan_tree_against(
     id: &ObjectId,
     data: &[u8],
-    base: Option<&[u8]>,
+    base: Option<Against<'_>>,
+    starts: &mut Vec<u32>,
     mut f: impl FnMut(ObjectId, ObjectKind, &[u8]),
 ) -> Result<Scanned> {
     let bad = || packd_odb::Error::BadName(format!("object {id}: the tree is malformed"));
-    let base = base.unwrap_or(&[]);
+    let base_data = base.map_or(&[][..], |b| b.data);
+    // Entry starts that cannot describe the base are not used (they always describe it when
+    // they come from scanning it).
+    let mut base_starts = base.and_then(|b| b.starts).filter(|s| {
+        s.first() == Some(&0) && s.last().map(|&end| end as usize) == Some(base_data.len())
+    });
+    let base = base_data;
+    // Offsets are recorded as u32: a tree of 4 GiB or more records none.
+    let record = data.len() < u32::MAX as usize;
+    starts.clear();
     let mut scanned = Scanned::default();
     let mut at = 0;
     // `p` is always where an entry of `base` starts (or `base.len()` once matching stopped);
-    // `cur` is that entry, once parsed.
+    // `cur` is that entry, once parsed; `k` is the index of `p` in `base_starts`.
     let mut p = 0;
     let mut cur: Option<Entry> = None;
+    let mut k = 0usize;
     while at < data.len() {
+        if p < base.len() {
+            let run = common_prefix(&data[at..], &base[p..]);
+            let (at0, p0) = (at, p);
+            let before = starts.len();
+            if base_starts.is_some_and(|bs| bs.get(k) != Some(&(p as u32))) {
+                base_starts = None;
+            }
+            if let Some(bs) = base_starts {
+                // Whole entries of the base inside the run (`bs[k] == p`).
+                while let Some(&next) = bs.get(k + 1) {
+                    if next as usize <= p {
+                        // Not increasing: not the starts of this base.
+                        base_starts = None;
+                        break;
+                    }
+                    if next as usize > p0 + run {
+                        break;
+                    }
+                    starts.push((at0 + p - p0) as u32);
+                    p = next as usize;
+                    k += 1;
+                }
+            } else {
+                while let Some(e) = data.get(at0 + p - p0..).and_then(parse_entry) {
+                    if p - p0 + e.len > run {
+                        break;
+                    }
+                    starts.push((at0 + p - p0) as u32);
+                    p += e.len;
+                }
+            }
+            let skipped = p - p0;
+            if skipped > 0 {
+                let entries = starts.len() - before;
+                scanned.entries += entries;
+                scanned.shared += entries;
+                at += skipped;
+                cur = None;
+                if at >= data.len() {
+                    break;
+                }
+            }
+        }
         let rest = &data[at..];
         let entry = parse_entry(rest).ok_or_else(bad)?;
         let bytes = &rest[..entry.len];
+        starts.push(at as u32);
         at += entry.len;
         scanned.entries += 1;
         let mut shared = false;
@@ -182,6 +272,7 @@ pub(crate) fn scan_tree_against(
                 // The base's entry at `p` parses exactly as this one: the same entry.
                 shared = true;
                 p += entry.len;
+                k += 1;
                 cur = None;
                 break;
             }
@@ -202,11 +293,13 @@ pub(crate) fn scan_tree_against(
                 // An entry the tree does not have: look at the base's next one.
                 Ordering::Less => {
                     p += theirs.len;
+                    k += 1;
                     cur = None;
                 }
                 // The same name with another mode or id: the base's entry is used up.
                 Ordering::Equal => {
                     p += theirs.len;
+                    k += 1;
                     cur = None;
                     break;
                 }
@@ -222,6 +315,10 @@ pub(crate) fn scan_tree_against(
             let oid = ObjectId::from_bytes(&bytes[entry.nul + 1..]).ok_or_else(bad)?;
             f(oid, kind, &bytes[entry.name_at..entry.nul]);
         }
+    }
+    starts.push(data.len() as u32);
+    if !record {
+        starts.clear();
     }
     Ok(scanned)
 }
@@ -243,10 +340,117 @@ mod tests {
         t
     }
 
+    /// Where the entries of a well-formed `tree` start, then its length.
+    fn entry_starts(tree: &[u8]) -> Vec<u32> {
+        let mut starts = vec![0u32];
+        let mut at = 0;
+        while let Some(e) = parse_entry(&tree[at..]) {
+            at += e.len;
+            starts.push(at as u32);
+        }
+        starts
+    }
+
+    /// The entries `scan_tree_against` reports for `data` against `base`; asserts that the
+    /// base's entry starts, when it parses whole, change nothing, and that the scan writes the
+    /// entry starts of `data`.
     fn new_entries(data: &[u8], base: Option<&[u8]>) -> (Vec<(ObjectId, ObjectKind)>, Scanned) {
-        let mut got = Vec::new();
-        let s = scan_tree_against(&id(99), data, base, |e, k, _| got.push((e, k))).unwrap();
-        (got, s)
+        let scan = |base: Option<Against<'_>>| {
+            let mut got = Vec::new();
+            let mut starts = Vec::new();
+            let s = scan_tree_against(&id(99), data, base, &mut starts, |e, k, _| got.push((e, k)))
+                .unwrap();
+            assert_eq!(starts, entry_starts(data));
+            (got, s)
+        };
+        let plain = scan(base.map(|data| Against { data, starts: None }));
+        if let Some(base) = base {
+            let mut base_starts = Vec::new();
+            if scan_tree_against(&id(98), base, None, &mut base_starts, |_, _, _| {}).is_ok() {
+                let with_starts = scan(Some(Against {
+                    data: base,
+                    starts: Some(&base_starts),
+                }));
+                assert_eq!(with_starts, plain, "with the base's entry starts");
+            }
+        }
+        plain
+    }
+
+    #[test]
+    fn random_edits_report_exactly_the_entries_the_base_lacks() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let modes = ["100644", "100755", "40000", "120000", "160000"];
+        for round in 0..300 {
+            // A sorted base of up to 60 entries, with names that share prefixes.
+            let n = (next() % 60) as usize;
+            let mut names: Vec<String> = (0..n)
+                .map(|_| {
+                    let len = 1 + next() % 12;
+                    (0..len)
+                        .map(|_| (b'a' + (next() % 3) as u8) as char)
+                        .collect()
+                })
+                .collect();
+            names.sort();
+            names.dedup();
+            let base: Vec<(&str, String, u8)> = names
+                .iter()
+                .map(|name| {
+                    (
+                        modes[(next() % 5) as usize],
+                        name.clone(),
+                        (next() % 200) as u8,
+                    )
+                })
+                .collect();
+            // The tree: some entries kept, some with another id or mode, some dropped, some
+            // added (kept sorted as git would, by name; names are unique).
+            let mut tree: Vec<(&str, String, u8)> = Vec::new();
+            for (mode, name, n) in &base {
+                match next() % 8 {
+                    0 => {}
+                    1 => tree.push((mode, name.clone(), n.wrapping_add(1))),
+                    2 => tree.push((modes[(next() % 5) as usize], name.clone(), *n)),
+                    _ => tree.push((mode, name.clone(), *n)),
+                }
+                if next() % 10 == 0 {
+                    let extra = format!("{name}{}", (b'a' + (next() % 3) as u8) as char);
+                    if !names.contains(&extra) {
+                        tree.push(("100644", extra, 201));
+                    }
+                }
+            }
+            let order = |e: &(&str, String, u8)| {
+                let mut key = e.1.clone().into_bytes();
+                if e.0 == "40000" {
+                    key.push(b'/');
+                }
+                key
+            };
+            tree.sort_by_key(order);
+            tree.dedup_by(|a, b| a.1 == b.1);
+            let mut base = base;
+            base.sort_by_key(order);
+            let as_bytes = |t: &[(&str, String, u8)]| {
+                let mut v = Vec::new();
+                for (mode, name, n) in t {
+                    v.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+                    v.extend_from_slice(&[*n; 20]);
+                }
+                v
+            };
+            let (data, base) = (as_bytes(&tree), as_bytes(&base));
+            let (got, s) = new_entries(&data, Some(&base));
+            assert_eq!(got, reference(&data, &base), "round {round}");
+            assert_eq!(s.entries, tree.len());
+        }
     }
 
     /// Every entry of `data` that is not, byte for byte, an entry of `base` (gitlinks aside):
@@ -432,8 +636,13 @@ mod tests {
     fn a_malformed_tree_is_an_error_whatever_its_base() {
         let good = tree(&[("100644", "a", 1)]);
         for bad in [&good[..good.len() - 1], b"100648 x\0", b" x\0"] {
-            assert!(scan_tree_against(&id(9), bad, Some(&good), |_, _, _| {}).is_err());
-            assert!(scan_tree_against(&id(9), bad, None, |_, _, _| {}).is_err());
+            let good = Against {
+                data: &good,
+                starts: None,
+            };
+            let mut starts = Vec::new();
+            assert!(scan_tree_against(&id(9), bad, Some(good), &mut starts, |_, _, _| {}).is_err());
+            assert!(scan_tree_against(&id(9), bad, None, &mut starts, |_, _, _| {}).is_err());
         }
     }
 
@@ -443,7 +652,7 @@ mod tests {
         data: &[u8],
         mut f: impl FnMut(ObjectId, ObjectKind),
     ) -> Result<usize> {
-        Ok(scan_tree_against(id, data, None, |e, k, _| f(e, k))?.entries)
+        Ok(scan_tree_against(id, data, None, &mut Vec::new(), |e, k, _| f(e, k))?.entries)
     }
 
     #[test]
