@@ -474,6 +474,7 @@ impl BitmapIndex {
     ) -> Result<Option<Bitmap>> {
         let index = &self.objects;
         let started = std::time::Instant::now();
+        let cache_before = repo.objects().cache_stats();
         let mut bits = Bitmap::new();
         // Peeled values are used only when every tag object of the bitmapped objects is itself
         // a tip: then the tags reached are exactly all of them (the tag type bitmap), and no
@@ -672,7 +673,7 @@ impl BitmapIndex {
             return Ok(None);
         };
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; tips {:?}, commits {:?}, trees {:?}",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; delta base cache {} hits, {} misses; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
             walked.trees,
@@ -683,6 +684,8 @@ impl BitmapIndex {
             walked.early,
             walked.shared,
             seen.len(),
+            repo.objects().cache_stats().hits.saturating_sub(cache_before.hits),
+            repo.objects().cache_stats().misses.saturating_sub(cache_before.misses),
             tips_done,
             commits_done - tips_done,
             started.elapsed() - commits_done,
