@@ -6,6 +6,6 @@
 release_binary() {
   local root=$1 host
   host=$(rustc -vV | sed -n 's/^host: //p')
-  (cd "$root" && cargo build --release -q -p packd) >&2
+  (cd "$root" && cargo build --release -p packd) >&2
   echo "${CARGO_TARGET_DIR:-$root/target}/$host/release/packd"
 }

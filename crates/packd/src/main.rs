@@ -208,10 +208,28 @@ fn run() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fatal: {e:#}");
+            eprintln!("fatal: {}", one_line(&e));
             ExitCode::from(128)
         }
     }
+}
+
+/// `e` and its causes on one line, each said once. The libraries' errors already end their
+/// message with their cause's (`{path}: {source}`), so anyhow's `{:#}` would repeat it
+/// ("x: No such file or directory: No such file or directory").
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn print_stats(repo: &Repository) {

@@ -1,6 +1,6 @@
 //! Finding the repository: -C, the current directory (work tree root and subdirectories, bare
 //! repositories), .git files (separate git dirs, linked worktrees), nested repositories; and the
-//! clear refusal of SHA-256 repositories.
+//! clear refusal of SHA-256 repositories and of missing directories.
 
 mod common;
 use common::*;
@@ -184,6 +184,25 @@ fn not_a_repository() {
     assert!(!run.success(), "packd outside any repository should fail");
     assert!(run.stdout.is_empty());
     assert!(!run.stderr.is_empty(), "an error message is expected");
+}
+
+#[test]
+fn a_missing_directory_is_named_once_with_its_reason_once() {
+    let sb = Sandbox::new();
+    let missing = sb.path().join("missing");
+    let run = sb.packd_in(
+        sb.path(),
+        &["-C", missing.to_str().unwrap(), "rev-list", "HEAD"],
+        None,
+    );
+    run.assert_no_crash();
+    assert!(!run.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!("fatal: {}: No such file or directory (os error 2)", missing.display()),
+        "the cause is said once"
+    );
 }
 
 #[test]
