@@ -200,7 +200,10 @@ fn a_missing_directory_is_named_once_with_its_reason_once() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(
         stderr.trim_end(),
-        format!("fatal: {}: No such file or directory (os error 2)", missing.display()),
+        format!(
+            "fatal: {}: No such file or directory (os error 2)",
+            missing.display()
+        ),
         "the cause is said once"
     );
 }
