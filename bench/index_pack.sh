@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=lib/release.sh
 source "$here/lib/release.sh"
-packd=${PACKD:-$(release_binary "$root")}
+set_packd_binary "$root"
 data=$here/data
 repo=$(cd "${1:-$data/reach-repo-true.git}" && pwd)
 runs=${RUNS:-5}

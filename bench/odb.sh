@@ -52,7 +52,7 @@ if [[ -n ${PACKD:-} ]]; then
 else
   # shellcheck source=lib/release.sh
   source "$here/lib/release.sh"
-  packd=$(release_binary "$root")
+  set_packd_binary "$root"
 fi
 read -r -a packd_args <<< "${PACKD_ARGS:-}"
 

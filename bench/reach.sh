@@ -28,7 +28,7 @@ runs=${RUNS:-5}
 spikes=${SPIKES:-5000}
 # shellcheck source=lib/release.sh
 source "$here/lib/release.sh"
-packd=${PACKD:-$(release_binary "$root")}
+set_packd_binary "$root"
 data=$here/data
 mkdir -p "$data"
 export GIT_CONFIG_NOSYSTEM=1 GIT_OPTIONAL_LOCKS=0

@@ -179,7 +179,7 @@ impl Prefix {
         if id.0[..full] != self.bytes[..full] {
             return false;
         }
-        self.hex_len % 2 == 0 || (id.0[full] & 0xf0) == self.bytes[full]
+        self.hex_len.is_multiple_of(2) || (id.0[full] & 0xf0) == self.bytes[full]
     }
 
     /// Whether this prefix is in fact a whole id.

@@ -78,7 +78,7 @@ fn had_commits(
             continue;
         }
         steps += 1;
-        if steps % CANCEL_EVERY == 0 {
+        if steps.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
         if client_shallow.contains(&id) {
@@ -121,7 +121,7 @@ fn cut_depth(
     let mut steps = 0usize;
     while let Some(id) = queue.pop_front() {
         steps += 1;
-        if steps % CANCEL_EVERY == 0 {
+        if steps.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
         let d = depth_of[&id];
@@ -556,7 +556,7 @@ fn walk_tree(
     let mut steps = 0usize;
     while let Some((id, d)) = stack.pop() {
         steps += 1;
-        if steps % CANCEL_EVERY == 0 {
+        if steps.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
         let object = repo

@@ -483,7 +483,7 @@ fn write_whole_pack_in(
             }
             current = Some((e.offset, has_crcs.then_some(e.crc), e.position));
             done += 1;
-            if done % 65536 == 0 {
+            if done.is_multiple_of(65536) {
                 progress.update("Writing objects", done as u64, Some(count as u64));
             }
         }

@@ -24,8 +24,8 @@ use std::sync::Arc;
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
 const SPLIT_ROOTS: usize = 16;
 
-/// Bytes of tree content a fill-in tree walk keeps to compare the next version of each
-/// directory with (per thread; see [`LastAtPath`]).
+/// Bytes of tree content (and four per entry start) a fill-in tree walk keeps to compare the
+/// next version of each directory with (per thread; see [`LastAtPath`]).
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
 fn hex(bytes: &[u8]) -> String {
@@ -356,10 +356,14 @@ impl BitmapIndex {
                             walked.insert(base_at);
                             done.trees += 1;
                             done.early += 1;
+                            let previous = last.get(path);
+                            if previous.is_some() {
+                                done.by_path += 1;
+                            }
                             let scanned = scan_tree_against(
                                 &id,
                                 &data,
-                                last.get(path),
+                                previous,
                                 &mut base_starts,
                                 push_new!(path),
                             )?;
@@ -672,8 +676,9 @@ impl BitmapIndex {
         let Some(walked) = walked else {
             return Ok(None);
         };
+        let cache_after = repo.objects().cache_stats();
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; delta base cache {} hits, {} misses; tips {:?}, commits {:?}, trees {:?}",
+            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; the repository's delta base cache (shared with other requests) {} hits, {} misses meanwhile; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
             walked.trees,
@@ -684,8 +689,8 @@ impl BitmapIndex {
             walked.early,
             walked.shared,
             seen.len(),
-            repo.objects().cache_stats().hits.saturating_sub(cache_before.hits),
-            repo.objects().cache_stats().misses.saturating_sub(cache_before.misses),
+            cache_after.hits.saturating_sub(cache_before.hits),
+            cache_after.misses.saturating_sub(cache_before.misses),
             tips_done,
             commits_done - tips_done,
             started.elapsed() - commits_done,

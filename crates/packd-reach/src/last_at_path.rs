@@ -32,20 +32,21 @@ pub(crate) fn child_path(parent: u64, name: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
-/// The content of the last tree read at each path, within a budget of bytes.
+/// The content of the last tree read at each path, and where its entries start, within a
+/// budget of bytes (content, plus four per entry start).
 pub(crate) struct LastAtPath {
     /// Each path's tree: its content and where its entries start (see
     /// [`crate::tree_diff::Against::starts`]).
     trees: HashMap<u64, (Bytes, Vec<u32>)>,
     /// Bytes held: contents, and four per entry start.
     held: usize,
-    /// Most bytes of content held at once: a tree that would go past it is not kept (its
+    /// Most bytes held at once: a tree that would go past it is not kept (its
     /// path keeps the older version, if any).
     budget: usize,
 }
 
 impl LastAtPath {
-    /// An empty map that holds at most `budget` bytes of tree content.
+    /// An empty map that holds at most `budget` bytes (content, plus four per entry start).
     pub(crate) fn new(budget: usize) -> Self {
         LastAtPath {
             trees: HashMap::new(),

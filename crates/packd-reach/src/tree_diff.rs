@@ -1,17 +1,18 @@
-//! The entries of a tree that its delta base does not have, for a fill-in walk.
+//! The entries of a tree that another tree does not have, for a fill-in walk.
 //!
-//! Most trees of a pack are stored as deltas against another version of the same directory,
-//! and differ from it in a few entries. When the walk has already read the base and handled all
-//! of its entries, every entry of the tree that is byte for byte an entry of the base (the same
-//! mode, name and id) is handled too: only the others need looking up. On a host with thousands
-//! of pull-request tips, that is most of the 12.8 million entries a mirror clone of git/git
-//! meets in 30,000 trees.
+//! The other tree is one the walk has already read and handled all the entries of: the last
+//! tree it read at the same path, or the tree's delta base (most trees of a pack are stored as
+//! deltas against another version of the same directory). Every entry of the tree that is byte
+//! for byte an entry of that one (the same mode, name and id) is handled too: only the others
+//! need looking up. On a host with thousands of pull-request tips, that is most of the 12.8
+//! million entries a mirror clone of git/git meets in 30,000 trees.
 //!
-//! An entry is skipped only when its bytes equal a whole entry of the base, found by parsing the
-//! base from its start with the same rules: what the delta's instructions say, or where the
-//! entries sit, is never trusted. The two lists are merged in git's tree order (names compared
-//! as if a directory's ended in `/`); an unsorted or malformed tree only makes fewer entries
-//! match.
+//! An entry is skipped only when its bytes equal a whole entry of the other tree. Where that
+//! tree's entries start is either found by parsing it from its start with the same rules, or
+//! taken from the scan that parsed that same content earlier (`Against::starts`, checked to
+//! start at 0, end at its length and increase); what a delta's instructions say is never
+//! trusted. The two lists are merged in git's tree order (names compared as if a directory's
+//! ended in `/`); an unsorted or malformed tree only makes fewer entries match.
 
 use packd_odb::{ObjectId, ObjectKind, Result};
 use std::cmp::Ordering;

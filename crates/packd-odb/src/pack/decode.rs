@@ -338,7 +338,7 @@ impl Pack {
             let out = delta::apply(&data, &delta_bytes)
                 .map_err(|e| self.corrupt(entry.offset, format!("delta: {e}")))?;
             data = Bytes::from(out);
-            if !chain.is_empty() && chain.len() % stride == 0 {
+            if !chain.is_empty() && chain.len().is_multiple_of(stride) {
                 cache.insert((self.id, entry.offset), kind, &data);
             }
         }

@@ -85,7 +85,7 @@ impl PackIndex {
                 index.offsets_at = index.crcs_at + count * 4;
                 index.large_offsets_at = index.offsets_at + count * 4;
                 let min = index.large_offsets_at + 2 * HASH;
-                if bytes.len() < min || (bytes.len() - min) % 8 != 0 {
+                if bytes.len() < min || !(bytes.len() - min).is_multiple_of(8) {
                     return Err(corrupt(
                         0,
                         format!(
