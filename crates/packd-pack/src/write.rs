@@ -371,65 +371,30 @@ fn write_whole_pack_in(
         ));
     }
 
-    let mut output = Output {
-        out,
-        buf: Vec::new(),
-        hash: None,
-        written: 0,
-        pending: None,
-    };
     let mut stats = PackStats {
         objects: count,
         reused: count,
         ..PackStats::default()
     };
-    // The window: bytes [window_start, window_start + window.len()) of the file, of which
-    // those before `at` are checked (all but the last entry's tail) and sent when it moves.
-    let mut window: Vec<u8> = Vec::new();
-    let mut window_start = 0u64;
-    // The entry being read: its start, expected CRC (`None`: a v1 index) and index position,
-    // and the CRC of its bytes so far.
-    let mut current: Option<(u64, Option<u32>, u32)> = None;
-    let mut crc = crc32fast::Hasher::new();
-    let mut at = 0u64;
-    let has_crcs = index.has_crcs();
-    let data = pack.data();
+    let mut stream = WholePackStream {
+        pack,
+        output: Output {
+            out,
+            buf: Vec::new(),
+            hash: None,
+            written: 0,
+            pending: None,
+        },
+        cancel,
+        trailer_at,
+        window: Vec::new(),
+        window_start: 0,
+        at: 0,
+        crc: crc32fast::Hasher::new(),
+        current: None,
+    };
     let mut entries = Vec::new();
     let mut done = 0u32;
-
-    // Reads and checks up to `to` (the next entry's start, or the trailer), sending windows as
-    // they are passed; the window then holds the byte at `to`, if there is one before the
-    // trailer.
-    let advance = |to: u64,
-                   window: &mut Vec<u8>,
-                   window_start: &mut u64,
-                   at: &mut u64,
-                   crc: &mut crc32fast::Hasher,
-                   output: &mut Output|
-     -> Result<(), PackError> {
-        loop {
-            let window_end = *window_start + window.len() as u64;
-            if *at == window_end && *at < trailer_at {
-                if cancel.load(Ordering::Relaxed) {
-                    return Err(PackError::Cancelled);
-                }
-                output.write(window)?;
-                *window_start = window_end;
-                let end = trailer_at.min(window_end + WHOLE_PACK_WINDOW);
-                data.read_copy_into(window_end..end, window)
-                    .map_err(packd_odb::Error::from)?;
-                continue;
-            }
-            if *at >= to {
-                return Ok(());
-            }
-            let upto = to.min(window_end);
-            let from = (*at - *window_start) as usize;
-            crc.update(&window[from..(upto - *window_start) as usize]);
-            *at = upto;
-        }
-    };
-
     let mut b = 0usize;
     while b < buckets.len() {
         let (first, mut n) = (b, buckets[b]);
@@ -446,7 +411,7 @@ fn write_whole_pack_in(
         index.entries_in(range, &mut entries)?;
         entries.sort_unstable_by_key(|e: &packd_odb::pack::index::pass::EntryAt| e.offset);
         for e in &entries {
-            if current.is_none() && e.offset != 12 {
+            if stream.current.is_none() && e.offset != 12 {
                 return Err(corrupt(
                     12,
                     format!(
@@ -455,56 +420,99 @@ fn write_whole_pack_in(
                     ),
                 ));
             }
-            if current.is_some() && e.offset <= at {
+            if stream.current.is_some() && e.offset <= stream.at {
                 return Err(corrupt(
                     e.offset,
                     "two entries of the index start at this offset".into(),
                 ));
             }
-            advance(
-                e.offset,
-                &mut window,
-                &mut window_start,
-                &mut at,
-                &mut crc,
-                &mut output,
-            )?;
-            if let Some(previous) = current.take() {
-                check_entry_crc(pack, previous, &mut crc)?;
-            } else {
-                // The header: the file's own, which the plan checked.
-                crc = crc32fast::Hasher::new();
-            }
+            stream.end_entry_at(e.offset)?;
             // The entry's type, for the statistics (its first byte is in the window).
-            if let Some(&byte) = window.get((at - window_start) as usize) {
+            if let Some(&byte) = stream
+                .window
+                .get((stream.at - stream.window_start) as usize)
+            {
                 if matches!((byte >> 4) & 7, OFS_DELTA | REF_DELTA) {
                     stats.reused_deltas += 1;
                 }
             }
-            current = Some((e.offset, has_crcs.then_some(e.crc), e.position));
+            stream.current = Some((e.offset, e.crc, e.position));
             done += 1;
             if done.is_multiple_of(65536) {
                 progress.update("Writing objects", done as u64, Some(count as u64));
             }
         }
     }
-    advance(
-        trailer_at,
-        &mut window,
-        &mut window_start,
-        &mut at,
-        &mut crc,
-        &mut output,
-    )?;
-    if let Some(last) = current.take() {
-        check_entry_crc(pack, last, &mut crc)?;
-    }
+    stream.end_entry_at(trailer_at)?;
+    let WholePackStream {
+        mut output, window, ..
+    } = stream;
     output.write(&window)?;
     // The passes read the index's offset and CRC tables (8 bytes an entry) through its map.
     index.release_pages();
     progress.finish("Writing objects", count as u64);
     stats.bytes = output.finish(Some(&trailer))?;
     Ok(stats)
+}
+
+/// A pack going out whole ([`write_whole_pack`]): the window of its file being read, checked
+/// and sent.
+struct WholePackStream<'a> {
+    pack: &'a Pack,
+    output: Output<'a>,
+    cancel: &'a AtomicBool,
+    /// Where the pack's trailer starts: the end of its entries.
+    trailer_at: u64,
+    /// Bytes `[window_start, window_start + window.len())` of the file, of which those before
+    /// `at` are checked (all but the current entry's tail) and sent when the window moves.
+    window: Vec<u8>,
+    window_start: u64,
+    at: u64,
+    /// The CRC-32 of the current entry's bytes so far.
+    crc: crc32fast::Hasher,
+    /// The entry being read: its start, expected CRC (`None`: a v1 index) and index position;
+    /// `None` while in the header.
+    current: Option<(u64, Option<u32>, u32)>,
+}
+
+impl WholePackStream<'_> {
+    /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
+    /// current entry, and checks that entry's CRC-32 (the header is the file's own, which the
+    /// plan checked). The window then holds the byte at `to`, if there is one before the
+    /// trailer.
+    fn end_entry_at(&mut self, to: u64) -> Result<(), PackError> {
+        loop {
+            let window_end = self.window_start + self.window.len() as u64;
+            if self.at == window_end && self.at < self.trailer_at {
+                if self.cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                self.output.write(&self.window)?;
+                self.window_start = window_end;
+                let end = self.trailer_at.min(window_end + WHOLE_PACK_WINDOW);
+                self.pack
+                    .data()
+                    .read_copy_into(window_end..end, &mut self.window)
+                    .map_err(packd_odb::Error::from)?;
+                continue;
+            }
+            if self.at >= to {
+                break;
+            }
+            let upto = to.min(window_end);
+            let from = (self.at - self.window_start) as usize;
+            self.crc
+                .update(&self.window[from..(upto - self.window_start) as usize]);
+            self.at = upto;
+        }
+        match self.current.take() {
+            Some(entry) => check_entry_crc(self.pack, entry, &mut self.crc),
+            None => {
+                self.crc = crc32fast::Hasher::new();
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Checks the CRC-32 of the entry `(offset, expected, position)` of `pack`, whose bytes

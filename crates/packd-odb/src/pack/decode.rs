@@ -261,21 +261,14 @@ impl Pack {
     /// object stored whole, or found whole in `cache` while its base is not. A tree walk
     /// compares a tree with its base's entries to skip the entries the two share.
     pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
-        if let Some((kind, data)) = cache.get(&(self.id, offset)) {
-            // Found whole: its base is handed back only if it is at hand too.
-            let header = self.entry_header(offset)?;
-            let base = self
-                .delta_base_offset(offset, &header)?
-                .and_then(|at| Some((at, cache.get(&(self.id, at))?.1)));
-            return Ok(Decoded { kind, data, base });
-        }
         let mut base = None;
         let (kind, data) = self.decode_chain(offset, cache, Some(&mut base))?;
         Ok(Decoded { kind, data, base })
     }
 
     /// [`Pack::decode`]; with `base`, sets it to the offset and content of the requested
-    /// object's delta base when the object's own delta is applied.
+    /// object's delta base when the object's own delta is applied, or when the object is
+    /// found whole in `cache` and its base is there too.
     fn decode_chain(
         &self,
         offset: u64,
@@ -290,10 +283,17 @@ impl Pack {
         };
         let mut chain: Vec<(RawEntry, bool)> = Vec::new();
         let mut cur = offset;
-        // The base offset of the requested entry (meaningful once `chain` is not empty).
-        let mut first_base = 0u64;
         let (kind, mut data) = loop {
             if let Some(hit) = cache.get(&(self.id, cur)) {
+                if chain.is_empty() {
+                    if let Some(out) = base_out.as_deref_mut() {
+                        // Found whole: its base is handed back only if it is at hand too.
+                        let header = self.entry_header(offset)?;
+                        *out = self
+                            .delta_base_offset(offset, &header)?
+                            .and_then(|at| Some((at, cache.get(&(self.id, at))?.1)));
+                    }
+                }
                 break hit;
             }
             let (entry, exact) = self.entry_for_inflate(cur)?;
@@ -320,24 +320,24 @@ impl Pack {
                     if base == cur {
                         return Err(self.corrupt(cur, "the delta is its own base"));
                     }
-                    if chain.is_empty() {
-                        first_base = base;
-                    }
                     chain.push((entry, exact));
                     cur = base;
                 }
             }
         };
+        // Where `data` is stored: the base of the entry applied next.
+        let mut data_at = cur;
         while let Some((entry, exact)) = chain.pop() {
             let delta_bytes = self.inflate_entry(&entry, exact)?;
             if chain.is_empty() {
                 if let Some(out) = base_out.as_deref_mut() {
-                    *out = Some((first_base, data.clone()));
+                    *out = Some((data_at, data.clone()));
                 }
             }
             let out = delta::apply(&data, &delta_bytes)
                 .map_err(|e| self.corrupt(entry.offset, format!("delta: {e}")))?;
             data = Bytes::from(out);
+            data_at = entry.offset;
             if !chain.is_empty() && chain.len().is_multiple_of(stride) {
                 cache.insert((self.id, entry.offset), kind, &data);
             }

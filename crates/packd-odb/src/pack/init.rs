@@ -95,31 +95,14 @@ impl Pack {
         // the keys sorts by offset, then position, in half the memory of pairs.
         let (offsets, positions) = if trailer <= u32::MAX as u64 {
             let mut keys = Vec::with_capacity(n as usize);
-            let mut push = |offset: u64, i: u32| {
+            let push = |offset: u64, i: u32| {
                 if (12..trailer).contains(&offset) {
                     keys.push((offset << 32) | i as u64);
                 } else {
                     misplaced.push((offset, i));
                 }
             };
-            match self.index.offset_table() {
-                Some(table) => {
-                    for (i, raw) in table.chunks_exact(4).enumerate() {
-                        let raw = u32::from_be_bytes(raw.try_into().expect("4 bytes"));
-                        let offset = if raw & 0x8000_0000 == 0 {
-                            raw as u64
-                        } else {
-                            self.index.offset(i as u32)?
-                        };
-                        push(offset, i as u32);
-                    }
-                }
-                None => {
-                    for i in 0..n {
-                        push(self.index.offset(i)?, i);
-                    }
-                }
-            }
+            self.index.for_each_offset(push)?;
             radix_sort_high_half(&mut keys);
             let positions: Vec<u32> = keys.iter().map(|&k| k as u32).collect();
             let offsets: Vec<u64> = keys.into_iter().map(|k| k >> 32).collect();

@@ -4,7 +4,7 @@
 //! sent as it is needs each entry's extent and CRC in pack order; a table of all of them at
 //! once costs 16 bytes an entry (13 MB for git/git), a range of them a small fraction of that.
 
-use super::{IndexVersion, PackIndex};
+use super::PackIndex;
 use crate::Result;
 use std::ops::Range;
 
@@ -13,8 +13,8 @@ use std::ops::Range;
 pub struct EntryAt {
     /// Where the entry starts in the pack.
     pub offset: u64,
-    /// The CRC-32 of the entry's bytes (0 for a v1 index, which has none).
-    pub crc: u32,
+    /// The CRC-32 of the entry's bytes (`None` for a v1 index, which has none).
+    pub crc: Option<u32>,
     /// The entry's position in the index (id order).
     pub position: u32,
 }
@@ -22,7 +22,7 @@ pub struct EntryAt {
 impl PackIndex {
     /// Calls `f(offset, position)` for every entry in index order. A v2 index is read from its
     /// offset table directly (the large-offset table only for offsets that need it).
-    fn for_each_offset(&self, mut f: impl FnMut(u64, u32)) -> Result<()> {
+    pub(crate) fn for_each_offset(&self, mut f: impl FnMut(u64, u32)) -> Result<()> {
         match self.offset_table() {
             Some(table) => {
                 for (i, raw) in table.chunks_exact(4).enumerate() {
@@ -59,30 +59,15 @@ impl PackIndex {
 
     /// Appends to `out` the entries whose offset lies in `range`, in index order (unsorted).
     pub fn entries_in(&self, range: Range<u64>, out: &mut Vec<EntryAt>) -> Result<()> {
-        let crcs = match self.version {
-            IndexVersion::V2 => {
-                Some(&self.bytes[self.crcs_at..self.crcs_at + 4 * self.count as usize])
-            }
-            IndexVersion::V1 => None,
-        };
         self.for_each_offset(|offset, position| {
             if range.contains(&offset) {
-                let crc = crcs.map_or(0, |t| {
-                    let at = 4 * position as usize;
-                    u32::from_be_bytes([t[at], t[at + 1], t[at + 2], t[at + 3]])
-                });
                 out.push(EntryAt {
                     offset,
-                    crc,
+                    crc: self.crc32(position),
                     position,
                 });
             }
         })
-    }
-
-    /// Whether the index records a CRC-32 for each entry (version 2).
-    pub fn has_crcs(&self) -> bool {
-        self.version == IndexVersion::V2
     }
 }
 
@@ -103,7 +88,7 @@ mod tests {
             .collect();
         let bytes = encode_v2(&mut entries, &[0; 20]);
         let index = PackIndex::from_bytes("t.idx", bytes::Bytes::from(bytes)).unwrap();
-        assert!(index.has_crcs());
+        assert!(index.crc32(0).is_some(), "a v2 index records CRCs");
         let end = (1u64 << 33) + 200_000;
         let mut buckets = Vec::new();
         index.offset_histogram(12, end, &mut buckets).unwrap();
@@ -119,7 +104,7 @@ mod tests {
         assert_eq!(seen.len(), 5_000);
         for e in &seen {
             assert_eq!(index.offset(e.position).unwrap(), e.offset);
-            assert_eq!(index.crc32(e.position), Some(e.crc));
+            assert_eq!(index.crc32(e.position), e.crc);
         }
     }
 }
