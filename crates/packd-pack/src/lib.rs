@@ -156,9 +156,10 @@ pub struct PackServer {
     repo: Arc<Repository>,
     /// The repository's bitmap index, if it has a usable one.
     bitmap: Option<BitmapIndex>,
-    /// Bits of the bitmap index by name-hash, ascending, built on first use: versions of one
-    /// path, the candidates for a delta when an object's own delta base cannot be sent.
-    by_name_hash: std::sync::OnceLock<std::collections::HashMap<u32, Vec<u32>>>,
+    /// Every bit of the bitmap index with a name-hash, as `hash << 32 | bit`, sorted (bits
+    /// ascending within a hash), built on first use: versions of one path, the candidates for
+    /// a delta when an object's own delta base cannot be sent.
+    by_name_hash: std::sync::OnceLock<Vec<u64>>,
     /// Where clone packs are kept, if they are.
     clone_cache: Option<clone_cache::CloneCacheConfig>,
 }

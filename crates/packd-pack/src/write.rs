@@ -927,18 +927,25 @@ impl PackServer {
         let Some(hash) = index.name_hash(bit)? else {
             return Ok(None);
         };
-        let map = self.by_name_hash.get_or_init(|| {
-            let mut map: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+        let by_hash = self.by_name_hash.get_or_init(|| {
+            // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a fresh
+            // server's clone of git/git (841,300 objects) for its 28 new deltas.
+            let mut keys = Vec::with_capacity(index.object_count() as usize);
             for b in 0..index.object_count() as u64 {
                 if let Ok(Some(h)) = index.name_hash(b) {
-                    map.entry(h).or_default().push(b as u32);
+                    keys.push(((h as u64) << 32) | b);
                 }
             }
-            map
+            packd_odb::pack::init::radix_sort_high_half(&mut keys);
+            keys
         });
-        let Some(same_name) = map.get(&hash) else {
+        let from = by_hash.partition_point(|&k| (k >> 32) < hash as u64);
+        let to = from + by_hash[from..].partition_point(|&k| (k >> 32) == hash as u64);
+        // Bits are the keys' low halves.
+        let same_name = &by_hash[from..to];
+        if same_name.is_empty() {
             return Ok(None);
-        };
+        }
         let objects = self.repo.objects();
         let target = objects.read(id)?.ok_or_else(|| {
             PackError::BadRequest(format!("object {id} is missing from the repository"))
@@ -949,7 +956,7 @@ impl PackServer {
         let kind_bits = index.type_bitmap(target.kind);
         // The nearest versions in pack order first (git writes recent objects together), of the
         // same kind (commits and root trees share the empty path's hash).
-        let at = same_name.partition_point(|&b| (b as u64) < bit);
+        let at = same_name.partition_point(|&k| (k as u32 as u64) < bit);
         // Candidates: (bit, position in the plan when already written).
         let usable = |c: u32| -> Result<Option<(u64, Option<usize>)>, PackError> {
             let c = c as u64;
@@ -975,13 +982,13 @@ impl PackServer {
         while order.len() < 4 * CANDIDATES && examined < 8192 && (lo > 0 || hi < same_name.len()) {
             if hi < same_name.len() {
                 examined += 1;
-                order.extend(usable(same_name[hi])?);
+                order.extend(usable(same_name[hi] as u32)?);
                 hi += 1;
             }
             if lo > 0 {
                 lo -= 1;
                 examined += 1;
-                order.extend(usable(same_name[lo])?);
+                order.extend(usable(same_name[lo] as u32)?);
             }
         }
         tracing::trace!(

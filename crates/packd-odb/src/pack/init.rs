@@ -238,11 +238,12 @@ impl Pack {
 
 /// Sorts keys by their high 32 bits (stable, so equal high halves keep their order).
 ///
-/// Without a `.rev` file this sort runs every time a pack's reverse index is first needed (489k
+/// Public for other per-pack tables built the same way (a key holding a 32-bit sort key over
+/// a 32-bit position). Without a `.rev` file this sort runs every time a pack's reverse index is first needed (489k
 /// to 849k entries for git/git), so it is a radix sort over the significant bits of the high
 /// half: a few linear passes of 11-bit digits, whose 2048 buckets
 /// stay in cache while scattering, instead of a comparison sort.
-fn radix_sort_high_half(keys: &mut Vec<u64>) {
+pub fn radix_sort_high_half(keys: &mut Vec<u64>) {
     const BITS: u32 = 11;
     const MASK: u64 = (1 << BITS) - 1;
     if keys.len() < 4096 {
