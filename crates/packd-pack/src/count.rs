@@ -222,22 +222,26 @@ impl PackServer {
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
             if let Some(index) = &self.bitmap {
-                if let Some((mut wanted, had)) = index.difference(repo, &request.wants, &haves)? {
+                if let Some(answer) = index.difference_with_outside(repo, &request.wants, &haves)? {
+                    let (mut wanted, had) = (answer.wanted, answer.had);
                     if cancel.load(Ordering::Relaxed) {
                         return Err(PackError::Cancelled);
                     }
                     self.apply_filter(index, request, &mut wanted)?;
+                    let outside = self.filter_outside(request, answer.outside)?;
                     let total = wanted.count_ones();
-                    if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
-                        progress.finish("Counting objects", total);
-                        return Ok(Planned {
-                            had: Had::Bits(had),
-                            whole: Some(pack.clone()),
-                            ..Planned::default()
-                        });
+                    if outside.is_empty() {
+                        if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
+                            progress.finish("Counting objects", total);
+                            return Ok(Planned {
+                                had: Had::Bits(had),
+                                whole: Some(pack.clone()),
+                                ..Planned::default()
+                            });
+                        }
                     }
                     let mut sorter = Sorter::new();
-                    sorter.items.reserve(total as usize);
+                    sorter.items.reserve(total as usize + outside.len());
                     // One pack's bits are its entries in offset order: no lookups needed.
                     let single = match index.single_pack() {
                         Some(pack) => Some((pack, pack.sorted_offsets()?)),
@@ -267,15 +271,26 @@ impl PackServer {
                             }
                         }
                     }
+                    // Outside objects: loose, or in packs written since the bitmap.
+                    let mut outside_ids = IdSet::default();
+                    for (id, _) in outside {
+                        let location = objects.locate(&id)?.ok_or_else(|| missing(&id))?;
+                        sorter.push(id, location);
+                        outside_ids.insert(id);
+                    }
                     if request.include_tag {
                         // A tag reached through several refs (a tag of a tag and the tag
                         // itself) is added once: loose tags have no offset to deduplicate by.
                         let mut added = IdSet::default();
                         for tag in self.tags_to_include(&|id| {
-                            Ok(index.bit_of_id(id)?.is_some_and(|bit| wanted.get(bit)))
+                            Ok(match index.bit_of_id(id)? {
+                                Some(bit) => wanted.get(bit),
+                                None => outside_ids.contains(id),
+                            })
                         })? {
                             let bit = index.bit_of_id(&tag)?;
                             if bit.is_some_and(|b| had.get(b) || wanted.get(b))
+                                || outside_ids.contains(&tag)
                                 || !added.insert(tag)
                             {
                                 continue;
@@ -407,6 +422,47 @@ impl PackServer {
             wanted.set(bit);
         }
         Ok(())
+    }
+
+    /// Drops from `outside` (objects outside the bitmapped objects) what the request's filter
+    /// leaves out, as [`PackServer::apply_filter`] does for the bitmapped ones.
+    fn filter_outside(
+        &self,
+        request: &FetchRequest,
+        outside: Vec<(ObjectId, ObjectKind)>,
+    ) -> Result<Vec<(ObjectId, ObjectKind)>, PackError> {
+        let Some(filter) = &request.filter else {
+            return Ok(outside);
+        };
+        if outside.is_empty() {
+            return Ok(outside);
+        }
+        let walker = packd_reach::walk::Walker::new(&self.repo);
+        let named: IdSet = walk::peel(&walker, &request.wants)?
+            .others
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let objects = self.repo.objects();
+        let mut kept = Vec::with_capacity(outside.len());
+        for (id, kind) in outside {
+            let keep = named.contains(&id)
+                || match (filter, kind) {
+                    (_, ObjectKind::Commit | ObjectKind::Tag) => true,
+                    (Filter::BlobNone, ObjectKind::Blob) => false,
+                    (Filter::BlobNone, ObjectKind::Tree) => true,
+                    (Filter::TreeDepth(_), _) => false,
+                    (Filter::BlobLimit(_), ObjectKind::Tree) => true,
+                    (Filter::BlobLimit(limit), ObjectKind::Blob) => {
+                        let header = objects.header(&id)?.ok_or_else(|| missing(&id))?;
+                        header.size < *limit
+                    }
+                };
+            if keep {
+                kept.push((id, kind));
+            }
+        }
+        Ok(kept)
     }
 
     /// Annotated tags (and tags of tags) under refs/tags/ whose target `sent` says is sent:

@@ -87,6 +87,29 @@ pub struct BitmapIndex {
     taken: std::sync::atomic::AtomicU32,
 }
 
+/// What [`BitmapIndex::difference_with_outside`] answers.
+#[derive(Debug)]
+pub struct WithOutside {
+    /// Bitmapped objects reachable from the wants and not from the haves.
+    pub wanted: Bitmap,
+    /// Bitmapped objects reachable from the haves: all the client has of them.
+    pub had: Bitmap,
+    /// Objects outside the bitmapped objects reachable from the wants and not from the haves.
+    pub outside: Vec<(ObjectId, ObjectKind)>,
+}
+
+/// Objects outside the bitmapped objects that some tips reach, and the bitmapped objects
+/// where that walk entered them.
+#[derive(Default)]
+struct Outside {
+    /// Bitmapped objects among the tips and named by outside objects, once each.
+    boundary: Vec<ObjectId>,
+    /// The outside objects, with their kinds.
+    objects: Vec<(ObjectId, ObjectKind)>,
+    /// The ids of both, as met: an outside id among them is an outside object.
+    ids: IdSet,
+}
+
 impl BitmapIndex {
     /// The bitmap git would use for `repo`: the multi-pack-index's if it has one, else the first
     /// pack's with a `.bitmap`. A bitmap that does not belong to its objects, or cannot be read,
@@ -755,6 +778,107 @@ impl BitmapIndex {
         exclude: &[ObjectId],
     ) -> Result<Option<(Bitmap, Bitmap)>> {
         self.difference_peeled(repo, include, exclude, &IdMap::default())
+    }
+
+    /// [`BitmapIndex::difference`] for tips that may reach objects outside the bitmapped
+    /// objects: loose objects and packs written since the bitmap (every push until the next
+    /// repack). Those objects are walked by reading them, as git's extended index does, until
+    /// the walk enters the bitmapped objects; the bitmaps answer from there. Returns the two
+    /// sets of bits and the outside objects reachable from `include` and not from `exclude`.
+    /// `None` when the bitmap cannot answer (an object missing, or a bitmapped object that
+    /// reaches outside: a pack that is not closed under reachability).
+    ///
+    /// A bitmapped pack is closed (its objects reach only its objects), so an outside object
+    /// is reached only through outside objects: those the walk from `exclude` meets are all
+    /// the outside objects the client has.
+    pub fn difference_with_outside(
+        &self,
+        repo: &Repository,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+    ) -> Result<Option<WithOutside>> {
+        let (Some(wanted), Some(had)) = (
+            self.walk_outside(repo, include)?,
+            self.walk_outside(repo, exclude)?,
+        ) else {
+            return Ok(None);
+        };
+        if !wanted.objects.is_empty() || !had.objects.is_empty() {
+            tracing::debug!(
+                "{} wanted and {} had objects outside the bitmapped objects, entering them at {} \
+                 and {} objects",
+                wanted.objects.len(),
+                had.objects.len(),
+                wanted.boundary.len(),
+                had.boundary.len()
+            );
+        }
+        let Some((bits, had_bits)) = self.difference(repo, &wanted.boundary, &had.boundary)? else {
+            return Ok(None);
+        };
+        let outside = wanted
+            .objects
+            .into_iter()
+            .filter(|(id, _)| !had.ids.contains(id))
+            .collect();
+        Ok(Some(WithOutside {
+            wanted: bits,
+            had: had_bits,
+            outside,
+        }))
+    }
+
+    /// Walks the objects outside the bitmapped objects that `tips` reach. Tips inside them
+    /// are boundary as they are (no read); `None` when an object is missing.
+    fn walk_outside(&self, repo: &Repository, tips: &[ObjectId]) -> Result<Option<Outside>> {
+        let mut out = Outside::default();
+        let mut stack = Vec::new();
+        for tip in tips {
+            if !out.ids.insert(*tip) {
+                continue;
+            }
+            if self.objects.find(tip).is_some() {
+                out.boundary.push(*tip);
+            } else {
+                stack.push(*tip);
+            }
+        }
+        let objects = repo.objects();
+        while let Some(id) = stack.pop() {
+            let Some(object) = objects.read(&id)? else {
+                return Ok(None);
+            };
+            let mut next = |child: ObjectId| {
+                if !out.ids.insert(child) {
+                    return;
+                }
+                if self.objects.find(&child).is_some() {
+                    out.boundary.push(child);
+                } else {
+                    stack.push(child);
+                }
+            };
+            match object.kind {
+                ObjectKind::Commit => {
+                    let info = parse_commit(&id, &object.data)?;
+                    next(info.tree);
+                    info.parents.into_iter().for_each(&mut next);
+                }
+                ObjectKind::Tree => {
+                    for entry in packd_odb::parse::tree_entries(&id, &object.data) {
+                        let (mode, _, child) = entry?;
+                        // A gitlink names a commit of another repository.
+                        if mode & 0o170000 != 0o160000 {
+                            next(child);
+                        }
+                    }
+                }
+                ObjectKind::Tag => next(packd_odb::parse::tag_target(&id, &object.data)?),
+                ObjectKind::Blob => {}
+            }
+            out.objects.push((id, object.kind));
+        }
+        Ok(Some(out))
     }
 
     fn difference_peeled(
