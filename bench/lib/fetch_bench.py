@@ -18,8 +18,10 @@ four states: a fresh server's first clone and the running server's next one (bot
 cache off), then with the clone cache the clone that fills it and the next one, sent from it;
 with a
 fourth argument (a copy that keeps every ref), the same for a mirror clone of it (wants = every
-ref, the issue's own full-clone setting); and with HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's own
-smart HTTP (git http-backend behind bench/lib/http_backend.py).
+ref, the issue's own full-clone setting); then the same repository after a push (one new loose
+commit since the last repack): a clone and a fetch 1 day behind (`after_push`); and with
+HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's
+own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
 import http.client
 import filecmp
@@ -224,6 +226,65 @@ def full_clone(packd, repo, wants, tmp):
     print(f"   packd's pack is byte for byte git's: {identical}")
 
 
+def after_push(packd, repo, tmp, runs):
+    """A repository pushed to since its last repack: a hard-linked copy of `repo` with one new
+    commit (a loose object, as git receive-pack stores a small push) on HEAD's branch. Server
+    CPU and pack bytes of a clone (every branch and tag) and of a fetch 1 day behind, git's
+    pack-objects against packd serve (clone cache off). packd's bitmaps do not number the new
+    commit: it is walked until the walk enters the bitmapped pack."""
+    copy = f"{tmp}/pushed.git"
+    shutil.rmtree(copy, ignore_errors=True)
+    # Git replaces files by renaming new ones over them, so the links stay the original's.
+    subprocess.run(["cp", "-al", repo, copy], check=True)
+    branch = git(copy, "symbolic-ref", "HEAD")
+    old_head = git(copy, "rev-parse", "HEAD")
+    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
+    new = subprocess.run(["git", "-C", copy, "commit-tree", "-p", old_head, "-m", "pushed",
+                          f"{old_head}^{{tree}}"], check=True, capture_output=True, text=True,
+                         env=env).stdout.strip()
+    git(copy, "update-ref", branch, new, old_head)
+    head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
+    have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
+    refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", "refs/heads",
+                          "refs/tags").split()))
+    cases = [("clone, every branch and tag", refs, [], True),
+             ("fetch, 1 day behind", [new], [have], False)]
+    print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
+          f"{'packd bytes':>11} {'ratio':>6}")
+    server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
+    try:
+        for label, wants, haves, include_tag in cases:
+            revs = "".join(w + "\n" for w in wants) + "".join("^" + h + "\n" for h in haves)
+            flags = ["--include-tag"] if include_tag else []
+            git_cpu = []
+            for _ in range(3 if include_tag else runs):
+                with open(f"{tmp}/git.pack", "wb") as out:
+                    c, _, _, code = run_rusage(
+                        ["git", "-C", copy, "pack-objects", "--stdout", "--revs", "--thin",
+                         "--use-bitmap-index", "--delta-base-offset", *flags], revs.encode(),
+                        stdout=out)
+                if code != 0:
+                    sys.exit("git pack-objects failed")
+                git_cpu.append(c)
+            gc = statistics.median(git_cpu)
+            git_bytes = os.path.getsize(f"{tmp}/git.pack")
+            n = 1 if include_tag else runs
+            before = server.cpu()
+            for _ in range(n):
+                size = server.fetch("pushed.git", wants, haves, f"{tmp}/packd.pack",
+                                    include_tag=include_tag)
+            pc = (server.cpu() - before) / n
+            print(f"{label:30} {gc:>9.4f} {pc:>9.4f} {pc / gc:>6.2f}  {git_bytes:>11} "
+                  f"{size:>11} {size / git_bytes:>6.3f}", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(copy, ignore_errors=True)
+        for f in ("git.pack", "packd.pack"):
+            if os.path.exists(f"{tmp}/{f}"):
+                os.unlink(f"{tmp}/{f}")
+
+
 def main():
     packd, repo, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
     mirror = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
@@ -284,6 +345,10 @@ def main():
         print("   " + git(mirror, "count-objects", "-v").replace("\n", ", "))
         refs = git(mirror, "for-each-ref", "--format=%(objectname)").split()
         full_clone(packd, mirror, sorted(set(refs)), tmp)
+
+    print("\n== after a push (one new loose commit on HEAD's branch since the last repack): "
+          "server side")
+    after_push(packd, repo, tmp, runs)
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
