@@ -577,3 +577,103 @@ fn start_up_survives_a_closed_pipe_and_both_parsers_agree() {
     assert_eq!(out.status.signal(), None, "killed by a signal: {out:?}");
     assert!(!out.status.success(), "{out:?}");
 }
+
+/// Clones or fetches from `server` through `packd upload-pack` with the counting logged;
+/// returns the client's stderr (packd's log among it).
+fn upload_logged(client_dir: &std::path::Path, sb: &Sandbox, args: &[&str]) -> String {
+    let up = format!("--upload-pack={} upload-pack", common::PACKD);
+    let mut cmd = sb.git_cmd(client_dir);
+    cmd.env("PACKD_LOG", "packd_reach=debug,packd_pack=debug")
+        .args(["-c", "protocol.version=2"])
+        .arg(args[0])
+        .arg(&up)
+        .args(&args[1..]);
+    let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+    run.assert_success();
+    run.err()
+}
+
+/// After a push, until the next repack, the new objects are outside the bitmapped pack (in the
+/// pack the push wrote): a clone and a fetch still count with the bitmap (the new objects are
+/// walked until the walk enters the bitmapped pack), never by walking the whole history, and
+/// git finds the results complete.
+#[test]
+fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
+    let sb = Sandbox::new();
+    let (server, client) = setup(&sb);
+    for i in 0..20 {
+        std::fs::write(client.path.join(format!("f{i}")), format!("{i}\n")).unwrap();
+        client.git(&["add", "."]);
+        client.git(&["commit", "-q", "-m", &format!("c{i}")]);
+    }
+    push(&client, &server, &["main"]).assert_success();
+    server.git(&["repack", "-adbq"]);
+    let bitmaps: Vec<String> = pack_files(&server)
+        .into_iter()
+        .filter(|n| n.ends_with(".bitmap"))
+        .collect();
+    assert_eq!(bitmaps.len(), 1, "{:?}", pack_files(&server));
+
+    // An early clone, to fetch into later.
+    let early = sb.path().join("early");
+    let target = server.git_dir.to_str().unwrap().to_string();
+    upload_logged(
+        sb.path(),
+        &sb,
+        &["clone", "-q", "--bare", "--no-local", &target, early.to_str().unwrap()],
+    );
+
+    // The push: new files, a changed one, a new branch and an annotated tag.
+    std::fs::write(client.path.join("f3"), "changed\n").unwrap();
+    std::fs::create_dir_all(client.path.join("dir")).unwrap();
+    std::fs::write(client.path.join("dir/new"), "new\n").unwrap();
+    client.git(&["add", "."]);
+    client.git(&["commit", "-q", "-m", "pushed"]);
+    client.git(&["tag", "-a", "-m", "pushed tag", "v-pushed"]);
+    client.git(&["branch", "side", "HEAD~5"]);
+    push(&client, &server, &["main", "side", "v-pushed"]).assert_success();
+    assert!(
+        pack_files(&server).iter().filter(|n| n.ends_with(".pack")).count() >= 2
+            || server.loose_count() > 0,
+        "the push is outside the bitmapped pack"
+    );
+
+    let clone = sb.path().join("after");
+    let log = upload_logged(
+        sb.path(),
+        &sb,
+        &["clone", "-q", "--bare", "--no-local", &target, clone.to_str().unwrap()],
+    );
+    assert!(
+        log.contains("objects outside the bitmapped objects"),
+        "the clone walked the push's objects: {log}"
+    );
+    assert!(
+        !log.contains("cannot answer"),
+        "the clone counted with the bitmap: {log}"
+    );
+    let after = Repo {
+        path: clone.clone(),
+        git_dir: clone.clone(),
+        home: sb.home.clone(),
+    };
+    after.git(&["fsck", "--strict", "--no-progress", "--no-dangling"]);
+    assert_eq!(refs(&after), refs(&server));
+
+    let early = Repo {
+        path: early.clone(),
+        git_dir: early.clone(),
+        home: sb.home.clone(),
+    };
+    let log = upload_logged(
+        &early.path,
+        &sb,
+        &["fetch", "-q", &target, "+refs/*:refs/*"],
+    );
+    assert!(
+        log.contains("objects outside the bitmapped objects") && !log.contains("cannot answer"),
+        "the fetch counted with the bitmap: {log}"
+    );
+    early.git(&["fsck", "--strict", "--no-progress", "--no-dangling"]);
+    assert_eq!(refs(&early), refs(&server));
+}
