@@ -620,7 +620,14 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     upload_logged(
         sb.path(),
         &sb,
-        &["clone", "-q", "--bare", "--no-local", &target, early.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--no-local",
+            &target,
+            early.to_str().unwrap(),
+        ],
     );
 
     // The push: new files, a changed one, a new branch and an annotated tag.
@@ -633,7 +640,11 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     client.git(&["branch", "side", "HEAD~5"]);
     push(&client, &server, &["main", "side", "v-pushed"]).assert_success();
     assert!(
-        pack_files(&server).iter().filter(|n| n.ends_with(".pack")).count() >= 2
+        pack_files(&server)
+            .iter()
+            .filter(|n| n.ends_with(".pack"))
+            .count()
+            >= 2
             || server.loose_count() > 0,
         "the push is outside the bitmapped pack"
     );
@@ -642,7 +653,14 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     let log = upload_logged(
         sb.path(),
         &sb,
-        &["clone", "-q", "--bare", "--no-local", &target, clone.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--no-local",
+            &target,
+            clone.to_str().unwrap(),
+        ],
     );
     assert!(
         log.contains("objects outside the bitmapped objects"),
