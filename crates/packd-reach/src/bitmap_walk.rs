@@ -829,10 +829,12 @@ impl BitmapIndex {
     }
 
     /// Walks the objects outside the bitmapped objects that `tips` reach. Tips inside them
-    /// are boundary as they are (no read); `None` when an object is missing.
+    /// are boundary as they are (no read); `None` when an object is missing. Blobs are never
+    /// read (a tree entry's mode says what it names), so a large pushed file costs nothing.
     fn walk_outside(&self, repo: &Repository, tips: &[ObjectId]) -> Result<Option<Outside>> {
         let mut out = Outside::default();
-        let mut stack = Vec::new();
+        // (id, its kind when the object naming it says)
+        let mut stack: Vec<(ObjectId, Option<ObjectKind>)> = Vec::new();
         for tip in tips {
             if !out.ids.insert(*tip) {
                 continue;
@@ -840,43 +842,57 @@ impl BitmapIndex {
             if self.objects.find(tip).is_some() {
                 out.boundary.push(*tip);
             } else {
-                stack.push(*tip);
+                stack.push((*tip, None));
             }
         }
         let objects = repo.objects();
-        while let Some(id) = stack.pop() {
+        while let Some((id, kind)) = stack.pop() {
+            let kind = match kind {
+                Some(kind) => kind,
+                None => match objects.header(&id)? {
+                    Some(header) => header.kind,
+                    None => return Ok(None),
+                },
+            };
+            out.objects.push((id, kind));
+            if kind == ObjectKind::Blob {
+                continue;
+            }
             let Some(object) = objects.read(&id)? else {
                 return Ok(None);
             };
-            let mut next = |child: ObjectId| {
+            let mut next = |child: ObjectId, kind: Option<ObjectKind>| {
                 if !out.ids.insert(child) {
                     return;
                 }
                 if self.objects.find(&child).is_some() {
                     out.boundary.push(child);
                 } else {
-                    stack.push(child);
+                    stack.push((child, kind));
                 }
             };
             match object.kind {
                 ObjectKind::Commit => {
                     let info = parse_commit(&id, &object.data)?;
-                    next(info.tree);
-                    info.parents.into_iter().for_each(&mut next);
+                    next(info.tree, Some(ObjectKind::Tree));
+                    for parent in info.parents {
+                        next(parent, Some(ObjectKind::Commit));
+                    }
                 }
                 ObjectKind::Tree => {
                     for entry in packd_odb::parse::tree_entries(&id, &object.data) {
                         let (mode, _, child) = entry?;
-                        // A gitlink names a commit of another repository.
-                        if mode & 0o170000 != 0o160000 {
-                            next(child);
+                        match mode & 0o170000 {
+                            // A gitlink names a commit of another repository.
+                            0o160000 => {}
+                            0o040000 => next(child, Some(ObjectKind::Tree)),
+                            _ => next(child, Some(ObjectKind::Blob)),
                         }
                     }
                 }
-                ObjectKind::Tag => next(packd_odb::parse::tag_target(&id, &object.data)?),
+                ObjectKind::Tag => next(packd_odb::parse::tag_target(&id, &object.data)?, None),
                 ObjectKind::Blob => {}
             }
-            out.objects.push((id, object.kind));
         }
         Ok(Some(out))
     }
