@@ -3,9 +3,17 @@
 //! ```text
 //! <git dir>/packd-cache/clone/
 //!     <key>.meta    "packd clone pack 1\n" then "objects N\nbytes B\nreused R\nreused_deltas D\nnew_deltas E\n"
+//!                   and, for an answer that is a pack file of the repository sent whole,
+//!                   "pack <its checksum, hex>\n" (a record: no <key>.pack)
 //!     <key>.pack    the pack stream exactly as sent (header, entries, trailer)
 //!     tmp_*         a pack being written; renamed to <key>.pack when complete
 //! ```
+//!
+//! An answer that is one of the repository's pack files as it is (a mirror clone of a
+//! repository packed with `repack -adb`) is kept as a record naming that pack: a copy would
+//! take as much disk again (489 MB for git/git) and writing it CPU. The pack's name is its
+//! checksum, so while a pack of that checksum is there, it is the answer; once a repack removed
+//! it, the record is dropped and the clone counted again.
 //!
 //! Why it is correct to reuse a pack without looking at the repository again: a clone asks for
 //! objects by id and has nothing, so what it must receive is the closure of its wants (less what
@@ -57,11 +65,24 @@ impl CloneCacheConfig {
     }
 }
 
+/// Records of whole-pack answers kept at most (each a small file); the least recently used
+/// go first.
+const MAX_RECORDS: usize = 256;
+
 /// A pack found in the cache.
 #[derive(Debug, Clone)]
 pub(crate) struct CachedPack {
-    pub(crate) path: PathBuf,
+    pub(crate) source: CachedSource,
     pub(crate) stats: PackStats,
+}
+
+/// Where a cached answer is.
+#[derive(Debug, Clone)]
+pub(crate) enum CachedSource {
+    /// A pack file of the cache.
+    File(PathBuf),
+    /// The repository's pack file with this checksum (hex), sent whole.
+    RepositoryPack(String),
 }
 
 /// What to do with the cache for one request.
@@ -112,19 +133,26 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn meta_text(stats: &PackStats) -> String {
-    format!(
+/// A `.meta` file's text; `pack` names the repository's pack a record stands for.
+fn meta_text(stats: &PackStats, pack: Option<&str>) -> String {
+    let mut text = format!(
         "{META_MAGIC}\nobjects {}\nbytes {}\nreused {}\nreused_deltas {}\nnew_deltas {}\n",
         stats.objects, stats.bytes, stats.reused, stats.reused_deltas, stats.new_deltas
-    )
+    );
+    if let Some(pack) = pack {
+        text.push_str(&format!("pack {pack}\n"));
+    }
+    text
 }
 
-fn parse_meta(text: &str) -> Option<PackStats> {
+/// The statistics a `.meta` file records, and the pack it names if it is a record.
+fn parse_meta(text: &str) -> Option<(PackStats, Option<String>)> {
     let mut lines = text.lines();
     if lines.next()? != META_MAGIC {
         return None;
     }
     let mut stats = PackStats::default();
+    let mut pack = None;
     for line in lines {
         let (name, value) = line.split_once(' ')?;
         match name {
@@ -133,10 +161,19 @@ fn parse_meta(text: &str) -> Option<PackStats> {
             "reused" => stats.reused = value.parse().ok()?,
             "reused_deltas" => stats.reused_deltas = value.parse().ok()?,
             "new_deltas" => stats.new_deltas = value.parse().ok()?,
+            "pack" if value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                pack = Some(value.to_ascii_lowercase())
+            }
+            "pack" => return None,
             _ => {}
         }
     }
-    (stats.bytes >= 32).then_some(stats)
+    (stats.bytes >= 32).then_some((stats, pack))
+}
+
+/// A pack's checksum in hex, as a record names it.
+pub(crate) fn pack_key(pack: &packd_odb::pack::Pack) -> String {
+    hex(pack.index().pack_checksum())
 }
 
 impl CloneCacheConfig {
@@ -151,7 +188,16 @@ impl CloneCacheConfig {
     /// The cached pack for `key`, if there is a complete one. Marks it as used.
     pub(crate) fn lookup(&self, key: &str) -> Option<CachedPack> {
         let text = std::fs::read_to_string(self.meta_path(key)).ok()?;
-        let stats = parse_meta(&text)?;
+        let (stats, pack) = parse_meta(&text)?;
+        if let Some(pack) = pack {
+            if let Ok(file) = File::options().append(true).open(self.meta_path(key)) {
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
+            return Some(CachedPack {
+                source: CachedSource::RepositoryPack(pack),
+                stats,
+            });
+        }
         let path = self.pack_path(key);
         let file = File::options().append(true).open(&path).ok()?;
         let len = file.metadata().ok()?.len();
@@ -166,7 +212,36 @@ impl CloneCacheConfig {
         }
         // Least recently used goes first: a hit counts as a use.
         let _ = file.set_modified(std::time::SystemTime::now());
-        Some(CachedPack { path, stats })
+        Some(CachedPack {
+            source: CachedSource::File(path),
+            stats,
+        })
+    }
+
+    /// Keeps the answer for `key` as a record naming the repository's pack `pack` (checksum
+    /// hex), sent whole, then evicts beyond the budget and the record limit.
+    pub(crate) fn keep_record(&self, key: &str, pack: &str, stats: &PackStats) {
+        if stats.objects < self.min_objects {
+            return;
+        }
+        let kept = std::fs::create_dir_all(&self.dir).and_then(|()| {
+            write_atomically(
+                &self.meta_path(key),
+                meta_text(stats, Some(pack)).as_bytes(),
+            )
+        });
+        match kept {
+            Ok(()) => self.evict(),
+            Err(e) => tracing::warn!(
+                "cannot keep the clone record in {}: {e}",
+                self.dir.display()
+            ),
+        }
+    }
+
+    /// Drops the record for `key`: the pack it names is gone.
+    pub(crate) fn forget(&self, key: &str) {
+        let _ = std::fs::remove_file(self.meta_path(key));
     }
 
     /// A file to write the pack for `key` into while it is sent; `None` (with a warning) when
@@ -220,7 +295,10 @@ impl CloneCacheConfig {
             file.sync_all()?;
             // The record first, the pack last: a pack is used only with its record, and a
             // record without its pack is a miss.
-            write_atomically(&self.meta_path(&filling.key), meta_text(stats).as_bytes())?;
+            write_atomically(
+                &self.meta_path(&filling.key),
+                meta_text(stats, None).as_bytes(),
+            )?;
             std::fs::rename(&temp, self.pack_path(&filling.key))?;
             Ok(true)
         })();
@@ -236,14 +314,16 @@ impl CloneCacheConfig {
         }
     }
 
-    /// Removes the least recently used packs until the rest fit the budget, and leftovers of
-    /// writers that died (temporary files older than an hour).
+    /// Removes the least recently used packs until the rest fit the budget, the least
+    /// recently used records beyond [`MAX_RECORDS`], and leftovers of writers that died
+    /// (temporary files older than an hour).
     fn evict(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
         let now = std::time::SystemTime::now();
         let mut packs = Vec::new();
+        let mut metas = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Ok(meta) = entry.metadata() else { continue };
@@ -255,6 +335,20 @@ impl CloneCacheConfig {
                 }
             } else if let Some(key) = name.strip_suffix(".pack") {
                 packs.push((modified, meta.len(), key.to_string()));
+            } else if let Some(key) = name.strip_suffix(".meta") {
+                metas.push((modified, key.to_string()));
+            }
+        }
+        // Records: the records of packs (a record without its pack is one, or a pack's record
+        // just before its pack is renamed in, which is the newest).
+        let mut records: Vec<_> = metas
+            .into_iter()
+            .filter(|(_, key)| !packs.iter().any(|p| &p.2 == key))
+            .collect();
+        if records.len() > MAX_RECORDS {
+            records.sort();
+            for (_, key) in &records[..records.len() - MAX_RECORDS] {
+                let _ = std::fs::remove_file(self.meta_path(key));
             }
         }
         packs.sort();
@@ -326,7 +420,12 @@ pub(crate) fn send(
     progress: &mut dyn crate::ProgressSink,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<PackStats, PackError> {
-    let mut file = File::open(&cached.path)?;
+    let CachedSource::File(path) = &cached.source else {
+        return Err(PackError::Io(std::io::Error::other(
+            "a record of a repository pack is sent as that pack, not as a cached file",
+        )));
+    };
+    let mut file = File::open(path)?;
     let total = cached.stats.bytes;
     let mut buf = vec![0u8; 1 << 20];
     let mut sent = 0u64;
@@ -341,7 +440,7 @@ pub(crate) fn send(
                 std::io::ErrorKind::UnexpectedEof,
                 format!(
                     "{}: the cached pack ends at {sent} bytes of {total}",
-                    cached.path.display()
+                    path.display()
                 ),
             )));
         }
@@ -368,7 +467,7 @@ mod tests {
             reused_deltas: 4,
             new_deltas: 1,
         };
-        let parsed = parse_meta(&meta_text(&stats)).expect("parses");
+        let (parsed, pack) = parse_meta(&meta_text(&stats, None)).expect("parses");
         assert_eq!(
             (
                 parsed.objects,
@@ -379,6 +478,11 @@ mod tests {
             ),
             (12, 3456, 10, 4, 1)
         );
+        assert_eq!(pack, None);
+        let named = "0123456789abcdef0123456789abcdef01234567";
+        let (again, pack) = parse_meta(&meta_text(&stats, Some(named))).expect("parses");
+        assert_eq!((again.objects, pack.as_deref()), (12, Some(named)));
+        assert!(parse_meta(&format!("{META_MAGIC}\nbytes 100\npack 12\n")).is_none());
         assert!(parse_meta("something else\nobjects 1\n").is_none());
         assert!(parse_meta(&format!("{META_MAGIC}\nobjects x\n")).is_none());
         assert!(parse_meta(&format!("{META_MAGIC}\nobjects 1\nbytes 10\n")).is_none());

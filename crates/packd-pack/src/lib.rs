@@ -21,6 +21,7 @@ mod delta_encode;
 mod walk;
 mod write;
 
+use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository};
 use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::Write;
@@ -213,15 +214,44 @@ impl PackServer {
         if let Some(config) = &self.clone_cache {
             if let Some(key) = clone_cache::key(&self.repo, request)? {
                 if let Some(cached) = config.lookup(&key) {
-                    progress.finish("Enumerating objects", cached.stats.objects as u64);
-                    return Ok(PackPlan {
-                        shallow: Vec::new(),
-                        object_count: cached.stats.objects,
-                        planned: count::Planned::default(),
-                        ofs_delta: request.ofs_delta,
-                        thin: request.thin,
-                        cache: Some(clone_cache::CacheUse::Hit(cached)),
-                    });
+                    match &cached.source {
+                        clone_cache::CachedSource::File(_) => {
+                            progress.finish("Enumerating objects", cached.stats.objects as u64);
+                            return Ok(PackPlan {
+                                shallow: Vec::new(),
+                                object_count: cached.stats.objects,
+                                planned: count::Planned::default(),
+                                ofs_delta: request.ofs_delta,
+                                thin: request.thin,
+                                cache: Some(clone_cache::CacheUse::Hit(cached)),
+                            });
+                        }
+                        // A record: the repository's pack of that checksum, sent whole, is
+                        // the answer while it is there.
+                        clone_cache::CachedSource::RepositoryPack(name) => {
+                            match self.repository_pack(name)? {
+                                Some(pack) => {
+                                    let object_count = pack.len();
+                                    progress.finish("Enumerating objects", object_count as u64);
+                                    return Ok(PackPlan {
+                                        shallow: Vec::new(),
+                                        object_count,
+                                        planned: count::Planned {
+                                            whole: Some(pack),
+                                            ..count::Planned::default()
+                                        },
+                                        ofs_delta: request.ofs_delta,
+                                        thin: request.thin,
+                                        cache: None,
+                                    });
+                                }
+                                None => {
+                                    tracing::debug!("clone record {key}: pack {name} is gone");
+                                    config.forget(&key);
+                                }
+                            }
+                        }
+                    }
                 }
                 cache = Some(clone_cache::CacheUse::Fill(key));
             }
@@ -253,6 +283,17 @@ impl PackServer {
             thin: request.thin,
             cache,
         })
+    }
+
+    /// The repository's pack whose checksum is `name` (hex), if it is there and its file is
+    /// a stream of all its entries as it is.
+    fn repository_pack(&self, name: &str) -> Result<Option<Arc<Pack>>, PackError> {
+        for pack in self.repo.objects().packs() {
+            if clone_cache::pack_key(pack) == name && write::sends_as_is(pack)? {
+                return Ok(Some(pack.clone()));
+            }
+        }
+        Ok(None)
     }
 
     /// Hands back what a long counting walk left resident and the writing does not need: the
@@ -287,6 +328,20 @@ impl PackServer {
                 return clone_cache::send(cached, out, progress, cancel);
             }
             (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
+                // An answer that is a pack file of the repository is kept as a record of it.
+                if let Some(pack) = write::sent_whole(&plan.planned, plan.ofs_delta)? {
+                    let name = clone_cache::pack_key(pack);
+                    let stats = self.write_planned(
+                        &plan.planned,
+                        plan.ofs_delta,
+                        plan.thin,
+                        out,
+                        progress,
+                        cancel,
+                    )?;
+                    config.keep_record(key, &name, &stats);
+                    return Ok(stats);
+                }
                 config.start(key).map(|f| (config, f))
             }
             _ => None,

@@ -320,7 +320,7 @@ const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 /// start chooses ranges of about [`WHOLE_PACK_ENTRIES`] entries), each range's entries are
 /// sorted by offset, and each entry ends where the next starts. A damaged entry stops the
 /// stream before its last byte, so the client never gets it whole, nor a trailer.
-fn write_whole_pack(
+pub(crate) fn write_whole_pack(
     pack: &Pack,
     out: &mut dyn Write,
     progress: &mut dyn ProgressSink,
@@ -529,6 +529,28 @@ fn check_entry_crc(
     Ok(())
 }
 
+/// The pack whose file is the whole answer to `plan`, if one is: a plan counted as a whole
+/// pack with bitmaps, or every entry of one pack (as a count without bitmaps can give) for a
+/// client taking offset deltas, when the file starts with the stream's header.
+pub(crate) fn sent_whole(plan: &Planned, ofs_delta: bool) -> Result<Option<&Arc<Pack>>, PackError> {
+    if let Some(pack) = &plan.whole {
+        return Ok(Some(pack));
+    }
+    let Ok(count) = u32::try_from(plan.items.len()) else {
+        return Ok(None);
+    };
+    // Items are sorted and distinct, so these are all of the pack's entries.
+    if ofs_delta
+        && plan.packs.len() == 1
+        && plan.items.last().is_some_and(|i| i.rank == 0)
+        && plan.packs[0].len() == count
+        && sends_as_is(&plan.packs[0])?
+    {
+        return Ok(Some(&plan.packs[0]));
+    }
+    Ok(None)
+}
+
 /// Whether `pack`'s file starts with the header a stream of all its entries starts with
 /// (version 2, its object count): then the file, sent as it is, is that stream.
 pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
@@ -585,21 +607,11 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
-        if let Some(pack) = &plan.whole {
+        if let Some(pack) = sent_whole(plan, ofs_delta)? {
             return write_whole_pack(pack, out, progress, cancel);
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
-        // Every entry of one pack (items are sorted and distinct, so these are all of them), as
-        // a count without bitmaps can give: that pack file is the stream, as for a whole plan.
-        if ofs_delta
-            && plan.packs.len() == 1
-            && plan.items.last().is_some_and(|i| i.rank == 0)
-            && plan.packs[0].len() == count
-            && sends_as_is(&plan.packs[0])?
-        {
-            return write_whole_pack(&plan.packs[0], out, progress, cancel);
-        }
         let mut output = Output {
             out,
             buf: Vec::with_capacity(OUT_BUFFER),

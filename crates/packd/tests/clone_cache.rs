@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// A repository of a little over 10,000 objects (the cache keeps clones of 10,000 or more):
-/// one commit of 10,050 small files, a second commit, and an annotated tag.
+/// one commit of 10,050 small files, then (imported apart, so that no clone is one pack file
+/// as it is) a second commit and an annotated tag.
 fn big_enough(sb: &Sandbox) -> Repo {
     let repo = sb.init_bare("src.git");
     let mut stream = Vec::new();
@@ -28,12 +29,16 @@ fn big_enough(sb: &Sandbox) -> Repo {
             .as_bytes(),
         );
     }
-    stream.extend_from_slice(
-        b"\ncommit refs/heads/main\ncommitter A <a@example.com> 1700000100 +0000\ndata 7\nsecond\n\
-          M 644 inline extra.txt\ndata 6\nextra\n\n\
+    repo.fast_import(&stream);
+    repo.fast_import(
+        b"commit refs/heads/main\ncommitter A <a@example.com> 1700000100 +0000\ndata 7\nsecond\n\
+          from refs/heads/main^0\nM 644 inline extra.txt\ndata 6\nextra\n\n\
           tag v1\nfrom refs/heads/main\ntagger A <a@example.com> 1700000200 +0000\ndata 4\nv1!\n\n",
     );
-    repo.fast_import(&stream);
+    assert!(
+        repo.packs().len() == 2 || repo.loose_count() > 0,
+        "the second import is apart from the first"
+    );
     repo
 }
 
@@ -222,4 +227,64 @@ fn a_damaged_kept_pack_is_not_used() {
     std::fs::write(&meta[0], "not a record\n").unwrap();
     let third = clone(&sb, &repo, "third.git", 2, "");
     assert_eq!(object_count(&sb, &third), object_count(&sb, &first));
+}
+
+/// The pack file of `repo` (it has one) and its checksum in hex.
+fn only_pack(repo: &Repo) -> (PathBuf, String) {
+    let packs: Vec<PathBuf> = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    let bytes = std::fs::read(&packs[0]).unwrap();
+    let checksum = bytes[bytes.len() - 20..]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (packs[0].clone(), checksum)
+}
+
+/// A clone whose answer is the repository's pack file as it is (`repack -adb`, every object
+/// wanted) is kept as a record naming that pack, not as a copy; the next clone is sent from the
+/// pack; once a repack replaced the pack, the record is dropped and made again for the new one.
+#[test]
+fn a_clone_that_is_a_whole_pack_is_kept_as_a_record_of_it() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    repo.git(&["repack", "-adbq"]);
+    let (_, checksum) = only_pack(&repo);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    assert!(
+        cached(&repo, ".pack").is_empty(),
+        "a copy of the pack was kept"
+    );
+    let metas = cached(&repo, ".meta");
+    assert_eq!(metas.len(), 1);
+    let record = std::fs::read_to_string(&metas[0]).unwrap();
+    assert!(
+        record.contains(&format!("\npack {checksum}\n")),
+        "the record names another pack: {record}"
+    );
+    age(&metas[0]);
+    let again = clone(&sb, &repo, "again.git", 2, "");
+    assert!(recently_used(&metas[0]), "the record was not used");
+    assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+    assert_eq!(object_count(&sb, &again), object_count(&sb, &first));
+
+    // The same objects packed again, into other bytes: the record's pack is gone.
+    repo.git(&["-c", "pack.compression=1", "repack", "-adbfq"]);
+    let (_, repacked) = only_pack(&repo);
+    assert_ne!(repacked, checksum);
+    let third = clone(&sb, &repo, "third.git", 2, "");
+    assert_eq!(object_count(&sb, &third), object_count(&sb, &first));
+    let metas = cached(&repo, ".meta");
+    assert_eq!(metas.len(), 1);
+    let record = std::fs::read_to_string(&metas[0]).unwrap();
+    assert!(
+        record.contains(&format!("\npack {repacked}\n")),
+        "the record was not made again for the new pack: {record}"
+    );
+    assert!(cached(&repo, ".pack").is_empty());
 }
