@@ -222,7 +222,12 @@ impl PackServer {
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
             if let Some(index) = &self.bitmap {
-                if let Some(answer) = index.difference_with_outside(repo, &request.wants, &haves)? {
+                if let Some(answer) = index.difference_with_outside(
+                    repo,
+                    &request.wants,
+                    &haves,
+                    &IdMap::default(),
+                )? {
                     let (mut wanted, had) = (answer.wanted, answer.had);
                     if cancel.load(Ordering::Relaxed) {
                         return Err(PackError::Cancelled);

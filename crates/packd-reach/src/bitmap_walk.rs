@@ -791,11 +791,14 @@ impl BitmapIndex {
     /// A bitmapped pack is closed (its objects reach only its objects), so an outside object
     /// is reached only through outside objects: those the walk from `exclude` meets are all
     /// the outside objects the client has.
+    ///
+    /// `peeled` is as for [`BitmapIndex::query_peeled`].
     pub fn difference_with_outside(
         &self,
         repo: &Repository,
         include: &[ObjectId],
         exclude: &[ObjectId],
+        peeled: &IdMap<ObjectId>,
     ) -> Result<Option<WithOutside>> {
         let (Some(wanted), Some(had)) = (
             self.walk_outside(repo, include)?,
@@ -813,7 +816,9 @@ impl BitmapIndex {
                 had.boundary.len()
             );
         }
-        let Some((bits, had_bits)) = self.difference(repo, &wanted.boundary, &had.boundary)? else {
+        let Some((bits, had_bits)) =
+            self.difference_peeled(repo, &wanted.boundary, &had.boundary, peeled)?
+        else {
             return Ok(None);
         };
         let outside = wanted

@@ -83,8 +83,8 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
         }
     }
     // Git answers with the exact set difference when it uses bitmaps, and it uses them when
-    // asked and a pack has one; so does packd. The bitmap cannot answer when the walk leaves its
-    // pack; the plain walk then gives the same exact answer.
+    // asked and a pack has one (but see below); so does packd. When the bitmap cannot answer
+    // (a pack that is not closed), the plain walk gives the same exact answer.
     tracing::debug!("arguments and refs read in {:?}", started.elapsed());
     let bitmaps = if use_bitmaps {
         // Tips of a command-line query seldom all have bitmaps: start the pack positions a
@@ -93,18 +93,46 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     } else {
         None
     };
+    // Git gives up its bitmaps when there are negative tips and none is in the bitmapped pack
+    // (`prepare_bitmap_walk`): its plain walk then answers, which may list objects the negative
+    // tips reach. So does packd, to give git's answer.
+    let bitmaps = match bitmaps {
+        Some(index) if !query.exclude.is_empty() => {
+            let mut any = false;
+            for id in &query.exclude {
+                if index.bit_of_id(id)?.is_some() {
+                    any = true;
+                    break;
+                }
+            }
+            any.then_some(index)
+        }
+        other => other,
+    };
     query.exact = bitmaps.is_some();
     if let Some(index) = &bitmaps {
-        if let Some(bits) =
-            index.query_peeled(repo, &query.include, &query.exclude, query.objects, &peeled)?
+        // Objects outside the bitmapped pack (pushed since the last repack) are walked until
+        // the walk enters it, as git's extended index does.
+        if let Some(mut answer) =
+            index.difference_with_outside(repo, &query.include, &query.exclude, &peeled)?
         {
+            let mut bits = answer.wanted;
+            if !query.objects {
+                bits.and_assign(index.type_bitmap(ObjectKind::Commit));
+                answer
+                    .outside
+                    .retain(|(_, kind)| *kind == ObjectKind::Commit);
+            }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             if count {
-                writeln!(out, "{}", bits.count_ones())?;
+                writeln!(out, "{}", bits.count_ones() + answer.outside.len() as u64)?;
             } else {
                 // Like git's bitmap walk, object names are not known here.
                 for id in index.ids(&bits) {
+                    writeln!(out, "{id}")?;
+                }
+                for (id, _) in &answer.outside {
                     writeln!(out, "{id}")?;
                 }
             }

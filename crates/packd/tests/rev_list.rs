@@ -155,6 +155,31 @@ fn same_objects_as_git_with_its_bitmaps() {
     }
 }
 
+/// History added since the last repack (a second pack, outside the bitmapped one, as a push
+/// leaves it): the bitmaps still answer, the new objects walked until the walk enters the
+/// bitmapped pack, and every answer is git's.
+#[test]
+fn same_objects_as_git_with_bitmaps_and_history_since() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["repack", "-adbq"]);
+    more_history(&repo);
+    assert!(repo.packs().len() >= 2, "{:?}", repo.packs());
+    for q in QUERIES {
+        compare(&repo, q, true);
+    }
+    let run = packd_debug(
+        &repo,
+        &["rev-list", "--use-bitmap-index", "--objects", "main"],
+    );
+    run.assert_success();
+    assert!(
+        run.err().contains("outside the bitmapped objects"),
+        "the new history was not walked into the bitmapped pack: {}",
+        run.err()
+    );
+}
+
 #[test]
 fn same_objects_as_git_with_reverse_index_files() {
     let sb = Sandbox::new();
