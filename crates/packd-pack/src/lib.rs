@@ -323,38 +323,37 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
+        // An answer that is a pack file of the repository is kept as a record of it (its
+        // cache entry and the pack's checksum), not written to the cache.
+        let mut record = None;
         let filling = match (&self.clone_cache, &plan.cache) {
             (_, Some(clone_cache::CacheUse::Hit(cached))) => {
                 return clone_cache::send(cached, out, progress, cancel);
             }
             (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
-                // An answer that is a pack file of the repository is kept as a record of it.
-                if let Some(pack) = write::sent_whole(&plan.planned, plan.ofs_delta)? {
-                    let name = clone_cache::pack_key(pack);
-                    let stats = self.write_planned(
-                        &plan.planned,
-                        plan.ofs_delta,
-                        plan.thin,
-                        out,
-                        progress,
-                        cancel,
-                    )?;
-                    config.keep_record(key, &name, &stats);
-                    return Ok(stats);
+                match write::sent_whole(&plan.planned, plan.ofs_delta)? {
+                    Some(pack) => {
+                        record = Some((config, key, clone_cache::pack_key(pack)));
+                        None
+                    }
+                    None => config.start(key).map(|f| (config, f)),
                 }
-                config.start(key).map(|f| (config, f))
             }
             _ => None,
         };
         let Some((config, mut filling)) = filling else {
-            return self.write_planned(
+            let stats = self.write_planned(
                 &plan.planned,
                 plan.ofs_delta,
                 plan.thin,
                 out,
                 progress,
                 cancel,
-            );
+            )?;
+            if let Some((config, key, name)) = record {
+                config.keep_record(key, &name, &stats);
+            }
+            return Ok(stats);
         };
         let stats = {
             let mut tee = clone_cache::Tee {

@@ -593,6 +593,16 @@ fn upload_logged(client_dir: &std::path::Path, sb: &Sandbox, args: &[&str]) -> S
     run.err()
 }
 
+/// `git clone --bare` of `target` into `dest` through `packd upload-pack`, logged.
+fn clone_logged(sb: &Sandbox, target: &str, dest: &std::path::Path) -> String {
+    let dest = dest.to_str().unwrap();
+    upload_logged(
+        sb.path(),
+        sb,
+        &["clone", "-q", "--bare", "--no-local", target, dest],
+    )
+}
+
 /// After a push, until the next repack, the new objects are outside the bitmapped pack (in the
 /// pack the push wrote): a clone and a fetch still count with the bitmap (the new objects are
 /// walked until the walk enters the bitmapped pack), never by walking the whole history, and
@@ -617,18 +627,7 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     // An early clone, to fetch into later.
     let early = sb.path().join("early");
     let target = server.git_dir.to_str().unwrap().to_string();
-    upload_logged(
-        sb.path(),
-        &sb,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            "--no-local",
-            &target,
-            early.to_str().unwrap(),
-        ],
-    );
+    clone_logged(&sb, &target, &early);
 
     // The push: new files, a changed one, a new branch and an annotated tag.
     std::fs::write(client.path.join("f3"), "changed\n").unwrap();
@@ -650,18 +649,7 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     );
 
     let clone = sb.path().join("after");
-    let log = upload_logged(
-        sb.path(),
-        &sb,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            "--no-local",
-            &target,
-            clone.to_str().unwrap(),
-        ],
-    );
+    let log = clone_logged(&sb, &target, &clone);
     assert!(
         log.contains("objects outside the bitmapped objects"),
         "the clone walked the push's objects: {log}"
