@@ -234,8 +234,11 @@ def after_push(packd, repo, tmp, runs):
     commit: it is walked until the walk enters the bitmapped pack."""
     copy = f"{tmp}/pushed.git"
     shutil.rmtree(copy, ignore_errors=True)
-    # Git replaces files by renaming new ones over them, so the links stay the original's.
+    # Git replaces files by renaming new ones over them, so the links stay the original's;
+    # reflogs are appended to in place, so the copy has none and writes none.
     subprocess.run(["cp", "-al", repo, copy], check=True)
+    shutil.rmtree(f"{copy}/logs", ignore_errors=True)
+    git(copy, "config", "core.logAllRefUpdates", "false")
     branch = git(copy, "symbolic-ref", "HEAD")
     old_head = git(copy, "rev-parse", "HEAD")
     env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",

@@ -20,8 +20,9 @@
 //! a filter leaves out): a function of the wants alone, since ids name immutable content. The
 //! key is therefore the wants, the filter and the client's pack options; with `include-tag`
 //! also every `refs/tags/*` ref, since the tags sent depend on which tags exist. A push or a
-//! repack changes no cached answer; at worst a cached pack is less well compressed than a new
-//! one would be, and the size budget evicts the least recently used packs first.
+//! repack changes no cached pack; at worst it is less well compressed than a new one would be,
+//! and the size budget evicts the least recently used packs first. (A record of a repository
+//! pack lasts only as long as that pack, see below.)
 //!
 //! Why it matters: a clone served from its cached pack costs a read and a write of its bytes,
 //! where writing it anew also hashes every byte for the trailer (SHA-1 is most of a clone's
@@ -239,9 +240,17 @@ impl CloneCacheConfig {
         }
     }
 
-    /// Drops the record for `key`: the pack it names is gone.
-    pub(crate) fn forget(&self, key: &str) {
-        let _ = std::fs::remove_file(self.meta_path(key));
+    /// Drops the record for `key` if it still names `pack`, which is gone (another server may
+    /// have written a new entry for the key meanwhile).
+    pub(crate) fn forget(&self, key: &str, pack: &str) {
+        let path = self.meta_path(key);
+        let names_it = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| parse_meta(&text))
+            .is_some_and(|(_, named)| named.as_deref() == Some(pack));
+        if names_it {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// A file to write the pack for `key` into while it is sent; `None` (with a warning) when
@@ -339,11 +348,13 @@ impl CloneCacheConfig {
                 metas.push((modified, key.to_string()));
             }
         }
-        // Records: the records of packs (a record without its pack is one, or a pack's record
-        // just before its pack is renamed in, which is the newest).
+        // Records are the `.meta` files without a `.pack` (or a pack's, in the moment before
+        // its pack is renamed in: the newest, so never evicted here).
+        let with_pack: std::collections::HashSet<&str> =
+            packs.iter().map(|p| p.2.as_str()).collect();
         let mut records: Vec<_> = metas
             .into_iter()
-            .filter(|(_, key)| !packs.iter().any(|p| &p.2 == key))
+            .filter(|(_, key)| !with_pack.contains(key.as_str()))
             .collect();
         if records.len() > MAX_RECORDS {
             records.sort();
@@ -364,8 +375,16 @@ impl CloneCacheConfig {
     }
 }
 
+/// Writes `bytes` to `path` through a temporary file of this writer's own (`tmp_*`, which
+/// [`CloneCacheConfig::evict`] cleans up if it is left behind), renamed over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = path.with_extension("meta.tmp");
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!("tmp_{}_{n}_{name}", std::process::id()));
     let mut file = File::create(&temp)?;
     file.write_all(bytes)?;
     file.sync_all()?;

@@ -54,7 +54,7 @@ pub(crate) struct Planned {
     /// base when there is no bitmap to give name hashes.
     pub path_bases: IdMap<ObjectId>,
     /// Every object of this pack is sent and nothing else (`items` is empty): the answer is
-    /// the pack file as it is (see `PackServer::write_whole_pack`), planned without a table
+    /// the pack file as it is (see `write::write_whole_pack`), planned without a table
     /// per object.
     pub whole: Option<Arc<Pack>>,
 }

@@ -247,7 +247,7 @@ impl PackServer {
                                 }
                                 None => {
                                     tracing::debug!("clone record {key}: pack {name} is gone");
-                                    config.forget(&key);
+                                    config.forget(&key, name);
                                 }
                             }
                         }

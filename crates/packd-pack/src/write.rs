@@ -320,7 +320,7 @@ const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 /// start chooses ranges of about [`WHOLE_PACK_ENTRIES`] entries), each range's entries are
 /// sorted by offset, and each entry ends where the next starts. A damaged entry stops the
 /// stream before its last byte, so the client never gets it whole, nor a trailer.
-pub(crate) fn write_whole_pack(
+fn write_whole_pack(
     pack: &Pack,
     out: &mut dyn Write,
     progress: &mut dyn ProgressSink,
@@ -531,7 +531,9 @@ fn check_entry_crc(
 
 /// The pack whose file is the whole answer to `plan`, if one is: a plan counted as a whole
 /// pack with bitmaps, or every entry of one pack (as a count without bitmaps can give) for a
-/// client taking offset deltas, when the file starts with the stream's header.
+/// client taking offset deltas, when the file starts with the stream's header. (A plan is
+/// counted whole only for a client taking offset deltas, by `whole_pack` or through a clone
+/// cache record, whose key holds the client's options.)
 pub(crate) fn sent_whole(plan: &Planned, ofs_delta: bool) -> Result<Option<&Arc<Pack>>, PackError> {
     if let Some(pack) = &plan.whole {
         return Ok(Some(pack));

@@ -267,9 +267,18 @@ fn a_clone_that_is_a_whole_pack_is_kept_as_a_record_of_it() {
         record.contains(&format!("\npack {checksum}\n")),
         "the record names another pack: {record}"
     );
+    // A line the record's reader ignores: still there after the next clone, the record was
+    // used, not written again.
+    std::fs::write(&metas[0], format!("{record}note kept\n")).unwrap();
     age(&metas[0]);
     let again = clone(&sb, &repo, "again.git", 2, "");
     assert!(recently_used(&metas[0]), "the record was not used");
+    assert!(
+        std::fs::read_to_string(&metas[0])
+            .unwrap()
+            .ends_with("note kept\n"),
+        "the record was written again, not used"
+    );
     assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
     assert_eq!(object_count(&sb, &again), object_count(&sb, &first));
 

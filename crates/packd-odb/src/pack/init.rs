@@ -236,18 +236,19 @@ impl Pack {
     }
 }
 
-/// Sorts keys by their high 32 bits (stable, so equal high halves keep their order).
+/// Sorts keys by their high 32 bits, stably: equal high halves keep their order (callers push
+/// positions ascending and rely on it).
 ///
-/// Public for other per-pack tables built the same way (a key holding a 32-bit sort key over
-/// a 32-bit position). Without a `.rev` file this sort runs every time a pack's reverse index is first needed (489k
-/// to 849k entries for git/git), so it is a radix sort over the significant bits of the high
-/// half: a few linear passes of 11-bit digits, whose 2048 buckets
-/// stay in cache while scattering, instead of a comparison sort.
+/// Public for other per-pack tables built the same way (a 32-bit sort key over a 32-bit
+/// position). Without a `.rev` file this sort runs every time a pack's reverse index is first
+/// needed (489k to 849k entries for git/git), so it is a radix sort over the significant bits
+/// of the high half: a few linear passes of 11-bit digits, whose 2048 buckets stay in cache
+/// while scattering, instead of a comparison sort.
 pub fn radix_sort_high_half(keys: &mut Vec<u64>) {
     const BITS: u32 = 11;
     const MASK: u64 = (1 << BITS) - 1;
     if keys.len() < 4096 {
-        keys.sort_unstable_by_key(|k| k >> 32);
+        keys.sort_by_key(|k| k >> 32);
         return;
     }
     let max = keys.iter().map(|k| k >> 32).max().unwrap_or(0);
@@ -293,6 +294,8 @@ mod tests {
             (50_000u64, 1u64 << 31),
             (30_000, 700),
             (20_000, u32::MAX as u64),
+            // Below the radix sort's threshold, with many equal high halves: still stable.
+            (3_000, 50),
         ] {
             let mut keys: Vec<u64> = (0..n).map(|i| ((next() % range) << 32) | i).collect();
             let mut expected = keys.clone();
