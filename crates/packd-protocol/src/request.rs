@@ -248,8 +248,12 @@ impl UploadPack {
             return Ok(None);
         }
         if let Some(bitmap) = self.bitmap() {
-            if let Some(bits) = bitmap.query(repo, &others, tips, true)? {
-                let left: HashSet<ObjectId> = bitmap.ids(&bits).into_iter().collect();
+            // Tips pushed since the last repack are walked into the bitmapped pack.
+            if let Some(answer) =
+                bitmap.difference_with_outside(repo, &others, tips, &Default::default())?
+            {
+                let mut left: HashSet<ObjectId> = bitmap.ids(&answer.wanted).into_iter().collect();
+                left.extend(answer.outside.iter().map(|(id, _)| *id));
                 return Ok(others.iter().find(|id| left.contains(id)).copied());
             }
         }

@@ -4,9 +4,11 @@
 //! From each tip, walk as the plain walk does, but stop at every commit that has a bitmap and
 //! take its bits instead (the fill-in walk covers only the commits newer than the nearest
 //! bitmapped ones). The included side minus the excluded side is the answer. Bits are pack
-//! positions of the bitmapped pack or multi-pack-index ([`crate::bitmapped`]); if the walk meets
-//! an object outside them, the bitmap cannot describe it and the caller falls back to the plain
-//! walk.
+//! positions of the bitmapped pack or multi-pack-index ([`crate::bitmapped`]). Objects outside
+//! them (pushed since the last repack) are walked first, by reading them, until that walk enters
+//! the bitmapped objects ([`BitmapIndex::difference_with_outside`]); if the bitmap walk itself
+//! meets an object outside them (a bitmapped object that reaches outside), the caller falls
+//! back to the plain walk.
 
 use crate::bitmap::PackBitmap;
 use crate::bitmapped::Bitmapped;
@@ -106,8 +108,10 @@ struct Outside {
     boundary: Vec<ObjectId>,
     /// The outside objects, with their kinds.
     objects: Vec<(ObjectId, ObjectKind)>,
-    /// The ids of both, as met: an outside id among them is an outside object.
+    /// The ids of both, as met.
     ids: IdSet,
+    /// The ids of `objects`.
+    outside: IdSet,
 }
 
 impl BitmapIndex {
@@ -788,9 +792,12 @@ impl BitmapIndex {
     /// `None` when the bitmap cannot answer (an object missing, or a bitmapped object that
     /// reaches outside: a pack that is not closed under reachability).
     ///
-    /// A bitmapped pack is closed (its objects reach only its objects), so an outside object
-    /// is reached only through outside objects: those the walk from `exclude` meets are all
-    /// the outside objects the client has.
+    /// Why the outside objects the walk from `exclude` meets are all the outside objects the
+    /// client has: a commit's bitmap covers everything the commit reaches, and every other edge
+    /// the bitmap walk follows is looked up, and gives `None` (the plain walk answers) when it
+    /// leaves the bitmapped objects. So whenever this answers, the bitmapped objects it counts
+    /// reach no outside object. The walk from `include` stops at the outside objects the haves
+    /// reach (the client has them and all they reach), as git's does.
     ///
     /// `peeled` is as for [`BitmapIndex::query_peeled`].
     pub fn difference_with_outside(
@@ -800,10 +807,10 @@ impl BitmapIndex {
         exclude: &[ObjectId],
         peeled: &IdMap<ObjectId>,
     ) -> Result<Option<WithOutside>> {
-        let (Some(wanted), Some(had)) = (
-            self.walk_outside(repo, include)?,
-            self.walk_outside(repo, exclude)?,
-        ) else {
+        let Some(had) = self.walk_outside(repo, exclude, None)? else {
+            return Ok(None);
+        };
+        let Some(wanted) = self.walk_outside(repo, include, Some(&had))? else {
             return Ok(None);
         };
         if !wanted.objects.is_empty() || !had.objects.is_empty() {
@@ -821,11 +828,7 @@ impl BitmapIndex {
         else {
             return Ok(None);
         };
-        let outside = wanted
-            .objects
-            .into_iter()
-            .filter(|(id, _)| !had.ids.contains(id))
-            .collect();
+        let outside = wanted.objects;
         Ok(Some(WithOutside {
             wanted: bits,
             had: had_bits,
@@ -836,7 +839,15 @@ impl BitmapIndex {
     /// Walks the objects outside the bitmapped objects that `tips` reach. Tips inside them
     /// are boundary as they are (no read); `None` when an object is missing. Blobs are never
     /// read (a tree entry's mode says what it names), so a large pushed file costs nothing.
-    fn walk_outside(&self, repo: &Repository, tips: &[ObjectId]) -> Result<Option<Outside>> {
+    ///
+    /// With `had` (the walk from the haves), the outside objects it met are not entered.
+    fn walk_outside(
+        &self,
+        repo: &Repository,
+        tips: &[ObjectId],
+        had: Option<&Outside>,
+    ) -> Result<Option<Outside>> {
+        let is_had = |id: &ObjectId| had.is_some_and(|h| h.outside.contains(id));
         let mut out = Outside::default();
         // (id, its kind when the object naming it says)
         let mut stack: Vec<(ObjectId, Option<ObjectKind>)> = Vec::new();
@@ -846,7 +857,7 @@ impl BitmapIndex {
             }
             if self.objects.find(tip).is_some() {
                 out.boundary.push(*tip);
-            } else {
+            } else if !is_had(tip) {
                 stack.push((*tip, None));
             }
         }
@@ -860,6 +871,7 @@ impl BitmapIndex {
                 },
             };
             out.objects.push((id, kind));
+            out.outside.insert(id);
             if kind == ObjectKind::Blob {
                 continue;
             }
@@ -872,7 +884,7 @@ impl BitmapIndex {
                 }
                 if self.objects.find(&child).is_some() {
                     out.boundary.push(child);
-                } else {
+                } else if !is_had(&child) {
                     stack.push((child, kind));
                 }
             };
@@ -975,6 +987,11 @@ impl BitmapIndex {
     /// multi-pack-index's): bit `i` is then the pack's `i`th entry by offset.
     pub fn single_pack(&self) -> Option<&std::sync::Arc<packd_odb::pack::Pack>> {
         self.objects.single_pack()
+    }
+
+    /// Whether the bitmapped objects include `id` (an index lookup; no pack position needed).
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.objects.find(id).is_some()
     }
 
     /// The bit that stands for `id`; `None` when the bitmapped objects do not include it.

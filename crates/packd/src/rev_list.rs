@@ -93,14 +93,20 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     } else {
         None
     };
-    // Git gives up its bitmaps when there are negative tips and none is in the bitmapped pack
-    // (`prepare_bitmap_walk`): its plain walk then answers, which may list objects the negative
-    // tips reach. So does packd, to give git's answer.
+    // Git gives up its bitmaps when there are negative tips and none is in the bitmapped pack,
+    // neither a tip nor a tag on its way nor what it peels to (`prepare_bitmap_walk`): its plain
+    // walk then answers, which may list objects the negative tips reach. So does packd, to give
+    // git's answer.
     let bitmaps = match bitmaps {
         Some(index) if !query.exclude.is_empty() => {
+            let walker = Walker::new(repo);
             let mut any = false;
             for id in &query.exclude {
-                if index.bit_of_id(id)?.is_some() {
+                let mut chain = Vec::new();
+                let (peeled, _) = walker.peel(*id, &mut chain)?;
+                chain.push(*id);
+                chain.push(peeled);
+                if chain.iter().any(|c| index.contains(c)) {
                     any = true;
                     break;
                 }

@@ -178,6 +178,20 @@ fn same_objects_as_git_with_bitmaps_and_history_since() {
         "the new history was not walked into the bitmapped pack: {}",
         run.err()
     );
+    // A negative tip that is a tag made since (loose) of a packed commit: git keeps its bitmaps
+    // (what the tag peels to is in the bitmapped pack), and so must packd.
+    repo.git(&["tag", "-a", "-m", "since", "t-since", "topic~1"]);
+    let query = ["--objects", "main", "--not", "t-since"];
+    compare(&repo, &query, true);
+    let mut args = vec!["rev-list", "--use-bitmap-index"];
+    args.extend_from_slice(&query);
+    let run = packd_debug(&repo, &args);
+    run.assert_success();
+    assert!(
+        run.err().contains("outside the bitmapped objects"),
+        "bitmaps were given up for a loose tag of a packed commit: {}",
+        run.err()
+    );
 }
 
 #[test]
