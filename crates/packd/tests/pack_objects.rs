@@ -1385,3 +1385,78 @@ fn thin_fetch_without_bitmap_sends_changed_files_as_deltas() {
     let fsck = client.git_run(&["fsck", "--strict", want[0].as_str()], None);
     assert!(fsck.success(), "{}", fsck.err());
 }
+
+/// Made since the repack (loose): a commit whose tree holds a gitlink, and an annotated tag of
+/// a tag stored in the bitmapped pack. Counting walks them into the pack: a clone of `main`
+/// with include-tag holds exactly what git's rev-list lists for `main` and the outer tag (both
+/// tags), and the gitlink's commit, which the repository does not have, is not looked for.
+#[test]
+fn loose_gitlink_and_tag_of_a_packed_tag_are_walked_into_the_bitmapped_pack() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("gitlink.git");
+    let mut fi = FastImport::with_time(1_700_000_000);
+    let mut gen = HistoryGen::new(5, 6, 20);
+    gen.commits(&mut fi, "refs/heads/main", 6, false);
+    repo.fast_import(&fi.finish());
+    git_at(
+        &repo,
+        1_700_000_100,
+        &["tag", "-a", "-m", "inner", "inner", "main"],
+        None,
+    );
+    repo.git(&["repack", "-adbq"]);
+    let blob = repo.git_str(&["rev-parse", "main:file0.txt"]);
+    let tree = repo.git_stdin(
+        &["mktree"],
+        format!("100644 blob {blob}\tfile0.txt\n160000 commit {UNKNOWN}\tsub\n").as_bytes(),
+    );
+    let tree = String::from_utf8(tree).unwrap().trim().to_string();
+    let commit = git_at(
+        &repo,
+        1_700_000_200,
+        &["commit-tree", "-p", "main", "-m", "a submodule", &tree],
+        None,
+    );
+    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    git_at(
+        &repo,
+        1_700_000_300,
+        &[
+            "-c",
+            "advice.nestedTag=false",
+            "tag",
+            "-a",
+            "-m",
+            "outer",
+            "outer",
+            "inner",
+        ],
+        None,
+    );
+    assert!(repo.loose_count() >= 3, "made since the repack, loose");
+    let main = repo.git_str(&["rev-parse", "main"]);
+    let outer = repo.git_str(&["rev-parse", "outer"]);
+    let produced = pack_objects_env(
+        &repo,
+        &["--include-tag"],
+        std::slice::from_ref(&main),
+        &[],
+        &[("PACKD_LOG", "packd_reach=debug")],
+    );
+    assert!(
+        produced.stderr.contains("outside the bitmapped objects"),
+        "counted without the bitmap: {}",
+        produced.stderr
+    );
+    let dest = sb.init_bare("gitlink-dest.git");
+    let indexed = index_pack(&dest, &produced.pack, false);
+    let expected = rev_list(&repo, &[], &[main, outer], &[]);
+    let extra: Ids = indexed.ids.difference(&expected).cloned().collect();
+    let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "pack has extra {} and lacks {}",
+        show(&extra),
+        show(&missing)
+    );
+}
