@@ -70,20 +70,20 @@ impl CloneCacheConfig {
 /// go first.
 const MAX_RECORDS: usize = 256;
 
-/// A pack found in the cache.
+/// A pack file of the cache.
 #[derive(Debug, Clone)]
 pub(crate) struct CachedPack {
-    pub(crate) source: CachedSource,
+    pub(crate) path: PathBuf,
     pub(crate) stats: PackStats,
 }
 
-/// Where a cached answer is.
+/// A cached answer.
 #[derive(Debug, Clone)]
-pub(crate) enum CachedSource {
+pub(crate) enum Cached {
     /// A pack file of the cache.
-    File(PathBuf),
-    /// The repository's pack file with this checksum (hex), sent whole.
-    RepositoryPack(String),
+    Pack(CachedPack),
+    /// A record: the repository's pack file with this checksum (hex), sent whole.
+    Record(String),
 }
 
 /// What to do with the cache for one request.
@@ -186,18 +186,15 @@ impl CloneCacheConfig {
         self.dir.join(format!("{key}.meta"))
     }
 
-    /// The cached pack for `key`, if there is a complete one. Marks it as used.
-    pub(crate) fn lookup(&self, key: &str) -> Option<CachedPack> {
+    /// The cached answer for `key`, if there is a complete one. Marks it as used.
+    pub(crate) fn lookup(&self, key: &str) -> Option<Cached> {
         let text = std::fs::read_to_string(self.meta_path(key)).ok()?;
         let (stats, pack) = parse_meta(&text)?;
         if let Some(pack) = pack {
             if let Ok(file) = File::options().append(true).open(self.meta_path(key)) {
                 let _ = file.set_modified(std::time::SystemTime::now());
             }
-            return Some(CachedPack {
-                source: CachedSource::RepositoryPack(pack),
-                stats,
-            });
+            return Some(Cached::Record(pack));
         }
         let path = self.pack_path(key);
         let file = File::options().append(true).open(&path).ok()?;
@@ -213,10 +210,7 @@ impl CloneCacheConfig {
         }
         // Least recently used goes first: a hit counts as a use.
         let _ = file.set_modified(std::time::SystemTime::now());
-        Some(CachedPack {
-            source: CachedSource::File(path),
-            stats,
-        })
+        Some(Cached::Pack(CachedPack { path, stats }))
     }
 
     /// Keeps the answer for `key` as a record naming the repository's pack `pack` (checksum
@@ -439,11 +433,7 @@ pub(crate) fn send(
     progress: &mut dyn crate::ProgressSink,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<PackStats, PackError> {
-    let CachedSource::File(path) = &cached.source else {
-        return Err(PackError::Io(std::io::Error::other(
-            "a record of a repository pack is sent as that pack, not as a cached file",
-        )));
-    };
+    let path = &cached.path;
     let mut file = File::open(path)?;
     let total = cached.stats.bytes;
     let mut buf = vec![0u8; 1 << 20];

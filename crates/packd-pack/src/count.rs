@@ -232,8 +232,8 @@ impl PackServer {
                     if cancel.load(Ordering::Relaxed) {
                         return Err(PackError::Cancelled);
                     }
-                    self.apply_filter(index, request, &mut wanted)?;
-                    let outside = self.filter_outside(request, answer.outside)?;
+                    let mut outside = answer.outside;
+                    self.apply_filter(index, request, &mut wanted, &mut outside)?;
                     let total = wanted.count_ones();
                     if outside.is_empty() {
                         if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
@@ -382,13 +382,15 @@ impl PackServer {
         Ok(Some(pack))
     }
 
-    /// Removes from `wanted` what the request's filter leaves out. Objects the client named in
-    /// its wants (and what wanted tags point at) stay.
+    /// Removes what the request's filter leaves out from `wanted` and from `outside` (objects
+    /// outside the bitmapped objects). Objects the client named in its wants (and what wanted
+    /// tags point at) stay.
     fn apply_filter(
         &self,
         index: &packd_reach::bitmap_walk::BitmapIndex,
         request: &FetchRequest,
         wanted: &mut Bitmap,
+        outside: &mut Vec<(ObjectId, ObjectKind)>,
     ) -> Result<(), PackError> {
         let Some(filter) = &request.filter else {
             return Ok(());
@@ -396,14 +398,20 @@ impl PackServer {
         // What the wants name, through tags too: a wanted tag of a blob sends the blob whatever
         // the filter (as git's rev-list treats objects it is given). Commits are never filtered.
         let walker = packd_reach::walk::Walker::new(&self.repo);
-        let mut named = Vec::new();
-        for (id, _) in walk::peel(&walker, &request.wants)?.others {
-            if let Some(bit) = index.bit_of_id(&id)? {
+        let named: IdSet = walk::peel(&walker, &request.wants)?
+            .others
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let mut named_bits = Vec::new();
+        for id in &named {
+            if let Some(bit) = index.bit_of_id(id)? {
                 if wanted.get(bit) {
-                    named.push(bit);
+                    named_bits.push(bit);
                 }
             }
         }
+        let objects = self.repo.objects();
         match filter {
             Filter::BlobNone => wanted.and_not_assign(index.type_bitmap(ObjectKind::Blob)),
             Filter::TreeDepth(_) => {
@@ -417,40 +425,18 @@ impl PackServer {
                     let Some((id, location)) = index.object_at(bit)? else {
                         continue;
                     };
-                    if self.repo.objects().header_at(&id, &location)?.size >= *limit {
+                    if objects.header_at(&id, &location)?.size >= *limit {
                         wanted.clear(bit);
                     }
                 }
             }
         }
-        for bit in named {
+        for bit in named_bits {
             wanted.set(bit);
         }
-        Ok(())
-    }
-
-    /// Drops from `outside` (objects outside the bitmapped objects) what the request's filter
-    /// leaves out, as [`PackServer::apply_filter`] does for the bitmapped ones.
-    fn filter_outside(
-        &self,
-        request: &FetchRequest,
-        outside: Vec<(ObjectId, ObjectKind)>,
-    ) -> Result<Vec<(ObjectId, ObjectKind)>, PackError> {
-        let Some(filter) = &request.filter else {
-            return Ok(outside);
-        };
-        if outside.is_empty() {
-            return Ok(outside);
-        }
-        let walker = packd_reach::walk::Walker::new(&self.repo);
-        let named: IdSet = walk::peel(&walker, &request.wants)?
-            .others
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        let objects = self.repo.objects();
+        // The same rules for the objects outside, one by one.
         let mut kept = Vec::with_capacity(outside.len());
-        for (id, kind) in outside {
+        for (id, kind) in outside.drain(..) {
             let keep = named.contains(&id)
                 || match (filter, kind) {
                     (_, ObjectKind::Commit | ObjectKind::Tag) => true,
@@ -467,7 +453,8 @@ impl PackServer {
                 kept.push((id, kind));
             }
         }
-        Ok(kept)
+        *outside = kept;
+        Ok(())
     }
 
     /// Annotated tags (and tags of tags) under refs/tags/ whose target `sent` says is sent:

@@ -128,6 +128,20 @@ pub struct PackPlan {
     cache: Option<clone_cache::CacheUse>,
 }
 
+impl PackPlan {
+    /// A plan of nothing yet, with `request`'s pack options: what a cached answer fills in.
+    fn empty(request: &FetchRequest) -> PackPlan {
+        PackPlan {
+            shallow: Vec::new(),
+            object_count: 0,
+            planned: count::Planned::default(),
+            ofs_delta: request.ofs_delta,
+            thin: request.thin,
+            cache: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for PackPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PackPlan")
@@ -213,45 +227,35 @@ impl PackServer {
         let mut cache = None;
         if let Some(config) = &self.clone_cache {
             if let Some(key) = clone_cache::key(&self.repo, request)? {
-                if let Some(cached) = config.lookup(&key) {
-                    match &cached.source {
-                        clone_cache::CachedSource::File(_) => {
-                            progress.finish("Enumerating objects", cached.stats.objects as u64);
+                match config.lookup(&key) {
+                    Some(clone_cache::Cached::Pack(cached)) => {
+                        progress.finish("Enumerating objects", cached.stats.objects as u64);
+                        return Ok(PackPlan {
+                            object_count: cached.stats.objects,
+                            cache: Some(clone_cache::CacheUse::Hit(cached)),
+                            ..PackPlan::empty(request)
+                        });
+                    }
+                    // A record: the repository's pack of that checksum, sent whole, is the
+                    // answer while it is there.
+                    Some(clone_cache::Cached::Record(name)) => match self.repository_pack(&name)? {
+                        Some(pack) => {
+                            progress.finish("Enumerating objects", pack.len() as u64);
                             return Ok(PackPlan {
-                                shallow: Vec::new(),
-                                object_count: cached.stats.objects,
-                                planned: count::Planned::default(),
-                                ofs_delta: request.ofs_delta,
-                                thin: request.thin,
-                                cache: Some(clone_cache::CacheUse::Hit(cached)),
+                                object_count: pack.len(),
+                                planned: count::Planned {
+                                    whole: Some(pack),
+                                    ..count::Planned::default()
+                                },
+                                ..PackPlan::empty(request)
                             });
                         }
-                        // A record: the repository's pack of that checksum, sent whole, is
-                        // the answer while it is there.
-                        clone_cache::CachedSource::RepositoryPack(name) => {
-                            match self.repository_pack(name)? {
-                                Some(pack) => {
-                                    let object_count = pack.len();
-                                    progress.finish("Enumerating objects", object_count as u64);
-                                    return Ok(PackPlan {
-                                        shallow: Vec::new(),
-                                        object_count,
-                                        planned: count::Planned {
-                                            whole: Some(pack),
-                                            ..count::Planned::default()
-                                        },
-                                        ofs_delta: request.ofs_delta,
-                                        thin: request.thin,
-                                        cache: None,
-                                    });
-                                }
-                                None => {
-                                    tracing::debug!("clone record {key}: pack {name} is gone");
-                                    config.forget(&key, name);
-                                }
-                            }
+                        None => {
+                            tracing::debug!("clone record {key}: pack {name} is gone");
+                            config.forget(&key, &name);
                         }
-                    }
+                    },
+                    None => {}
                 }
                 cache = Some(clone_cache::CacheUse::Fill(key));
             }

@@ -108,10 +108,6 @@ struct Outside {
     boundary: Vec<ObjectId>,
     /// The outside objects, with their kinds.
     objects: Vec<(ObjectId, ObjectKind)>,
-    /// The ids of both, as met.
-    ids: IdSet,
-    /// The ids of `objects`.
-    outside: IdSet,
 }
 
 impl BitmapIndex {
@@ -772,24 +768,12 @@ impl BitmapIndex {
     }
 
     /// Two sets of objects, as bits in pack order: those reachable from `include` and not from
-    /// `exclude`, and all those reachable from `exclude`. A fetch sends the first and may make
-    /// deltas against anything in the second (the client has all of it, not just the commits it
-    /// named). `None` when the bitmap cannot answer (an object outside the bitmapped objects).
-    pub fn difference(
-        &self,
-        repo: &Repository,
-        include: &[ObjectId],
-        exclude: &[ObjectId],
-    ) -> Result<Option<(Bitmap, Bitmap)>> {
-        self.difference_peeled(repo, include, exclude, &IdMap::default())
-    }
-
-    /// [`BitmapIndex::difference`] for tips that may reach objects outside the bitmapped
-    /// objects: loose objects and packs written since the bitmap (every push until the next
-    /// repack). Those objects are walked by reading them, as git's extended index does, until
-    /// the walk enters the bitmapped objects; the bitmaps answer from there. Returns the two
-    /// sets of bits and the outside objects reachable from `include` and not from `exclude`.
-    /// `None` when the bitmap cannot answer (an object missing, or a bitmapped object that
+    /// `exclude`, and all those reachable from `exclude` (a fetch sends the first and may make
+    /// deltas against anything in the second: the client has all of it, not just the commits it
+    /// named); and the objects outside the bitmapped objects reachable from `include` and not
+    /// from `exclude`. Outside objects (loose objects and packs written since the bitmap: every
+    /// push until the next repack) are walked by reading them, as git's extended index does,
+    /// until the walk enters the bitmapped objects; the bitmaps answer from there. `None` when the bitmap cannot answer (an object missing, or a bitmapped object that
     /// reaches outside: a pack that is not closed under reachability).
     ///
     /// Why the outside objects the walk from `exclude` meets are all the outside objects the
@@ -847,12 +831,17 @@ impl BitmapIndex {
         tips: &[ObjectId],
         had: Option<&Outside>,
     ) -> Result<Option<Outside>> {
-        let is_had = |id: &ObjectId| had.is_some_and(|h| h.outside.contains(id));
+        let had: IdSet = had
+            .map(|h| h.objects.iter().map(|(id, _)| *id).collect())
+            .unwrap_or_default();
+        let is_had = |id: &ObjectId| had.contains(id);
         let mut out = Outside::default();
+        // Objects met, outside or boundary.
+        let mut met = IdSet::default();
         // (id, its kind when the object naming it says)
         let mut stack: Vec<(ObjectId, Option<ObjectKind>)> = Vec::new();
         for tip in tips {
-            if !out.ids.insert(*tip) {
+            if !met.insert(*tip) {
                 continue;
             }
             if self.objects.find(tip).is_some() {
@@ -871,7 +860,6 @@ impl BitmapIndex {
                 },
             };
             out.objects.push((id, kind));
-            out.outside.insert(id);
             if kind == ObjectKind::Blob {
                 continue;
             }
@@ -879,7 +867,7 @@ impl BitmapIndex {
                 return Ok(None);
             };
             let mut next = |child: ObjectId, kind: Option<ObjectKind>| {
-                if !out.ids.insert(child) {
+                if !met.insert(child) {
                     return;
                 }
                 if self.objects.find(&child).is_some() {

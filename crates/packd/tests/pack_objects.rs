@@ -343,6 +343,18 @@ fn exact(repo: &Repo, wants: &[String], haves: &[String]) -> Ids {
     want.difference(&have).cloned().collect()
 }
 
+/// Asserts that a pack holds exactly `expected`, naming what it has extra and what it lacks.
+fn assert_same_ids(ctx: &str, got: &Ids, expected: &Ids) {
+    let extra: Ids = got.difference(expected).cloned().collect();
+    let missing: Ids = expected.difference(got).cloned().collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "{ctx}: pack has extra {} and lacks {}",
+        show(&extra),
+        show(&missing)
+    );
+}
+
 fn show(ids: &Ids) -> String {
     let v: Vec<&str> = ids.iter().take(12).map(|s| s.as_str()).collect();
     format!("{} objects: {}", ids.len(), v.join(" "))
@@ -691,14 +703,7 @@ fn check_case(
             "{ctx}: distinct objects"
         );
         if layout.exact() {
-            let extra: Ids = ids.difference(expected).cloned().collect();
-            let missing: Ids = expected.difference(ids).cloned().collect();
-            assert!(
-                extra.is_empty() && missing.is_empty(),
-                "{ctx}: pack has extra {} and lacks {}",
-                show(&extra),
-                show(&missing)
-            );
+            assert_same_ids(&ctx, ids, expected);
         } else {
             let missing: Ids = expected.difference(ids).cloned().collect();
             assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
@@ -926,14 +931,7 @@ fn check_filter(
     let ids = &indexed.ids;
     let git = rev_list(repo, &[&filter], wants, haves);
     if haves.is_empty() {
-        let extra: Ids = ids.difference(&git).cloned().collect();
-        let missing: Ids = git.difference(ids).cloned().collect();
-        assert!(
-            extra.is_empty() && missing.is_empty(),
-            "{ctx}: pack has extra {} and lacks {} (git rev-list {filter})",
-            show(&extra),
-            show(&missing)
-        );
+        assert_same_ids(&format!("{ctx} (git rev-list {filter})"), ids, &git);
         return;
     }
     let filtered = rev_list(repo, &[&filter], wants, &[]);
@@ -1098,13 +1096,10 @@ fn depth_matches_git_shallow_clone() {
                 .sb
                 .init_bare(&format!("depth-{depth}-{}", layout as usize));
             let indexed = index_pack(&dest, &produced.pack, false);
-            let extra: Ids = indexed.ids.difference(&expected).cloned().collect();
-            let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
-            assert!(
-                extra.is_empty() && missing.is_empty(),
-                "{ctx}: pack has extra {} and lacks {} (git clone --depth)",
-                show(&extra),
-                show(&missing)
+            assert_same_ids(
+                &format!("{ctx} (git clone --depth)"),
+                &indexed.ids,
+                &expected,
             );
             write_shallow_file(&dest, &shallow);
             dest.git(&["update-ref", "refs/heads/main", &main[0]]);
@@ -1451,12 +1446,5 @@ fn loose_gitlink_and_tag_of_a_packed_tag_are_walked_into_the_bitmapped_pack() {
     let dest = sb.init_bare("gitlink-dest.git");
     let indexed = index_pack(&dest, &produced.pack, false);
     let expected = rev_list(&repo, &[], &[main, outer], &[]);
-    let extra: Ids = indexed.ids.difference(&expected).cloned().collect();
-    let missing: Ids = expected.difference(&indexed.ids).cloned().collect();
-    assert!(
-        extra.is_empty() && missing.is_empty(),
-        "pack has extra {} and lacks {}",
-        show(&extra),
-        show(&missing)
-    );
+    assert_same_ids("gitlink and tags", &indexed.ids, &expected);
 }
