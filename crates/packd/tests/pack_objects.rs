@@ -1,8 +1,10 @@
 //! `packd pack-objects` (pack generation: `PackServer::plan`/`write`/`shallow`) checked by stock
 //! git. One history (three imports, branches, a merge, annotated tags including a tag of a tag,
-//! a tag of a tree and a tag of a blob, a lightweight tag) is served from four layouts: one
+//! a tag of a tree and a tag of a blob, a lightweight tag) is served from five layouts: one
 //! pack with a bitmap (`repack -adb`), one pack without, two fast-import packs plus loose
-//! objects, and a bitmapped pack of older history plus the newer objects loose. For many (wants, haves) pairs the pack is indexed by
+//! objects, a bitmapped pack of older history plus the newer objects loose, and a
+//! multi-pack-index bitmap of older history plus a newer pack it does not list. For many
+//! (wants, haves) pairs the pack is indexed by
 //! `git index-pack` into a repository holding the haves (with `--fix-thin` for thin packs) and
 //! its objects compared with `git rev-list --objects` (exactly with a bitmap, at least the
 //! needed objects when walking); `git fsck --strict` and `git verify-pack` must pass, the
@@ -35,13 +37,21 @@ enum Layout {
     /// pushed to since its last repack): the loose objects are walked until the walk enters
     /// the bitmapped pack, whose bitmaps answer from there.
     BitmapLoose,
+    /// (e) a multi-pack-index with a bitmap over three packs of the history up to the merge,
+    /// and the rest in a newer pack the multi-pack-index does not list (a repository pushed to
+    /// since `git multi-pack-index write --bitmap`): counted as (d) is, entering the bitmapped
+    /// packs from the newer one.
+    MidxNewerPack,
 }
 
 impl Layout {
     /// Whether counting uses a bitmap, so that a pack holds exactly the objects the wants
     /// reach and the haves do not (a walk may send some the client has).
     fn exact(self) -> bool {
-        matches!(self, Layout::Bitmap | Layout::BitmapLoose)
+        matches!(
+            self,
+            Layout::Bitmap | Layout::BitmapLoose | Layout::MidxNewerPack
+        )
     }
 }
 
@@ -51,6 +61,7 @@ struct Fixture {
     one_pack: Repo,
     mixed: Repo,
     bitmap_loose: Repo,
+    midx: Repo,
 }
 
 impl Fixture {
@@ -60,6 +71,7 @@ impl Fixture {
             Layout::OnePack => &self.one_pack,
             Layout::Mixed => &self.mixed,
             Layout::BitmapLoose => &self.bitmap_loose,
+            Layout::MidxNewerPack => &self.midx,
         }
     }
 
@@ -166,6 +178,17 @@ fn build() -> Fixture {
     };
     copy_dir(&mixed.path, &bitmap_loose.path);
     bitmap_loose.git(&["repack", "-adbq"]);
+    // (e) starts as a copy too: the two imports' packs, a third of the loose merge, and a
+    // multi-pack-index with a bitmap over the three.
+    let midx = Repo {
+        path: sb.path().join("midx"),
+        git_dir: sb.path().join("midx"),
+        home: sb.home.clone(),
+    };
+    copy_dir(&mixed.path, &midx.path);
+    midx.git(&["repack", "-dq", "--no-write-bitmap-index"]);
+    assert_eq!(midx.packs().len(), 3);
+    midx.git(&["multi-pack-index", "write", "--bitmap"]);
 
     // Import 3 (exploded into loose objects below): 30 more commits on main, 10 on side.
     let packs_before = mixed.packs();
@@ -256,35 +279,64 @@ fn build() -> Fixture {
     assert!(bitmap.packs()[0].with_extension("bitmap").exists());
     assert_eq!(one_pack.packs().len(), 1);
     assert!(!one_pack.packs()[0].with_extension("bitmap").exists());
-    // (d) gets everything else as loose objects, and the same refs.
-    for dir in std::fs::read_dir(mixed.objects_dir()).unwrap() {
-        let dir = dir.unwrap().path();
-        let name = file_name(&dir);
-        if name.len() != 2 {
-            continue;
-        }
-        let to = bitmap_loose.objects_dir().join(&name);
-        std::fs::create_dir_all(&to).unwrap();
-        for f in std::fs::read_dir(&dir).unwrap() {
-            let f = f.unwrap().path();
-            let target = to.join(file_name(&f));
-            if !target.exists() {
-                std::fs::copy(&f, &target).unwrap();
-            }
-        }
-    }
+    // (d) and (e) get everything else as loose objects, and the same refs; (e) packs them
+    // into a new pack, which its multi-pack-index does not list.
     let refs = String::from_utf8(mixed.git(&["for-each-ref", "--format=%(refname) %(objectname)"]))
         .unwrap();
     let updates: String = refs.lines().map(|l| format!("update {l}\n")).collect();
-    bitmap_loose.git_stdin(&["update-ref", "--stdin"], updates.as_bytes());
+    for repo in [&bitmap_loose, &midx] {
+        copy_loose_objects(&mixed, repo);
+        repo.git_stdin(&["update-ref", "--stdin"], updates.as_bytes());
+    }
     assert!(bitmap_loose.packs()[0].with_extension("bitmap").exists());
     assert!(bitmap_loose.loose_count() > 100);
+    let midx_packs = midx.packs();
+    // (Loose objects no ref reaches stay loose.)
+    midx.git(&["repack", "-dq", "--no-write-bitmap-index"]);
+    let newer: Vec<_> = midx
+        .packs()
+        .into_iter()
+        .filter(|p| !midx_packs.contains(p))
+        .collect();
+    assert_eq!(newer.len(), 1, "one newer pack");
+    let midx_file = std::fs::read(midx.pack_dir().join("multi-pack-index")).unwrap();
+    let newer_idx = file_name(&newer[0].with_extension("idx"));
+    assert!(
+        !midx_file
+            .windows(newer_idx.len())
+            .any(|w| w == newer_idx.as_bytes()),
+        "the multi-pack-index does not list the newer pack"
+    );
+    assert!(std::fs::read_dir(midx.pack_dir())
+        .unwrap()
+        .any(|e| file_name(&e.unwrap().path()).ends_with(".bitmap")));
     Fixture {
         sb,
         bitmap,
         one_pack,
         mixed,
         bitmap_loose,
+        midx,
+    }
+}
+
+/// Copies the loose objects of `from` that `to` lacks.
+fn copy_loose_objects(from: &Repo, to: &Repo) {
+    for dir in std::fs::read_dir(from.objects_dir()).unwrap() {
+        let dir = dir.unwrap().path();
+        let name = file_name(&dir);
+        if name.len() != 2 {
+            continue;
+        }
+        let into = to.objects_dir().join(&name);
+        std::fs::create_dir_all(&into).unwrap();
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            let target = into.join(file_name(&f));
+            if !target.exists() {
+                std::fs::copy(&f, &target).unwrap();
+            }
+        }
     }
 }
 
@@ -763,6 +815,7 @@ fn check_layout(layout: Layout) {
         Layout::OnePack => 1000,
         Layout::Mixed => 2000,
         Layout::BitmapLoose => 3000,
+        Layout::MidxNewerPack => 4000,
     };
     for (k, case) in cases.iter().enumerate() {
         let n = base + 10 * k;
@@ -795,6 +848,11 @@ fn object_sets_mixed_layout() {
 #[test]
 fn object_sets_bitmap_and_loose_layout() {
     check_layout(Layout::BitmapLoose);
+}
+
+#[test]
+fn object_sets_midx_and_newer_pack_layout() {
+    check_layout(Layout::MidxNewerPack);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -897,6 +955,7 @@ fn include_tag_matches_git_pack_objects() {
         Layout::OnePack,
         Layout::Mixed,
         Layout::BitmapLoose,
+        Layout::MidxNewerPack,
     ] {
         let base = 10 * layout as usize;
         // v2, v3 and v3-outer (a tag of a tag) point into main~100..main; v1 does not.
@@ -969,6 +1028,7 @@ fn filters_match_rev_list() {
         Layout::OnePack,
         Layout::Mixed,
         Layout::BitmapLoose,
+        Layout::MidxNewerPack,
     ] {
         let base = 100 * layout as usize;
         for (k, spec) in specs.iter().enumerate() {
@@ -988,7 +1048,12 @@ fn filters_match_rev_list() {
 fn filter_keeps_objects_named_by_wants() {
     let fx = fixture();
     let wants = vec![fx.rev("blob-tag"), fx.rev("tree-tag")];
-    for layout in [Layout::Bitmap, Layout::OnePack, Layout::BitmapLoose] {
+    for layout in [
+        Layout::Bitmap,
+        Layout::OnePack,
+        Layout::BitmapLoose,
+        Layout::MidxNewerPack,
+    ] {
         for (k, spec) in ["blob:none", "tree:0", "tree:1", "blob:limit=10"]
             .iter()
             .enumerate()
