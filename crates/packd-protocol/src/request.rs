@@ -254,9 +254,17 @@ impl UploadPack {
             {
                 let mut left: HashSet<ObjectId> = bitmap.ids(&answer.wanted).into_iter().collect();
                 left.extend(answer.outside.iter().map(|(id, _)| *id));
+                tracing::debug!(
+                    "{} wanted objects that are not ref tips checked with the bitmap",
+                    others.len()
+                );
                 return Ok(others.iter().find(|id| left.contains(id)).copied());
             }
         }
+        tracing::debug!(
+            "{} wanted objects that are not ref tips checked by a walk",
+            others.len()
+        );
         let query = Query {
             include: others.clone(),
             exclude: tips.to_vec(),

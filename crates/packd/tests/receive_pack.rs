@@ -682,4 +682,39 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     );
     early.git(&["fsck", "--strict", "--no-progress", "--no-dangling"]);
     assert_eq!(refs(&early), refs(&server));
+
+    // A partial clone's lazy fetches want blobs, which are not ref tips: whether some ref
+    // reaches them is answered with the bitmap too, for a pushed blob and a packed one.
+    server.git(&["config", "uploadpack.allowFilter", "true"]);
+    let partial = sb.path().join("partial");
+    upload_logged(
+        sb.path(),
+        &sb,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--no-local",
+            "--filter=blob:none",
+            &target,
+            partial.to_str().unwrap(),
+        ],
+    );
+    let up = format!("{} upload-pack", common::PACKD);
+    sb.git_in(&partial, &["config", "remote.origin.uploadpack", &up]);
+    for (path, content) in [("dir/new", "new\n"), ("f5", "5\n")] {
+        let blob = rev(&server, &format!("main:{path}"));
+        let mut cmd = sb.git_cmd(&partial);
+        cmd.env("PACKD_LOG", "packd_protocol=debug")
+            .args(["-c", "protocol.version=2", "cat-file", "-p", &blob]);
+        let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+        run.assert_success();
+        assert_eq!(run.out(), content, "{path} fetched lazily");
+        assert!(
+            run.err()
+                .contains("1 wanted objects that are not ref tips checked with the bitmap"),
+            "{path}: {}",
+            run.err()
+        );
+    }
 }
