@@ -19,7 +19,8 @@ cache off), then with the clone cache the clone that fills it and the next one, 
 with a
 fourth argument (a copy that keeps every ref), the same for a mirror clone of it (wants = every
 ref, the issue's own full-clone setting); then the same repository after a push (one new loose
-commit since the last repack): a clone and a fetch 1 day behind (`after_push`); and with
+commit since the last repack): a clone and a fetch 1 day behind (`after_push`), and a mirror
+clone of the fourth argument after a push; and with
 HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's
 own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
@@ -226,12 +227,15 @@ def full_clone(packd, repo, wants, tmp):
     print(f"   packd's pack is byte for byte git's: {identical}")
 
 
-def after_push(packd, repo, tmp, runs):
+def after_push(packd, repo, tmp, runs, every_ref=False):
     """A repository pushed to since its last repack: a hard-linked copy of `repo` with one new
     commit (a loose object, as git receive-pack stores a small push) on HEAD's branch. Server
-    CPU and pack bytes of a clone (every branch and tag) and of a fetch 1 day behind, git's
-    pack-objects against packd serve (clone cache off). packd's bitmaps do not number the new
-    commit: it is walked until the walk enters the bitmapped pack."""
+    CPU and pack bytes of a clone (every branch and tag; with `every_ref`, every ref, as a
+    mirror clone) and of a fetch 1 day behind, git's pack-objects against packd serve (clone
+    cache off). packd's bitmaps do not number the new commit: it is walked until the walk
+    enters the bitmapped pack. The clone is served twice by the same server, whose peak
+    resident memory after both is set against git's (the pack can no longer be the file as it
+    is, so every entry is written anew)."""
     copy = f"{tmp}/pushed.git"
     shutil.rmtree(copy, ignore_errors=True)
     # Git replaces files by renaming new ones over them, so the links stay the original's;
@@ -249,37 +253,41 @@ def after_push(packd, repo, tmp, runs):
     git(copy, "update-ref", branch, new, old_head)
     head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
     have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
-    refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", "refs/heads",
-                          "refs/tags").split()))
-    cases = [("clone, every branch and tag", refs, [], True),
-             ("fetch, 1 day behind", [new], [have], False)]
+    patterns = [] if every_ref else ["refs/heads", "refs/tags"]
+    refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", *patterns).split()))
+    label = "mirror clone, every ref" if every_ref else "clone, every branch and tag"
+    cases = [(label, refs, [], True)]
+    if not every_ref:
+        cases.append(("fetch, 1 day behind", [new], [have], False))
     print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
-          f"{'packd bytes':>11} {'ratio':>6}")
+          f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
     server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
     try:
         for label, wants, haves, include_tag in cases:
             revs = "".join(w + "\n" for w in wants) + "".join("^" + h + "\n" for h in haves)
             flags = ["--include-tag"] if include_tag else []
-            git_cpu = []
+            git_cpu, git_rss = [], []
             for _ in range(3 if include_tag else runs):
                 with open(f"{tmp}/git.pack", "wb") as out:
-                    c, _, _, code = run_rusage(
+                    c, rss, _, code = run_rusage(
                         ["git", "-C", copy, "pack-objects", "--stdout", "--revs", "--thin",
                          "--use-bitmap-index", "--delta-base-offset", *flags], revs.encode(),
                         stdout=out)
                 if code != 0:
                     sys.exit("git pack-objects failed")
                 git_cpu.append(c)
+                git_rss.append(rss)
             gc = statistics.median(git_cpu)
             git_bytes = os.path.getsize(f"{tmp}/git.pack")
-            n = 1 if include_tag else runs
+            n = 2 if include_tag else runs
             before = server.cpu()
             for _ in range(n):
                 size = server.fetch("pushed.git", wants, haves, f"{tmp}/packd.pack",
                                     include_tag=include_tag)
             pc = (server.cpu() - before) / n
             print(f"{label:30} {gc:>9.4f} {pc:>9.4f} {pc / gc:>6.2f}  {git_bytes:>11} "
-                  f"{size:>11} {size / git_bytes:>6.3f}", flush=True)
+                  f"{size:>11} {size / git_bytes:>6.3f}  {statistics.median(git_rss):>7.1f} "
+                  f"{server.hwm():>8.1f}", flush=True)
     finally:
         server.stop()
         shutil.rmtree(copy, ignore_errors=True)
@@ -352,6 +360,9 @@ def main():
     print("\n== after a push (one new loose commit on HEAD's branch since the last repack): "
           "server side")
     after_push(packd, repo, tmp, runs)
+    if mirror:
+        print(f"\n== after a push, {os.path.basename(mirror)}:")
+        after_push(packd, mirror, tmp, runs, every_ref=True)
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")

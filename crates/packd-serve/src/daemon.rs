@@ -288,6 +288,7 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
         }
     }
     access_log::write(&log);
+    crate::memory::release_after(log.objects);
 }
 
 #[cfg(test)]

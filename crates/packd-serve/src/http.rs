@@ -677,6 +677,8 @@ async fn upload_pack(
         }
         access_log::write(&log);
         // Dropping the writer (and its sender) ends the response body.
+        drop(writer);
+        crate::memory::release_after(log.objects);
     });
     Ok(streamed(stream.boxed(), RESULT))
 }

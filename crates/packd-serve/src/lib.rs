@@ -16,6 +16,7 @@ pub mod auth;
 pub mod conn;
 pub mod daemon;
 pub mod http;
+pub mod memory;
 pub mod paths;
 pub mod repos;
 
@@ -184,6 +185,7 @@ impl Server {
 
     /// Accepts and serves connections until the process ends.
     pub fn run(self) -> Result<(), ServeError> {
+        memory::tune_for_serving();
         let max = self.shared.limits.max_connections.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -705,8 +705,13 @@ fn clone_and_fetch_after_a_push_count_with_the_bitmap() {
     for (path, content) in [("dir/new", "new\n"), ("f5", "5\n")] {
         let blob = rev(&server, &format!("main:{path}"));
         let mut cmd = sb.git_cmd(&partial);
-        cmd.env("PACKD_LOG", "packd_protocol=debug")
-            .args(["-c", "protocol.version=2", "cat-file", "-p", &blob]);
+        cmd.env("PACKD_LOG", "packd_protocol=debug").args([
+            "-c",
+            "protocol.version=2",
+            "cat-file",
+            "-p",
+            &blob,
+        ]);
         let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
         run.assert_success();
         assert_eq!(run.out(), content, "{path} fetched lazily");

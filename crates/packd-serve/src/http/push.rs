@@ -462,6 +462,7 @@ pub(super) async fn receive_pack(
             };
         }
         access_log::write(&log);
+        crate::memory::release_after(log.objects);
         None
         // Dropping the writer (and its sender) ends the response body.
     });
