@@ -227,6 +227,7 @@ impl PackServer {
                     &request.wants,
                     &haves,
                     &IdMap::default(),
+                    cancel,
                 )? {
                     let (mut wanted, had) = (answer.wanted, answer.had);
                     if cancel.load(Ordering::Relaxed) {
@@ -306,6 +307,10 @@ impl PackServer {
                     }
                     progress.finish("Counting objects", sorter.items.len() as u64);
                     return Ok(sorter.finish(Had::Bits(had)));
+                }
+                // A walk given up on answers nothing either.
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
                 }
                 tracing::debug!("the bitmap cannot answer this fetch; walking");
             }

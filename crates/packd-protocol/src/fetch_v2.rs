@@ -215,7 +215,7 @@ impl UploadPack {
             return Ok(0);
         }
         let tips = RefSnapshot::read(repo)?.tips();
-        self.check_wants(&req.wants, &tips, mode)?;
+        self.check_wants(&req.wants, &tips, mode, cancel)?;
 
         let mut neg = Negotiation::default();
         let mut acks = Vec::new();

@@ -143,7 +143,7 @@ impl UploadPack {
         };
         let wants = list.request.wants.clone();
         let tips = RefSnapshot::read(repo)?.tips();
-        self.check_wants(&wants, &tips, mode)?;
+        self.check_wants(&wants, &tips, mode, cancel)?;
 
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;

@@ -17,6 +17,7 @@ use packd_odb::{IdSet, ObjectId, ObjectKind, Repository};
 use packd_pack::{Deepen, FetchRequest};
 use packd_reach::walk::{Query, Walker};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Parses a 40-hex id from the client, naming the line when it is not one.
 pub(crate) fn parse_id(text: &str, line: &str) -> Result<ObjectId, ProtocolError> {
@@ -184,6 +185,7 @@ impl UploadPack {
         wants: &[ObjectId],
         tips: &[ObjectId],
         mode: Mode,
+        cancel: &AtomicBool,
     ) -> Result<(), ProtocolError> {
         let repo = self.packs.repository();
         let not_ours =
@@ -204,7 +206,7 @@ impl UploadPack {
         if !self.options.allow_reachable_sha1_in_want && mode != Mode::Stateless {
             return Err(not_ours(&non_tips[0].0));
         }
-        if let Some(id) = self.first_unreachable(&non_tips, tips)? {
+        if let Some(id) = self.first_unreachable(&non_tips, tips, cancel)? {
             return Err(not_ours(&id));
         }
         Ok(())
@@ -215,6 +217,7 @@ impl UploadPack {
         &self,
         objects: &[(ObjectId, ObjectKind)],
         tips: &[ObjectId],
+        cancel: &AtomicBool,
     ) -> Result<Option<ObjectId>, ProtocolError> {
         let repo = self.packs.repository();
         let walker = Walker::new(repo);
@@ -250,7 +253,7 @@ impl UploadPack {
         if let Some(bitmap) = self.bitmap() {
             // Tips pushed since the last repack are walked into the bitmapped pack.
             if let Some(answer) =
-                bitmap.difference_with_outside(repo, &others, tips, &Default::default())?
+                bitmap.difference_with_outside(repo, &others, tips, &Default::default(), cancel)?
             {
                 let mut left: HashSet<ObjectId> = bitmap.ids(&answer.wanted).into_iter().collect();
                 left.extend(answer.outside.iter().map(|(id, _)| *id));
@@ -260,6 +263,9 @@ impl UploadPack {
                 );
                 return Ok(others.iter().find(|id| left.contains(id)).copied());
             }
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(ProtocolError::Io(std::io::Error::other("cancelled")));
         }
         tracing::debug!(
             "{} wanted objects that are not ref tips checked by a walk",

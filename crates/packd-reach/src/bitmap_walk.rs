@@ -20,11 +20,23 @@ use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
 use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
 const SPLIT_ROOTS: usize = 16;
+
+/// The walks look at their cancel flag every this many objects.
+const CANCEL_EVERY: usize = 1024;
+
+/// Whether the walk's caller has given up on it (a client that hung up), checked at the
+/// first of every [`CANCEL_EVERY`] steps (`step` counts them).
+fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
+    let check = step.is_multiple_of(CANCEL_EVERY);
+    *step += 1;
+    check && cancel.load(Ordering::Relaxed)
+}
 
 /// Bytes of tree content (and four per entry start) a fill-in tree walk keeps to compare the
 /// next version of each directory with (per thread; see [`LastAtPath`]).
@@ -287,6 +299,7 @@ impl BitmapIndex {
         bits: &mut Bitmap,
         seen: &mut IdSet,
         roots: Vec<(ObjectId, ObjectKind)>,
+        cancel: &AtomicBool,
     ) -> Result<Option<TreeWalk>> {
         let index = &self.objects;
         let mut done = TreeWalk::default();
@@ -347,11 +360,15 @@ impl BitmapIndex {
                 }
             };
         }
+        let mut steps = 0;
         while let Some((id, kind, bit, location, path)) = stack.pop() {
             if bits.get(bit) {
                 continue;
             }
             bits.set(bit);
+            if cancelled_at(&mut steps, cancel) {
+                return Ok(None);
+            }
             // Only trees are read (and only they carry where they are stored).
             let (ObjectKind::Tree, Some(location)) = (kind, location) else {
                 continue;
@@ -498,7 +515,11 @@ impl BitmapIndex {
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
         split: bool,
+        cancel: &AtomicBool,
     ) -> Result<Option<Bitmap>> {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let index = &self.objects;
         let started = std::time::Instant::now();
         let cache_before = repo.objects().cache_stats();
@@ -617,7 +638,11 @@ impl BitmapIndex {
         // whether a bitmap taken covers it (at worst a few commits more are read; their trees
         // are found covered in the tree walk).
         let mut unplaced: Vec<u32> = Vec::new();
+        let mut steps = 0;
         while let Some((_, id, index_pos)) = queue.pop() {
+            if cancelled_at(&mut steps, cancel) {
+                return Ok(None);
+            }
             if self.take_bitmap(&mut bits, index_pos, check_covered)? {
                 continue;
             }
@@ -680,9 +705,10 @@ impl BitmapIndex {
             let mut other_bits = bits.clone();
             let mut other_seen = seen.clone();
             let (mine, theirs) = std::thread::scope(|scope| {
-                let theirs =
-                    scope.spawn(|| self.walk_trees(repo, &mut other_bits, &mut other_seen, older));
-                let mine = self.walk_trees(repo, &mut bits, &mut seen, roots);
+                let theirs = scope.spawn(|| {
+                    self.walk_trees(repo, &mut other_bits, &mut other_seen, older, cancel)
+                });
+                let mine = self.walk_trees(repo, &mut bits, &mut seen, roots, cancel);
                 let theirs = theirs
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -694,7 +720,7 @@ impl BitmapIndex {
                 _ => None,
             }
         } else {
-            self.walk_trees(repo, &mut bits, &mut seen, roots)?
+            self.walk_trees(repo, &mut bits, &mut seen, roots, cancel)?
         };
         let Some(walked) = walked else {
             return Ok(None);
@@ -734,39 +760,6 @@ impl BitmapIndex {
         Ok(Some(true))
     }
 
-    /// The objects reachable from `include` and not from `exclude` (only commits unless
-    /// `objects`), as bits in pack order; `None` when the bitmap cannot answer.
-    pub fn query(
-        &self,
-        repo: &Repository,
-        include: &[ObjectId],
-        exclude: &[ObjectId],
-        objects: bool,
-    ) -> Result<Option<Bitmap>> {
-        self.query_peeled(repo, include, exclude, objects, &IdMap::default())
-    }
-
-    /// [`BitmapIndex::query`] with known peeled values: `peeled` maps annotated tags among the
-    /// tips to the objects they peel to (`packed-refs`' `^` lines, see
-    /// `packd_odb::refs::RefReader::list_peeled`). When every tag the bitmaps number is such a
-    /// tip (`rev-list --all`), the tags are not read; otherwise the map is ignored.
-    pub fn query_peeled(
-        &self,
-        repo: &Repository,
-        include: &[ObjectId],
-        exclude: &[ObjectId],
-        objects: bool,
-        peeled: &IdMap<ObjectId>,
-    ) -> Result<Option<Bitmap>> {
-        let Some((mut wanted, _)) = self.difference_peeled(repo, include, exclude, peeled)? else {
-            return Ok(None);
-        };
-        if !objects {
-            wanted.and_assign(self.bitmap.type_bitmap(ObjectKind::Commit));
-        }
-        Ok(Some(wanted))
-    }
-
     /// Two sets of objects, as bits in pack order: those reachable from `include` and not from
     /// `exclude`, and all those reachable from `exclude` (a fetch sends the first and may make
     /// deltas against anything in the second: the client has all of it, not just the commits it
@@ -783,18 +776,25 @@ impl BitmapIndex {
     /// reach no outside object. The walk from `include` stops at the outside objects the haves
     /// reach (the client has them and all they reach), as git's does.
     ///
-    /// `peeled` is as for [`BitmapIndex::query_peeled`].
+    /// `peeled` maps annotated tags among the tips to the objects they peel to
+    /// (`packed-refs`' `^` lines, see `packd_odb::refs::RefReader::list_peeled`). When every
+    /// tag the bitmaps number is such a tip (`rev-list --all`), the tags are not read;
+    /// otherwise the map is ignored.
+    ///
+    /// The walks check `cancel` as they go (a client that hung up) and answer `None` once it
+    /// is set; the caller, which set it, does not take that for the bitmap's answer.
     pub fn difference_with_outside(
         &self,
         repo: &Repository,
         include: &[ObjectId],
         exclude: &[ObjectId],
         peeled: &IdMap<ObjectId>,
+        cancel: &AtomicBool,
     ) -> Result<Option<WithOutside>> {
-        let Some(had) = self.walk_outside(repo, exclude, None)? else {
+        let Some(had) = self.walk_outside(repo, exclude, None, cancel)? else {
             return Ok(None);
         };
-        let Some(wanted) = self.walk_outside(repo, include, Some(&had))? else {
+        let Some(wanted) = self.walk_outside(repo, include, Some(&had), cancel)? else {
             return Ok(None);
         };
         if !wanted.objects.is_empty() || !had.objects.is_empty() {
@@ -808,7 +808,7 @@ impl BitmapIndex {
             );
         }
         let Some((bits, had_bits)) =
-            self.difference_peeled(repo, &wanted.boundary, &had.boundary, peeled)?
+            self.difference_peeled(repo, &wanted.boundary, &had.boundary, peeled, cancel)?
         else {
             return Ok(None);
         };
@@ -830,6 +830,7 @@ impl BitmapIndex {
         repo: &Repository,
         tips: &[ObjectId],
         had: Option<&Outside>,
+        cancel: &AtomicBool,
     ) -> Result<Option<Outside>> {
         let had: IdSet = had
             .map(|h| h.objects.iter().map(|(id, _)| *id).collect())
@@ -851,7 +852,11 @@ impl BitmapIndex {
             }
         }
         let objects = repo.objects();
+        let mut steps = 0;
         while let Some((id, kind)) = stack.pop() {
+            if cancelled_at(&mut steps, cancel) {
+                return Ok(None);
+            }
             let kind = match kind {
                 Some(kind) => kind,
                 None => match objects.header(&id)? {
@@ -908,20 +913,21 @@ impl BitmapIndex {
         include: &[ObjectId],
         exclude: &[ObjectId],
         peeled: &IdMap<ObjectId>,
+        cancel: &AtomicBool,
     ) -> Result<Option<(Bitmap, Bitmap)>> {
         // The two sides are independent walks: with both non-empty, the excluded side runs on a
         // second thread (the answer's latency is the longer walk, not the sum).
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
             let walker = Walker::new(repo);
             (
-                self.reach(repo, &walker, include, peeled, true)?,
-                self.reach(repo, &walker, exclude, peeled, true)?,
+                self.reach(repo, &walker, include, peeled, true, cancel)?,
+                self.reach(repo, &walker, exclude, peeled, true, cancel)?,
             )
         } else {
             std::thread::scope(|scope| {
-                let excluded =
-                    scope.spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled, false));
-                let wanted = self.reach(repo, &Walker::new(repo), include, peeled, false);
+                let excluded = scope
+                    .spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled, false, cancel));
+                let wanted = self.reach(repo, &Walker::new(repo), include, peeled, false, cancel);
                 let had = excluded
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

@@ -1,7 +1,7 @@
 //! Reading git's own `.bitmap` and `.rev` files: every bitmapped commit's bitmap must name exactly
 //! the objects `git rev-list --objects` lists for it, type bitmaps must match `git cat-file`, name
 //! hashes must match git's hash of the paths, `.rev` must match `git show-index` sorted by offset;
-//! and damaged files must give errors, never panics.
+//! and damaged files must give errors, never panics. Also: a bitmap walk gives up when cancelled.
 
 use bytes::Bytes;
 use packd_odb::pack::multi_index::MultiPackIndex;
@@ -778,5 +778,56 @@ fn damaged_bitmaps_are_errors() {
             read_everything(bad, &pack, true),
             Err(BitmapError::Unsupported { .. })
         ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Walking with the bitmaps
+// ---------------------------------------------------------------------------------------------
+
+/// `BitmapIndex::difference_with_outside` gives up once its cancel flag is set (a client that
+/// hung up): it answers `None` rather than finishing, for tips in the bitmapped pack and for
+/// tips outside it. Unset, it answers as many objects as git's `rev-list --objects`.
+#[test]
+fn a_cancelled_bitmap_walk_answers_nothing() {
+    use packd_odb::{IdMap, Repository, RepositoryOptions};
+    use packd_reach::bitmap_walk::BitmapIndex;
+    use std::sync::atomic::AtomicBool;
+
+    let repo = build_repo(300);
+    repack(&repo, true, true);
+    // A second pack of new branches, outside the bitmapped pack.
+    repo.git_stdin(&["fast-import", "--quiet"], &history(60, 1));
+    let refs = |pattern: &str| -> Vec<ObjectId> {
+        repo.git(&["for-each-ref", "--format=%(objectname)", pattern])
+            .lines()
+            .map(oid)
+            .collect()
+    };
+    let packed = refs("refs/heads/[a-z]*");
+    let all = refs("refs/");
+    assert!(all.len() > packed.len() + 2);
+    let odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
+    let index = BitmapIndex::open(&odb).unwrap().expect("a bitmap");
+    let peeled = IdMap::default();
+    for tips in [&packed, &all] {
+        let cancel = AtomicBool::new(true);
+        let answer = index
+            .difference_with_outside(&odb, tips, &[], &peeled, &cancel)
+            .unwrap();
+        assert!(answer.is_none(), "a cancelled walk answered");
+        cancel.store(false, Ordering::Relaxed);
+        let answer = index
+            .difference_with_outside(&odb, tips, &[], &peeled, &cancel)
+            .unwrap()
+            .expect("the bitmaps answer");
+        let hex: Vec<String> = tips.iter().map(ObjectId::to_hex).collect();
+        let mut args = vec!["rev-list", "--objects"];
+        args.extend(hex.iter().map(String::as_str));
+        let git = repo.git(&args).lines().count() as u64;
+        assert_eq!(
+            answer.wanted.count_ones() + answer.outside.len() as u64,
+            git
+        );
     }
 }

@@ -117,10 +117,12 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     };
     query.exact = bitmaps.is_some();
     if let Some(index) = &bitmaps {
+        // (Nothing cancels a command-line walk.)
+        let never = std::sync::atomic::AtomicBool::new(false);
         // Objects outside the bitmapped pack (pushed since the last repack) are walked until
         // the walk enters it, as git's extended index does.
         if let Some(mut answer) =
-            index.difference_with_outside(repo, &query.include, &query.exclude, &peeled)?
+            index.difference_with_outside(repo, &query.include, &query.exclude, &peeled, &never)?
         {
             let mut bits = answer.wanted;
             if !query.objects {
