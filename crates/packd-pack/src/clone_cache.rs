@@ -405,7 +405,7 @@ impl Drop for Filling {
 /// Writes to the client and to the cache file; a failure of the cache file only stops the
 /// caching (the clone goes on).
 pub(crate) struct Tee<'a> {
-    pub(crate) out: &'a mut dyn Write,
+    pub(crate) out: &'a mut dyn crate::PackSink,
     pub(crate) filling: &'a mut Filling,
 }
 
@@ -426,16 +426,53 @@ impl Write for Tee<'_> {
     }
 }
 
-/// Sends the cached pack at `cached` to `out` as it is, in pieces of 1 MiB, checking `cancel`.
+/// The cache file needs the bytes, so a tee takes no file ranges.
+impl crate::PackSink for Tee<'_> {}
+
+/// Sends the cached pack at `cached` to `out` as it is, in pieces of 1 MiB (as file ranges of
+/// 8 MiB when `out` takes them), checking `cancel`.
 pub(crate) fn send(
     cached: &CachedPack,
-    out: &mut dyn Write,
+    out: &mut dyn crate::PackSink,
     progress: &mut dyn crate::ProgressSink,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<PackStats, PackError> {
     let path = &cached.path;
     let mut file = File::open(path)?;
     let total = cached.stats.bytes;
+    let objects = cached.stats.objects as u64;
+    if out.takes_file_ranges() {
+        // The connection sends the file's pages itself (`sendfile`).
+        let length = file.metadata()?.len();
+        if length < total {
+            return Err(PackError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: the cached pack ends at {length} bytes of {total}",
+                    path.display()
+                ),
+            )));
+        }
+        let whole = crate::FileRange {
+            file: std::sync::Arc::new(file),
+            offset: 0,
+            len: total,
+        };
+        let mut sent = 0u64;
+        while sent < total {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(PackError::Cancelled);
+            }
+            let piece = whole.sub(sent, 8 << 20);
+            out.send_file_range(&piece)?;
+            sent += piece.len;
+            progress.update("Writing objects", objects * sent / total, Some(objects));
+        }
+        out.flush()?;
+        progress.finish("Writing objects", objects);
+        tracing::debug!("{}: sent as file ranges", path.display());
+        return Ok(cached.stats);
+    }
     let mut buf = vec![0u8; 1 << 20];
     let mut sent = 0u64;
     while sent < total {
@@ -455,11 +492,10 @@ pub(crate) fn send(
         }
         out.write_all(&buf[..n])?;
         sent += n as u64;
-        let objects = cached.stats.objects as u64;
         progress.update("Writing objects", objects * sent / total, Some(objects));
     }
     out.flush()?;
-    progress.finish("Writing objects", cached.stats.objects as u64);
+    progress.finish("Writing objects", objects);
     Ok(cached.stats)
 }
 

@@ -24,6 +24,7 @@ mod write;
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository};
 use packd_reach::bitmap_walk::BitmapIndex;
+pub use packd_storage::FileRange;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -106,6 +107,49 @@ pub enum ShallowUpdate {
     /// The commit is no longer shallow on the client.
     Unshallow(ObjectId),
 }
+
+/// Where a pack stream goes: a writer that may also send ranges of a pack file as they are,
+/// without their bytes passing through packd (a socket, by `sendfile`): a pack that is the whole
+/// answer (a mirror clone after `repack -adb`) then costs the server almost nothing to send.
+pub trait PackSink: Write {
+    /// Whether [`PackSink::send_file_range`] can be used; otherwise the bytes are read and
+    /// written.
+    fn takes_file_ranges(&self) -> bool {
+        false
+    }
+
+    /// Sends the bytes of `range` as the next bytes of the stream. Called only when
+    /// [`PackSink::takes_file_ranges`] says so.
+    fn send_file_range(&mut self, range: &FileRange) -> std::io::Result<()> {
+        let _ = range;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this output takes no file ranges",
+        ))
+    }
+}
+
+impl PackSink for Vec<u8> {}
+impl PackSink for std::fs::File {}
+impl PackSink for std::io::Sink {}
+impl PackSink for std::io::Stdout {}
+impl PackSink for std::io::StdoutLock<'_> {}
+impl<W: Write> PackSink for std::io::BufWriter<W> {}
+
+/// Any writer as a [`PackSink`] that takes no file ranges.
+pub struct PlainSink<W>(pub W);
+
+impl<W: Write> Write for PlainSink<W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.write(data)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write> PackSink for PlainSink<W> {}
 
 /// Progress of planning or writing, for side-band 2 and terminals.
 pub trait ProgressSink: Send {
@@ -323,7 +367,7 @@ impl PackServer {
     pub fn write(
         &self,
         plan: PackPlan,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {

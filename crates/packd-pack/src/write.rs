@@ -21,7 +21,7 @@
 //! the pack and entry sizes.
 
 use crate::count::{Had, Planned, LOOSE};
-use crate::{PackError, PackServer, PackStats, ProgressSink};
+use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
 use bytes::Bytes;
 use packd_odb::pack::data::{
     decode_entry_header, encode_ofs_distance, encode_type_and_size, EntryHeader, EntryKind,
@@ -30,7 +30,6 @@ use packd_odb::pack::data::{
 use packd_odb::pack::Pack;
 use packd_odb::{HashKind, ObjectId};
 use sha1::{Digest, Sha1};
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -64,7 +63,7 @@ const MAX_HEADER: u64 = 64;
 /// are held as one pending range of the window ([`Output::write_shared`]) and written, and
 /// hashed, in one piece when something else comes (a clone is mostly such runs).
 struct Output<'a> {
-    out: &'a mut dyn Write,
+    out: &'a mut dyn PackSink,
     buf: Vec<u8>,
     /// The running checksum; `None` when the stream is a pack file copied whole, whose trailer
     /// is already known.
@@ -322,17 +321,69 @@ const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 /// stream before its last byte, so the client never gets it whole, nor a trailer.
 fn write_whole_pack(
     pack: &Pack,
-    out: &mut dyn Write,
+    out: &mut dyn PackSink,
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
+    if out.takes_file_ranges() {
+        let data = pack.data();
+        if let Some(file) = data
+            .file_range(0..data.len())
+            .map_err(packd_odb::Error::from)?
+        {
+            return send_whole_file(pack, &file, out, progress, cancel);
+        }
+    }
     write_whole_pack_in(pack, out, progress, cancel, WHOLE_PACK_ENTRIES)
+}
+
+/// A pack file sent as file ranges goes in pieces of this size, so that progress moves and a
+/// cancel is seen.
+const FILE_PIECE: u64 = 8 << 20;
+
+/// Sends `pack`, whose whole file is `file`, through `out`'s file ranges: its bytes never pass
+/// through packd, so its entries are not checked against the index's CRC-32 as
+/// [`write_whole_pack_in`] checks them. The client's check of the pack's trailer, which covers
+/// every byte, rejects a file damaged since it was written; the trailer itself must be the
+/// checksum the index records (and the caller checked the header).
+fn send_whole_file(
+    pack: &Pack,
+    file: &FileRange,
+    out: &mut dyn PackSink,
+    progress: &mut dyn ProgressSink,
+    cancel: &AtomicBool,
+) -> Result<PackStats, PackError> {
+    verified_trailer(pack)?;
+    let count = pack.index().len();
+    let mut sent = 0;
+    while sent < file.len {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        let piece = file.sub(sent, FILE_PIECE);
+        out.send_file_range(&piece)?;
+        sent += piece.len;
+        progress.update(
+            "Writing objects",
+            count as u64 * sent / file.len,
+            Some(count as u64),
+        );
+    }
+    out.flush()?;
+    progress.finish("Writing objects", count as u64);
+    tracing::debug!("{}: sent as file ranges", pack.data_name());
+    Ok(PackStats {
+        objects: count,
+        reused: count,
+        bytes: file.len,
+        ..PackStats::default()
+    })
 }
 
 /// [`write_whole_pack`] holding about `range_entries` index entries at once.
 fn write_whole_pack_in(
     pack: &Pack,
-    out: &mut dyn Write,
+    out: &mut dyn PackSink,
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
     range_entries: u32,
@@ -605,7 +656,7 @@ impl PackServer {
         plan: &Planned,
         ofs_delta: bool,
         thin: bool,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {

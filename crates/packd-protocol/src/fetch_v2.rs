@@ -21,8 +21,7 @@ use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, ServeStats, UploadPack};
 use packd_odb::ObjectId;
-use packd_pack::ShallowUpdate;
-use std::io::Write;
+use packd_pack::{PackSink, ShallowUpdate};
 use std::sync::atomic::AtomicBool;
 
 /// Most capability lines accepted in one request.
@@ -120,7 +119,7 @@ impl UploadPack {
         &self,
         mode: Mode,
         reader: &mut PktReader<'_>,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         cancel: &AtomicBool,
         stats: &mut ServeStats,
         err_band: &mut Option<Sideband>,
@@ -160,7 +159,7 @@ impl UploadPack {
         &self,
         mode: Mode,
         args: &[String],
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         cancel: &AtomicBool,
         err_band: &mut Option<Sideband>,
     ) -> Result<u64, ProtocolError> {

@@ -35,7 +35,7 @@ pub mod sideband;
 pub use advertise::agent;
 pub use receive_pack::{PushStats, ReceivePack, ReceivePackOptions};
 
-use packd_pack::PackServer;
+use packd_pack::{PackServer, PackSink};
 use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
@@ -157,8 +157,20 @@ pub struct UploadPack {
 
 /// Counts the bytes written through it.
 struct CountingWriter<'a> {
-    inner: &'a mut dyn Write,
+    inner: &'a mut dyn PackSink,
     bytes: u64,
+}
+
+impl PackSink for CountingWriter<'_> {
+    fn takes_file_ranges(&self) -> bool {
+        self.inner.takes_file_ranges()
+    }
+
+    fn send_file_range(&mut self, range: &packd_pack::FileRange) -> std::io::Result<()> {
+        self.inner.send_file_range(range)?;
+        self.bytes += range.len;
+        Ok(())
+    }
 }
 
 impl Write for CountingWriter<'_> {
@@ -226,13 +238,14 @@ impl UploadPack {
     /// client ends the conversation (a flush where a command or want is expected, or end of
     /// input); in [`Mode::Stateless`] the one request in `input`. Errors the client should see
     /// are sent to it as `ERR` lines (or side-band 3) before being returned. Stops promptly when
-    /// `cancel` is set or the client hangs up.
+    /// `cancel` is set or the client hangs up. When `out` takes file ranges (a socket that can
+    /// `sendfile`), a pack that goes out whole is sent as ranges of its file.
     pub fn serve(
         &self,
         version: ProtocolVersion,
         mode: Mode,
         input: &mut dyn Read,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         cancel: &AtomicBool,
     ) -> Result<ServeStats, ProtocolError> {
         let mut out = CountingWriter {

@@ -20,7 +20,7 @@ use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, ServeStats, UploadPack};
 use packd_odb::ObjectId;
-use packd_pack::ShallowUpdate;
+use packd_pack::{PackSink, ShallowUpdate};
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,7 +131,7 @@ impl UploadPack {
         &self,
         mode: Mode,
         reader: &mut PktReader<'_>,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         cancel: &AtomicBool,
         stats: &mut ServeStats,
         err_band: &mut Option<Sideband>,

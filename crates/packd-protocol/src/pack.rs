@@ -10,7 +10,7 @@
 
 use crate::sideband::{self, ChannelProgress, Sideband, SidebandWriter};
 use crate::{ProtocolError, UploadPack};
-use packd_pack::{FetchRequest, PackPlan};
+use packd_pack::{FetchRequest, PackPlan, PackSink};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
@@ -124,7 +124,7 @@ impl UploadPack {
         &self,
         request: &FetchRequest,
         send: SendOptions,
-        out: &mut dyn Write,
+        out: &mut dyn PackSink,
         cancel: &AtomicBool,
     ) -> Result<u64, ProtocolError> {
         let plan = self.plan_with_keepalive(request, send, out, cancel)?;

@@ -9,7 +9,7 @@
 //! ```
 
 use crate::pkt_line;
-use packd_pack::ProgressSink;
+use packd_pack::{FileRange, PackSink, ProgressSink};
 use std::io::Write;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -67,7 +67,7 @@ pub fn write_band(out: &mut dyn Write, band: u8, data: &[u8], max: usize) -> std
 /// room for the packet header in front, and a write of a whole packet's worth goes out with
 /// its header straight from the caller's bytes.
 pub struct SidebandWriter<'a> {
-    out: &'a mut dyn Write,
+    out: &'a mut dyn PackSink,
     mode: Sideband,
     /// The packet being gathered: `head` bytes of room for its header, then its payload.
     buf: Vec<u8>,
@@ -79,7 +79,7 @@ pub struct SidebandWriter<'a> {
 impl<'a> SidebandWriter<'a> {
     /// A writer over `out` in `mode`; progress messages queued on `progress` are forwarded.
     pub fn new(
-        out: &'a mut dyn Write,
+        out: &'a mut dyn PackSink,
         mode: Sideband,
         progress: Option<&'a Receiver<Vec<u8>>>,
     ) -> SidebandWriter<'a> {
@@ -130,6 +130,30 @@ impl<'a> SidebandWriter<'a> {
             Sideband::None => 64 * 1024,
             mode => mode.max_payload(),
         }
+    }
+}
+
+/// File ranges go out in packets as bytes do, each packet's header written before its piece
+/// of the range, when the writer below takes ranges.
+impl PackSink for SidebandWriter<'_> {
+    fn takes_file_ranges(&self) -> bool {
+        self.out.takes_file_ranges()
+    }
+
+    fn send_file_range(&mut self, range: &FileRange) -> std::io::Result<()> {
+        self.send_buffered()?;
+        self.forward_progress()?;
+        let max = self.max_payload() as u64;
+        let mut at = 0;
+        while at < range.len {
+            let piece = range.sub(at, max);
+            if self.head > 0 {
+                self.out.write_all(&Self::header(piece.len as usize))?;
+            }
+            self.out.send_file_range(&piece)?;
+            at += piece.len;
+        }
+        Ok(())
     }
 }
 

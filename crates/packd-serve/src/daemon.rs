@@ -108,6 +108,9 @@ struct Counting<W> {
     bytes: u64,
 }
 
+/// git:// sends packs as bytes.
+impl<W: Write> packd_pack::PackSink for Counting<W> {}
+
 impl<W: Write> Write for Counting<W> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(data)?;

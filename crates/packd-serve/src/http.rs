@@ -21,6 +21,7 @@ use crate::access_log::{self, LogLine};
 use crate::auth::{self, Right};
 use crate::conn::{Activity, BusyGuard, IdleIo};
 use crate::paths::PathError;
+use crate::sendfile::{FileQueue, FileRangeIo, PLACEHOLDER_LEN, SENDS_FILES};
 use crate::Shared;
 use bytes::Bytes;
 use http_body::Frame;
@@ -28,7 +29,9 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use packd_pack::{FileRange, PackSink};
 use packd_protocol::{Mode, ProtocolVersion, UploadPack};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -226,19 +229,25 @@ pub async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
-    let io = hyper_util::rt::TokioIo::new(IdleIo::new(stream, activity.clone()));
+    let files = Arc::new(FileQueue::default());
+    let socket = FileRangeIo::new(stream, files.clone());
+    let io = hyper_util::rt::TokioIo::new(IdleIo::new(socket, activity.clone()));
     let idle = shared.limits.idle_timeout;
     let svc_activity = activity.clone();
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         let guard = BusyGuard::new(svc_activity.clone());
-        async move { Ok::<_, Infallible>(handle(shared, remote, req, guard).await) }
+        let files = files.clone();
+        async move { Ok::<_, Infallible>(handle(shared, remote, req, guard, files).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // Vectored writes: hyper queues the body's pieces instead of copying them into its buffer,
+    // which file ranges' stand-ins rely on (see `crate::sendfile`).
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(idle)
         .max_buf_size(256 * 1024)
+        .writev(true)
         .keep_alive(true);
     let conn = builder.serve_connection(io, service);
     tokio::select! {
@@ -259,6 +268,7 @@ async fn handle(
     remote: SocketAddr,
     req: Request<Incoming>,
     guard: BusyGuard,
+    files: Arc<FileQueue>,
 ) -> Response<Body> {
     let start = Instant::now();
     let method = req.method().clone();
@@ -353,7 +363,7 @@ async fn handle(
                     "use POST for git-upload-pack",
                 )
             } else {
-                match upload_pack(&shared, &repo, req, log, guard).await {
+                match upload_pack(&shared, &repo, req, log, guard, files).await {
                     // The stream's task writes the log line when upload-pack is done.
                     Ok(resp) => return resp,
                     Err((resp, l)) => {
@@ -593,6 +603,7 @@ async fn upload_pack(
     req: Request<Incoming>,
     mut log: LogLine,
     guard: BusyGuard,
+    files: Arc<FileQueue>,
 ) -> Result<Response<Body>, (Response<Body>, LogLine)> {
     let limit = shared.limits.max_request_bytes;
     let gzip = match request_encoding(&req, REQUEST) {
@@ -641,9 +652,10 @@ async fn upload_pack(
     let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
     let cancel = Arc::new(AtomicBool::new(false));
     let stream = ChannelBody {
-        first: None,
+        pending: VecDeque::new(),
         rx,
         cancel: cancel.clone(),
+        files: Some(files),
         _guard: guard,
     };
     let idle = shared.limits.idle_timeout;
@@ -653,10 +665,13 @@ async fn upload_pack(
         let mut writer = ChannelWriter {
             tx,
             buf: Vec::with_capacity(CHUNK),
+            batch: Vec::new(),
+            batch_ranges: 0,
             handle,
             idle,
             cancel: cancel.clone(),
             sent: 0,
+            takes_file_ranges: SENDS_FILES,
         };
         let mut input: &[u8] = &body;
         let result = upload.serve(version, Mode::Stateless, &mut input, &mut writer, &cancel);
@@ -687,9 +702,12 @@ async fn upload_pack(
 /// then the chunks as they come. Dropping it (the client hung up, or the response ended) sets
 /// the cancel flag.
 struct ChannelBody {
-    first: Option<Bytes>,
-    rx: mpsc::Receiver<Bytes>,
+    /// Pieces received and not yet handed to hyper.
+    pending: VecDeque<Piece>,
+    rx: mpsc::Receiver<Vec<Piece>>,
     cancel: Arc<AtomicBool>,
+    /// Where file ranges wait for the connection to send them (`None`: the writer sends none).
+    files: Option<Arc<FileQueue>>,
     /// Keeps the connection marked busy (not idle) while the response streams.
     _guard: BusyGuard,
 }
@@ -702,15 +720,33 @@ impl http_body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        if let Some(first) = self.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        let piece = loop {
+            if let Some(piece) = self.pending.pop_front() {
+                break piece;
+            }
+            match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(batch) => self.pending.extend(batch),
+                None => return Poll::Ready(None),
+            }
+        };
+        let data = match piece {
+            Piece::Bytes(bytes) => Ok(bytes),
+            Piece::File(range) => match &self.files {
+                Some(files) => files.stand_in(range),
+                None => Err(std::io::Error::other(
+                    "a file range for a response that cannot send one",
+                )),
+            },
+        };
+        Poll::Ready(Some(data.map(Frame::data)))
     }
+}
+
+/// What a worker thread hands the response body: bytes, or a range of a file, which the
+/// connection sends itself (see [`crate::sendfile`]).
+pub(crate) enum Piece {
+    Bytes(Bytes),
+    File(FileRange),
 }
 
 impl Drop for ChannelBody {
@@ -723,17 +759,45 @@ impl Drop for ChannelBody {
 /// A write fails once the body is gone (the client hung up) or when the client has not taken
 /// a chunk for the idle timeout.
 struct ChannelWriter {
-    tx: mpsc::Sender<Bytes>,
+    /// Batches of pieces: a chunk of bytes, or the file ranges (and the bytes between them)
+    /// of about [`RANGES_PER_BATCH`] bytes, so that a pack sent as ranges does not cost a
+    /// hand-over between threads per packet.
+    tx: mpsc::Sender<Vec<Piece>>,
     buf: Vec<u8>,
+    /// Pieces not sent yet, and the bytes of file ranges among them.
+    batch: Vec<Piece>,
+    batch_ranges: u64,
     handle: tokio::runtime::Handle,
     idle: Duration,
     cancel: Arc<AtomicBool>,
     sent: u64,
+    /// Whether the response body takes file ranges (see [`crate::sendfile`]).
+    takes_file_ranges: bool,
 }
 
 impl ChannelWriter {
-    fn send(&mut self, chunk: Bytes) -> std::io::Result<()> {
-        let len = chunk.len() as u64;
+    /// Sends the batch, with what is buffered.
+    fn send_batch(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+            self.batch.push(Piece::Bytes(chunk));
+        }
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_ranges = 0;
+        self.send(batch)
+    }
+
+    fn send(&mut self, chunk: Vec<Piece>) -> std::io::Result<()> {
+        let len = chunk
+            .iter()
+            .map(|piece| match piece {
+                Piece::Bytes(bytes) => bytes.len() as u64,
+                Piece::File(range) => range.len,
+            })
+            .sum::<u64>();
         let tx = self.tx.clone();
         let idle = self.idle;
         let sent = self
@@ -774,18 +838,45 @@ impl Write for ChannelWriter {
         let take = data.len().min(CHUNK - self.buf.len());
         self.buf.extend_from_slice(&data[..take]);
         if self.buf.len() >= CHUNK {
-            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-            self.send(chunk)?;
+            self.send_batch()?;
         }
         Ok(take)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
+        self.send_batch()
+    }
+}
+
+/// File ranges gathered into one hand-over to the connection's task.
+const RANGES_PER_BATCH: u64 = 1 << 20;
+
+impl PackSink for ChannelWriter {
+    fn takes_file_ranges(&self) -> bool {
+        self.takes_file_ranges
+    }
+
+    /// Adds the range to the batch, after what is buffered, in pieces a stand-in can stand
+    /// for; sends the batch once it holds enough.
+    fn send_file_range(&mut self, range: &FileRange) -> std::io::Result<()> {
+        if !self.takes_file_ranges {
+            return Err(std::io::Error::other("this response takes no file ranges"));
         }
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.send(chunk)
+        if !self.buf.is_empty() {
+            let bytes = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+            self.batch.push(Piece::Bytes(bytes));
+        }
+        let mut at = 0;
+        while at < range.len {
+            let piece = range.sub(at, PLACEHOLDER_LEN as u64);
+            at += piece.len;
+            self.batch_ranges += piece.len;
+            self.batch.push(Piece::File(piece));
+        }
+        if self.batch_ranges >= RANGES_PER_BATCH {
+            self.send_batch()?;
+        }
+        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@ pub mod http;
 pub mod memory;
 pub mod paths;
 pub mod repos;
+mod sendfile;
 
 pub use packd_odb::RepositoryOptions;
 use packd_protocol::UploadPackOptions;

@@ -47,6 +47,31 @@ impl StorageError {
     }
 }
 
+/// A range of a local file, for a transport that can send it without the bytes passing through
+/// the process (`sendfile`): a whole pack file going out as it is. Blobs in object storage have
+/// no file ranges; their bytes are read.
+#[derive(Clone, Debug)]
+pub struct FileRange {
+    /// The open file (kept open while the range is queued, even if the blob is dropped).
+    pub file: Arc<std::fs::File>,
+    /// Where the range starts in the file.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+impl FileRange {
+    /// The range from `from` (relative to this range's start) for at most `len` bytes.
+    pub fn sub(&self, from: u64, len: u64) -> FileRange {
+        let from = from.min(self.len);
+        FileRange {
+            file: self.file.clone(),
+            offset: self.offset + from,
+            len: len.min(self.len - from),
+        }
+    }
+}
+
 /// One immutable object of storage (a `.pack`, `.idx`, `.bitmap`, ...), read by byte ranges.
 ///
 /// Blobs are immutable once written (git never rewrites a pack in place), which is what makes it
@@ -94,6 +119,14 @@ pub trait Blob: Send + Sync + fmt::Debug {
         buf.clear();
         buf.extend_from_slice(&bytes);
         Ok(())
+    }
+
+    /// The range as a [`FileRange`] of a local file, which a transport can send without reading
+    /// it, or `None` when the blob has no file behind it (small files read whole, object
+    /// storage). Fails if the range reaches past the end.
+    fn file_range(&self, range: Range<u64>) -> Result<Option<FileRange>, StorageError> {
+        check_range(self.name(), &range, self.len())?;
+        Ok(None)
     }
 
     /// Drops this process's mapped pages of the blob, if it is mapped (they stay in the page

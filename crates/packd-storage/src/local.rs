@@ -5,7 +5,7 @@
 //! at open, which is cheaper than a map for a few hundred bytes. Neither choice is visible above:
 //! callers only see [`Bytes`].
 
-use crate::{check_range, Blob, Storage, StorageError};
+use crate::{check_range, Blob, FileRange, Storage, StorageError};
 use bytes::Bytes;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
@@ -124,7 +124,7 @@ impl Storage for LocalStorage {
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
             #[cfg(unix)]
             let _ = map.advise(memmap2::Advice::Random);
-            (Bytes::from_owner(map), Some(file))
+            (Bytes::from_owner(map), Some(Arc::new(file)))
         };
         Ok(Arc::new(LocalBlob {
             name: display,
@@ -179,8 +179,8 @@ impl Storage for LocalStorage {
 struct LocalBlob {
     name: String,
     bytes: Bytes,
-    /// The file behind a map, for [`Blob::read_copy`].
-    file: Option<File>,
+    /// The file behind a map, for [`Blob::read_copy`] and [`Blob::file_range`].
+    file: Option<Arc<File>>,
     /// Pages mapped by [`Blob::read`] since the map was last released (an estimate: see
     /// [`LocalBlob::note_touched`]).
     touched_pages: AtomicU64,
@@ -263,6 +263,15 @@ impl Blob for LocalBlob {
         let mut buf = Vec::new();
         self.read_copy_into(range, &mut buf)?;
         Ok(Bytes::from(buf))
+    }
+
+    fn file_range(&self, range: Range<u64>) -> Result<Option<FileRange>, StorageError> {
+        check_range(&self.name, &range, self.len())?;
+        Ok(self.file.as_ref().map(|file| FileRange {
+            file: file.clone(),
+            offset: range.start,
+            len: range.end - range.start,
+        }))
     }
 
     fn release_pages(&self) {

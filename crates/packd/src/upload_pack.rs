@@ -121,6 +121,9 @@ impl<W: Write> Write for ActiveWriter<'_, W> {
     }
 }
 
+/// stdout carries packs as bytes.
+impl<W: Write> packd_pack::PackSink for ActiveWriter<'_, W> {}
+
 /// Runs `packd upload-pack`; `workdir` is where a relative DIR starts.
 pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<ExitCode> {
     let dir = workdir.join(&args.dir);

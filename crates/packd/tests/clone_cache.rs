@@ -1,9 +1,10 @@
 //! The clone cache (`--clone-cache-bytes`) with the real git client through
 //! `packd upload-pack`: a repeated clone is sent from the kept pack, new history or new tags
 //! make a new one, fetches with haves never touch it, the budget is kept, and a damaged kept
-//! pack is not used.
+//! pack is not used. Over HTTP, `packd serve` sends a kept pack from its file (`sendfile`).
 
 mod common;
+mod serve_support;
 
 use common::*;
 use std::path::{Path, PathBuf};
@@ -135,6 +136,43 @@ fn a_repeated_clone_is_sent_from_the_kept_pack() {
         cached(&repo, ".pack").len(),
         1,
         "no second pack for the same clone"
+    );
+}
+
+/// Over HTTP the kept pack goes out from its file (`sendfile`, the bytes never pass through
+/// packd): the repeated clone is complete and byte for byte the first one's pack.
+#[test]
+fn over_http_the_kept_pack_is_sent_from_its_file() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    let server = serve_support::Server::start_logging(&sb, sb.path(), &[], "info,packd_pack=debug");
+    let url = format!("http://{}/src.git", server.http);
+    let mut received = Vec::new();
+    for name in ["first.git", "second.git"] {
+        let dest = sb.path().join(name);
+        let mut cmd = sb.git_cmd(sb.path());
+        cmd.args(["-c", "protocol.version=2", "clone", "-q", "--bare"])
+            .arg(&url)
+            .arg(&dest);
+        run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+        sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(refs(&sb, &dest), refs(&sb, &repo.path));
+        let pack = std::fs::read_dir(dest.join("objects/pack"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .unwrap();
+        received.push(std::fs::read(&pack).unwrap());
+    }
+    assert_eq!(cached(&repo, ".pack").len(), 1, "the first clone was kept");
+    assert_same_bytes("the repeated clone's pack", &received[1], &received[0]);
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("sent as file ranges").count(),
+        1,
+        "the repeated clone went out from the kept file:\n{log}"
     );
 }
 

@@ -78,6 +78,72 @@ fn clone_v2_over_http() {
     clone_and_check(&f, &server, "2");
 }
 
+/// A mirror clone of a repository just repacked with bitmaps is its pack file as it is, which
+/// the connection sends with `sendfile` (the bytes never pass through packd): over protocol v0
+/// and v2 git finds the clone complete, and its pack is the served file byte for byte. A client
+/// that hangs up in the middle leaves the server serving the next clone.
+#[test]
+fn whole_pack_clone_is_sent_from_the_file() {
+    let f = Fixture::new();
+    // A pack of more than 64 KiB: smaller files are read whole, not sent from the file.
+    let tip = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_800_000_000);
+    let mut rng = common::Rng::new(11);
+    fi.commit(
+        "refs/heads/main",
+        Some(&tip),
+        "big\n",
+        &[common::inline("big.bin", rng.bytes(256 << 10))],
+    );
+    f.repo.fast_import(&fi.finish());
+    f.repo.git(&["repack", "-adbq"]);
+    let packs = f.repo.packs();
+    assert_eq!(packs.len(), 1);
+    let served = std::fs::read(&packs[0]).unwrap();
+    let mut server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    let head = f.repo.git_str(&["rev-parse", "main"]);
+    let mut body = pkt("command=fetch\n");
+    body.extend_from_slice(b"0001");
+    body.extend(pkt(&format!("want {head}\n")));
+    body.extend(pkt("done\n"));
+    body.extend_from_slice(b"0000");
+    let mut s = TcpStream::connect(&server.http).unwrap();
+    let req = format!(
+        "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut buf = [0u8; 100];
+    let _ = s.read(&mut buf);
+    drop(s);
+    for version in ["0", "2"] {
+        clone_and_check(&f, &server, version);
+        let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
+        let got: Vec<_> = std::fs::read_dir(dst.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+            .collect();
+        assert_eq!(got.len(), 1, "v{version}: {got:?}");
+        assert!(
+            std::fs::read(&got[0]).unwrap() == served,
+            "v{version}: the clone's pack is the served file"
+        );
+    }
+    let log = server.log_text();
+    assert!(
+        log.matches("sent as file ranges").count() >= 2,
+        "the packs went out as file ranges:\n{log}"
+    );
+    assert!(server.alive(), "{log}");
+}
+
 #[test]
 fn parallel_clones() {
     let f = Fixture::new();

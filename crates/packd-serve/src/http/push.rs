@@ -406,10 +406,13 @@ pub(super) async fn receive_pack(
         let mut writer = ChannelWriter {
             tx,
             buf: Vec::with_capacity(CHUNK),
+            batch: Vec::new(),
+            batch_ranges: 0,
             handle,
             idle,
             cancel: Arc::new(AtomicBool::new(false)),
             sent: 0,
+            takes_file_ranges: false,
         };
         let result = {
             let mut stream = Read::chain(&head[..], &mut input);
@@ -483,10 +486,11 @@ pub(super) async fn receive_pack(
         });
     };
     let stream = ChannelBody {
-        first: Some(first),
+        pending: first.into(),
         rx,
         // receive-pack stops on its own when the client goes: nothing to cancel.
         cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        files: None,
         _guard: guard,
     };
     Ok(streamed(stream.boxed(), RESULT))

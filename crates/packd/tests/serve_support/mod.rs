@@ -26,6 +26,11 @@ pub struct Server {
 impl Server {
     /// Starts `packd serve --root ROOT --listen 127.0.0.1:0 --git-daemon 127.0.0.1:0 EXTRA...`.
     pub fn start(sandbox: &Sandbox, root: &Path, extra: &[&str]) -> Server {
+        Server::start_logging(sandbox, root, extra, "info")
+    }
+
+    /// [`Server::start`] with `PACKD_LOG=FILTER` (the access log is at info).
+    pub fn start_logging(sandbox: &Sandbox, root: &Path, extra: &[&str], filter: &str) -> Server {
         let log = sandbox.path().join(format!(
             "serve-{}.log",
             std::time::SystemTime::now()
@@ -35,7 +40,7 @@ impl Server {
         ));
         let mut cmd = Command::new(common::PACKD);
         common::apply_env(&mut cmd, &sandbox.home);
-        cmd.env("PACKD_LOG", "info");
+        cmd.env("PACKD_LOG", filter);
         cmd.args(["serve", "--root"]).arg(root);
         cmd.args(["--listen", "127.0.0.1:0", "--git-daemon", "127.0.0.1:0"]);
         cmd.args(extra);
