@@ -108,8 +108,24 @@ struct Counting<W> {
     bytes: u64,
 }
 
-/// git:// sends packs as bytes.
-impl<W: Write> packd_pack::PackSink for Counting<W> {}
+/// A git:// connection sends file ranges itself: the kernel copies them to the socket
+/// (`sendfile`), after what is buffered.
+#[cfg(unix)]
+impl packd_pack::PackSink for Counting<BufWriter<TcpStream>> {
+    fn takes_file_ranges(&self) -> bool {
+        packd_pack::FileRange::SENT_BY_KERNEL
+    }
+
+    fn send_file_range(&mut self, range: &packd_pack::FileRange) -> std::io::Result<()> {
+        self.inner.flush()?;
+        range.send_to(self.inner.get_mut())?;
+        self.bytes += range.len;
+        Ok(())
+    }
+}
+
+#[cfg(not(unix))]
+impl packd_pack::PackSink for Counting<BufWriter<TcpStream>> {}
 
 impl<W: Write> Write for Counting<W> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {

@@ -61,6 +61,74 @@ pub struct FileRange {
 }
 
 impl FileRange {
+    /// Whether [`FileRange::send_to`] has the kernel copy the pages (`sendfile`, on Linux);
+    /// elsewhere it reads and writes them.
+    pub const SENT_BY_KERNEL: bool = cfg!(target_os = "linux");
+
+    /// Writes the range's bytes to `out` (a socket, a pipe), blocking: by `sendfile`, so that
+    /// they do not pass through the process, or, where it cannot be used, by reading and
+    /// writing. `out`'s own buffer, if any, must be empty (flushed).
+    #[cfg(unix)]
+    pub fn send_to<W: std::io::Write + std::os::fd::AsRawFd>(
+        &self,
+        out: &mut W,
+    ) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let mut offset = libc::off_t::try_from(self.offset)
+                .map_err(|_| std::io::Error::other("a file offset past what sendfile takes"))?;
+            let mut left = self.len;
+            while left > 0 {
+                let count = left.min(1 << 30) as usize;
+                // SAFETY: both descriptors are open for the call; the kernel writes only to
+                // `offset`.
+                let n = unsafe {
+                    libc::sendfile(out.as_raw_fd(), self.file.as_raw_fd(), &mut offset, count)
+                };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::EINTR) => continue,
+                        // Not a descriptor sendfile writes to (nothing was sent of this call).
+                        Some(libc::EINVAL | libc::ENOSYS) => {
+                            return self.sub(self.len - left, left).copy_to(out)
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "a file ended before the range sent of it",
+                    ));
+                }
+                left -= n as u64;
+            }
+            Ok(())
+        }
+        #[cfg(not(target_os = "linux"))]
+        self.copy_to(out)
+    }
+
+    /// Writes the range's bytes to `out` by reading them.
+    #[cfg(unix)]
+    fn copy_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut buf = vec![0u8; self.len.min(1 << 20) as usize];
+        let mut at = 0;
+        while at < self.len {
+            let n = (self.len - at).min(buf.len() as u64) as usize;
+            std::os::unix::fs::FileExt::read_exact_at(
+                &*self.file,
+                &mut buf[..n],
+                self.offset + at,
+            )?;
+            out.write_all(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// The range from `from` (relative to this range's start) for at most `len` bytes.
     pub fn sub(&self, from: u64, len: u64) -> FileRange {
         let from = from.min(self.len);

@@ -121,8 +121,24 @@ impl<W: Write> Write for ActiveWriter<'_, W> {
     }
 }
 
-/// stdout carries packs as bytes.
-impl<W: Write> packd_pack::PackSink for ActiveWriter<'_, W> {}
+/// A file range goes to stdout (a pipe or socket to the client) by the kernel (`sendfile`),
+/// after what is buffered.
+#[cfg(unix)]
+impl packd_pack::PackSink for ActiveWriter<'_, std::io::BufWriter<std::io::StdoutLock<'_>>> {
+    fn takes_file_ranges(&self) -> bool {
+        packd_pack::FileRange::SENT_BY_KERNEL
+    }
+
+    fn send_file_range(&mut self, range: &packd_pack::FileRange) -> std::io::Result<()> {
+        self.inner.flush()?;
+        range.send_to(self.inner.get_mut())?;
+        self.activity.touch();
+        Ok(())
+    }
+}
+
+#[cfg(not(unix))]
+impl packd_pack::PackSink for ActiveWriter<'_, std::io::BufWriter<std::io::StdoutLock<'_>>> {}
 
 /// Runs `packd upload-pack`; `workdir` is where a relative DIR starts.
 pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<ExitCode> {

@@ -5,7 +5,7 @@
 mod common;
 mod serve_support;
 
-use serve_support::{pkt, Fixture, Server};
+use serve_support::{only_pack_of, pkt, Fixture, Server};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -33,6 +33,46 @@ fn ls_remote_matches_git_v0_and_v2() {
         server.log_text().contains("method=git"),
         "{}",
         server.log_text()
+    );
+}
+
+/// Over git:// too, a mirror clone that is the repository's pack file as it is goes out from
+/// the file (`sendfile`), byte for byte.
+#[test]
+fn whole_pack_clone_over_git_protocol_is_sent_from_the_file() {
+    let f = Fixture::new();
+    let served = f.repack_whole();
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    for version in ["0", "2"] {
+        let dst = f.sandbox.path().join(format!("whole-v{version}.git"));
+        f.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "--mirror",
+            &server.git_url("repo.git"),
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        f.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path));
+        assert!(
+            only_pack_of(&dst) == served,
+            "v{version}: the clone's pack is the served file"
+        );
+    }
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("sent as file ranges").count(),
+        2,
+        "the packs went out from the file:\n{log}"
     );
 }
 

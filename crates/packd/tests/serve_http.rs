@@ -5,7 +5,7 @@
 mod common;
 mod serve_support;
 
-use serve_support::{http, pkt, Fixture, Server};
+use serve_support::{http, only_pack_of, pkt, Fixture, Server};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -85,21 +85,7 @@ fn clone_v2_over_http() {
 #[test]
 fn whole_pack_clone_is_sent_from_the_file() {
     let f = Fixture::new();
-    // A pack of more than 64 KiB: smaller files are read whole, not sent from the file.
-    let tip = f.repo.git_str(&["rev-parse", "main"]);
-    let mut fi = common::FastImport::with_time(1_800_000_000);
-    let mut rng = common::Rng::new(11);
-    fi.commit(
-        "refs/heads/main",
-        Some(&tip),
-        "big\n",
-        &[common::inline("big.bin", rng.bytes(256 << 10))],
-    );
-    f.repo.fast_import(&fi.finish());
-    f.repo.git(&["repack", "-adbq"]);
-    let packs = f.repo.packs();
-    assert_eq!(packs.len(), 1);
-    let served = std::fs::read(&packs[0]).unwrap();
+    let served = f.repack_whole();
     let mut server = Server::start_logging(
         &f.sandbox,
         &f.root,
@@ -125,14 +111,8 @@ fn whole_pack_clone_is_sent_from_the_file() {
     for version in ["0", "2"] {
         clone_and_check(&f, &server, version);
         let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
-        let got: Vec<_> = std::fs::read_dir(dst.join("objects/pack"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "pack"))
-            .collect();
-        assert_eq!(got.len(), 1, "v{version}: {got:?}");
         assert!(
-            std::fs::read(&got[0]).unwrap() == served,
+            only_pack_of(&dst) == served,
             "v{version}: the clone's pack is the served file"
         );
     }

@@ -375,6 +375,53 @@ fn partial_clone_fetches_blobs_lazily() {
     }
 }
 
+/// A mirror clone that is the repository's pack file as it is goes to `packd upload-pack`'s
+/// stdout (a pipe to git) from the file, by the kernel (`sendfile`): the clone's pack is the
+/// file byte for byte, over protocol v0 and v2.
+#[test]
+fn a_whole_pack_goes_out_from_the_file() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    // A pack of more than 64 KiB (smaller files are read whole, never sent from the file).
+    let mut rng = Rng::new(5);
+    std::fs::write(repo.path.join("big.bin"), rng.bytes(256 << 10)).unwrap();
+    repo.git(&["add", "big.bin"]);
+    repo.git(&["commit", "-q", "-m", "big"]);
+    repo.git(&["repack", "-adbq"]);
+    let packs = repo.packs();
+    assert_eq!(packs.len(), 1);
+    let served = std::fs::read(&packs[0]).unwrap();
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for version in [0u8, 2] {
+        let name = format!("whole-{version}.git");
+        let mut cmd = sb.git_cmd(sb.path());
+        cmd.env("PACKD_LOG", "packd_pack=debug")
+            .arg("-c")
+            .arg(format!("protocol.version={version}"))
+            .args(["clone", "-q", "--mirror", &up, &url, &name]);
+        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+        run.assert_success();
+        assert!(
+            run.err().contains("sent as file ranges"),
+            "v{version}: {}",
+            run.err()
+        );
+        let dir = sb.path().join(&name);
+        fsck(&sb, &dir);
+        let got: Vec<_> = std::fs::read_dir(dir.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert!(
+            std::fs::read(&got[0]).unwrap() == served,
+            "v{version}: the clone's pack is the served file"
+        );
+    }
+}
+
 #[test]
 fn an_unknown_want_is_refused_readably() {
     let sb = Sandbox::new();

@@ -112,6 +112,17 @@ impl Drop for Server {
     }
 }
 
+/// The bytes of the one pack file of the repository at `git_dir`.
+pub fn only_pack_of(git_dir: &Path) -> Vec<u8> {
+    let packs: Vec<PathBuf> = std::fs::read_dir(git_dir.join("objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    std::fs::read(&packs[0]).unwrap()
+}
+
 /// A served root with `repo.git` (branches, annotated and lightweight tags, a packed history
 /// plus loose commits) in it.
 pub struct Fixture {
@@ -184,6 +195,26 @@ impl Fixture {
     }
 
     /// A new commit on the served repository's `main` (same tree, `message`): its id.
+    /// Adds a commit of a 256 KiB incompressible file (a pack file of less than 64 KiB is read
+    /// whole, never sent from the file) and repacks with a bitmap: a mirror clone is then the
+    /// one pack file as it is, whose bytes this returns.
+    pub fn repack_whole(&self) -> Vec<u8> {
+        let tip = self.repo.git_str(&["rev-parse", "main"]);
+        let mut fi = FastImport::with_time(1_800_000_000);
+        let mut rng = common::Rng::new(11);
+        fi.commit(
+            "refs/heads/main",
+            Some(&tip),
+            "big\n",
+            &[common::inline("big.bin", rng.bytes(256 << 10))],
+        );
+        self.repo.fast_import(&fi.finish());
+        self.repo.git(&["repack", "-adbq"]);
+        let packs = self.repo.packs();
+        assert_eq!(packs.len(), 1);
+        std::fs::read(&packs[0]).unwrap()
+    }
+
     pub fn commit_on_main(&self, message: &str) -> String {
         let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
         let parent = self.repo.git_str(&["rev-parse", "main"]);
