@@ -236,6 +236,13 @@ impl PackServer {
                     let mut outside = answer.outside;
                     self.apply_filter(index, request, &mut wanted, &mut outside)?;
                     let total = wanted.count_ones();
+                    // The walk is done: what it held goes back before the object list is
+                    // built, so that the two do not make one peak (a mirror clone of git/git
+                    // after a push: the walk's delta base cache and the list of 841,300
+                    // objects).
+                    if total + outside.len() as u64 >= u64::from(crate::LARGE_PLAN) {
+                        self.release_walk_memory();
+                    }
                     if outside.is_empty() {
                         if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
                             progress.finish("Counting objects", total);

@@ -45,9 +45,5 @@ pub fn release_after(objects: u64) {
     if objects < TRIM_AFTER_OBJECTS {
         return;
     }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases the allocator's own free memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    packd_storage::trim_heap();
 }
