@@ -134,10 +134,11 @@ impl<'a> SidebandWriter<'a> {
 }
 
 /// File ranges go out in packets as bytes do, each packet's header written before its piece
-/// of the range, when the writer below takes ranges.
+/// of the range, when the writer below takes ranges and packets are large (side-band's
+/// 1000-byte packets would make a range of every kilobyte).
 impl PackSink for SidebandWriter<'_> {
     fn takes_file_ranges(&self) -> bool {
-        self.out.takes_file_ranges()
+        self.max_payload() >= 32 * 1024 && self.out.takes_file_ranges()
     }
 
     fn send_file_range(&mut self, range: &FileRange) -> std::io::Result<()> {
@@ -295,6 +296,70 @@ mod tests {
             w.flush().unwrap();
         }
         assert_eq!(out, b"000e\x02Counting\r000d\x01PACKmore".to_vec());
+    }
+
+    /// What a writer that takes file ranges was given: bytes, or ranges as `(offset, len)`.
+    #[derive(Default)]
+    struct RangeSink {
+        pieces: Vec<Result<Vec<u8>, (u64, u64)>>,
+    }
+
+    impl Write for RangeSink {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.pieces.push(Ok(data.to_vec()));
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl PackSink for RangeSink {
+        fn takes_file_ranges(&self) -> bool {
+            true
+        }
+        fn send_file_range(&mut self, range: &FileRange) -> std::io::Result<()> {
+            self.pieces.push(Err((range.offset, range.len)));
+            Ok(())
+        }
+    }
+
+    /// A range goes out in packets of the largest payload, each header written before its
+    /// piece, after what was buffered (and progress); small packets take no ranges.
+    #[test]
+    fn ranges_are_sent_in_packets() {
+        let file = FileRange {
+            file: std::sync::Arc::new(tempfile::tempfile().unwrap()),
+            offset: 100,
+            len: 150_000,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut out = RangeSink::default();
+        {
+            let mut w = SidebandWriter::new(&mut out, Sideband::Large, Some(&rx));
+            w.write_all(b"PACK").unwrap();
+            tx.send(b"Writing\r".to_vec()).unwrap();
+            assert!(w.takes_file_ranges());
+            w.send_file_range(&file).unwrap();
+            w.flush().unwrap();
+        }
+        let header = |n: usize| Ok(format!("{:04x}\x01", n + 5).into_bytes());
+        assert_eq!(
+            out.pieces,
+            vec![
+                Ok(b"000d\x02Writing\r".to_vec()),
+                Ok(b"0009\x01PACK".to_vec()),
+                header(65515),
+                Err((100, 65515)),
+                header(65515),
+                Err((100 + 65515, 65515)),
+                header(18970),
+                Err((100 + 131030, 18970)),
+            ]
+        );
+        let mut small = RangeSink::default();
+        let w = SidebandWriter::new(&mut small, Sideband::Small, None);
+        assert!(!w.takes_file_ranges());
     }
 
     #[test]
