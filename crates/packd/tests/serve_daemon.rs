@@ -49,20 +49,7 @@ fn whole_pack_clone_over_git_protocol_is_sent_from_the_file() {
         "info,packd_pack=debug",
     );
     for version in ["0", "2"] {
-        let dst = f.sandbox.path().join(format!("whole-v{version}.git"));
-        f.git(&[
-            "-c",
-            &format!("protocol.version={version}"),
-            "clone",
-            "--mirror",
-            &server.git_url("repo.git"),
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
-        f.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path));
+        let dst = mirror_clone(&f, &server, version, &format!("whole-v{version}.git"));
         assert!(
             only_pack_of(&dst) == served,
             "v{version}: the clone's pack is the served file"
@@ -81,24 +68,7 @@ fn clone_over_git_protocol_v0_and_v2() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     for version in ["0", "2"] {
-        let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
-        f.git(&[
-            "-c",
-            &format!("protocol.version={version}"),
-            "clone",
-            "--mirror",
-            &server.git_url("repo.git"),
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
-        f.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        assert_eq!(
-            f.refs_of(&dst),
-            f.refs_of(&f.repo.path),
-            "refs after clone v{version}"
-        );
+        mirror_clone(&f, &server, version, &format!("clone-v{version}.git"));
     }
     // An incremental fetch negotiates with haves.
     let dst = f.sandbox.path().join("work");
@@ -117,6 +87,30 @@ fn clone_over_git_protocol_v0_and_v2() {
         .sandbox
         .git_run_in(&dst, &["rev-parse", "origin/main"], None);
     assert_eq!(got.out().trim(), new.trim());
+}
+
+/// `git clone --mirror` of `repo.git` over git:// with protocol `version` into NAME, checked by
+/// `git fsck --strict` and against the served refs.
+fn mirror_clone(f: &Fixture, server: &Server, version: &str, name: &str) -> std::path::PathBuf {
+    let dst = f.sandbox.path().join(name);
+    f.git(&[
+        "-c",
+        &format!("protocol.version={version}"),
+        "clone",
+        "--mirror",
+        &server.git_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    f.sandbox
+        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+        .assert_success();
+    assert_eq!(
+        f.refs_of(&dst),
+        f.refs_of(&f.repo.path),
+        "refs after clone v{version}"
+    );
+    dst
 }
 
 /// Sends a raw git:// request line and returns everything the server answers before closing.

@@ -92,22 +92,7 @@ fn whole_pack_clone_is_sent_from_the_file() {
         &["--clone-cache-bytes", "0"],
         "info,packd_pack=debug",
     );
-    let head = f.repo.git_str(&["rev-parse", "main"]);
-    let mut body = pkt("command=fetch\n");
-    body.extend_from_slice(b"0001");
-    body.extend(pkt(&format!("want {head}\n")));
-    body.extend(pkt("done\n"));
-    body.extend_from_slice(b"0000");
-    let mut s = TcpStream::connect(&server.http).unwrap();
-    let req = format!(
-        "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut buf = [0u8; 100];
-    let _ = s.read(&mut buf);
-    drop(s);
+    hang_up_mid_clone(&f, &server);
     for version in ["0", "2"] {
         clone_and_check(&f, &server, version);
         let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
@@ -481,27 +466,32 @@ fn connection_limit() {
     }
 }
 
-#[test]
-fn client_hangup_mid_clone_leaves_server_healthy() {
-    let f = Fixture::new();
-    let mut server = Server::start(&f.sandbox, &f.root, &[]);
+/// Asks for a clone of `main` over a raw connection and hangs up after the first bytes of
+/// the answer.
+fn hang_up_mid_clone(f: &Fixture, server: &Server) {
     let head = f.repo.git_str(&["rev-parse", "main"]);
     let mut body = pkt("command=fetch\n");
     body.extend_from_slice(b"0001");
     body.extend(pkt(&format!("want {head}\n")));
     body.extend(pkt("done\n"));
     body.extend_from_slice(b"0000");
+    let mut s = TcpStream::connect(&server.http).unwrap();
+    let req = format!(
+        "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut buf = [0u8; 100];
+    let _ = s.read(&mut buf);
+}
+
+#[test]
+fn client_hangup_mid_clone_leaves_server_healthy() {
+    let f = Fixture::new();
+    let mut server = Server::start(&f.sandbox, &f.root, &[]);
     for _ in 0..5 {
-        let mut s = TcpStream::connect(&server.http).unwrap();
-        let req = format!(
-            "{V2_POST}\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        s.write_all(&body).unwrap();
-        let mut buf = [0u8; 100];
-        let _ = s.read(&mut buf);
-        drop(s);
+        hang_up_mid_clone(&f, &server);
     }
     assert!(server.alive(), "server died:\n{}", server.log_text());
     let expected = f.ls_remote("2", f.repo.path.to_str().unwrap());
