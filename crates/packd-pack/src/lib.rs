@@ -136,21 +136,6 @@ impl PackSink for std::io::Stdout {}
 impl PackSink for std::io::StdoutLock<'_> {}
 impl<W: Write> PackSink for std::io::BufWriter<W> {}
 
-/// Any writer as a [`PackSink`] that takes no file ranges.
-pub struct PlainSink<W>(pub W);
-
-impl<W: Write> Write for PlainSink<W> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.write(data)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-}
-
-impl<W: Write> PackSink for PlainSink<W> {}
-
 /// Progress of planning or writing, for side-band 2 and terminals.
 pub trait ProgressSink: Send {
     /// `stage` ("Counting objects", "Compressing objects", ...) has done `done` of `total`.

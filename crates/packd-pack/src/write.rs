@@ -314,7 +314,9 @@ const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 /// Sends `pack` as it is: its file, byte for byte (the caller checked that the header is the
 /// stream's), then its own trailer, which must be the checksum its index records.
 ///
-/// Every entry's bytes are still checked against the index's CRC-32 as they go out, without a
+/// When `out` takes file ranges, the file goes out as ranges ([`send_whole_file`]): only its
+/// trailer is checked. Otherwise every entry's bytes are checked against the index's CRC-32 as
+/// they go out ([`write_whole_pack_in`]), without a
 /// table per object: the index is read range by range of the pack (a histogram of where entries
 /// start chooses ranges of about [`WHOLE_PACK_ENTRIES`] entries), each range's entries are
 /// sorted by offset, and each entry ends where the next starts. A damaged entry stops the

@@ -21,7 +21,7 @@ use crate::access_log::{self, LogLine};
 use crate::auth::{self, Right};
 use crate::conn::{Activity, BusyGuard, IdleIo};
 use crate::paths::PathError;
-use crate::sendfile::{FileQueue, FileRangeIo, PLACEHOLDER_LEN, SENDS_FILES};
+use crate::sendfile::{FileQueue, FileRangeIo, PLACEHOLDER_LEN};
 use crate::Shared;
 use bytes::Bytes;
 use http_body::Frame;
@@ -671,7 +671,7 @@ async fn upload_pack(
             idle,
             cancel: cancel.clone(),
             sent: 0,
-            takes_file_ranges: SENDS_FILES,
+            takes_file_ranges: FileRange::SENT_BY_KERNEL,
         };
         let mut input: &[u8] = &body;
         let result = upload.serve(version, Mode::Stateless, &mut input, &mut writer, &cancel);
@@ -776,12 +776,26 @@ struct ChannelWriter {
 }
 
 impl ChannelWriter {
+    /// Moves what is buffered into the batch. A short run (a packet header before a file
+    /// range) is copied: handed over whole, the buffer would keep its 64 KiB allocation alive
+    /// until hyper writes it, one per range queued.
+    fn batch_buffered(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let bytes = if self.buf.len() < CHUNK / 2 {
+            let bytes = Bytes::copy_from_slice(&self.buf);
+            self.buf.clear();
+            bytes
+        } else {
+            Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)))
+        };
+        self.batch.push(Piece::Bytes(bytes));
+    }
+
     /// Sends the batch, with what is buffered.
     fn send_batch(&mut self) -> std::io::Result<()> {
-        if !self.buf.is_empty() {
-            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-            self.batch.push(Piece::Bytes(chunk));
-        }
+        self.batch_buffered();
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -862,10 +876,7 @@ impl PackSink for ChannelWriter {
         if !self.takes_file_ranges {
             return Err(std::io::Error::other("this response takes no file ranges"));
         }
-        if !self.buf.is_empty() {
-            let bytes = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-            self.batch.push(Piece::Bytes(bytes));
-        }
+        self.batch_buffered();
         let mut at = 0;
         while at < range.len {
             let piece = range.sub(at, PLACEHOLDER_LEN as u64);

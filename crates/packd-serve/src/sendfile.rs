@@ -12,8 +12,10 @@
 //! address when hyper writes it and sends the queued range in its place. hyper keeps the
 //! body's pieces in order and writes them without copying them (its vectored write strategy,
 //! which `http::serve_connection` sets), so the stand-ins it writes come in the order their
-//! ranges were queued; a stand-in that does not match the front of the queue (which would mean
-//! hyper copied or split it) fails the connection rather than sending zeros.
+//! ranges were queued. A stand-in whose place or length does not match the front of the queue
+//! fails the connection. That check cannot see everything: a stand-in hyper copied would go
+//! out as zeros, and ranges of equal length cannot be told apart; the client's check of the
+//! pack's trailer is what would catch either.
 //!
 //! ```text
 //! ChannelWriter ── Piece::File(range) ──> ChannelBody ── FileQueue::stand_in ──> hyper
@@ -102,12 +104,6 @@ impl FileRangeIo {
                 send_file(&self.inner, range, *sent)
             });
             match sent_now {
-                Ok(0) => {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "a file sent to the client ended before its range",
-                    )))
-                }
                 Ok(n) => {
                     *sent += n as u64;
                     if *sent == range.len {
@@ -115,8 +111,24 @@ impl FileRangeIo {
                     }
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    // A client that went away is the usual end; anything else is the file's.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    ) {
+                        tracing::warn!("sending a file range to the client: {e}");
+                    }
+                    return Poll::Ready(Err(e));
+                }
             }
         }
     }
@@ -126,23 +138,7 @@ impl FileRangeIo {
 #[cfg(target_os = "linux")]
 fn send_file(socket: &TcpStream, range: &FileRange, sent: u64) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
-    let mut offset = libc::off_t::try_from(range.offset + sent)
-        .map_err(|_| std::io::Error::other("a file offset past what sendfile takes"))?;
-    let count = (range.len - sent) as usize;
-    // SAFETY: both descriptors are open for the call (the socket is borrowed, the file held by
-    // the range); the kernel writes only to `offset`.
-    let n = unsafe {
-        libc::sendfile(
-            socket.as_raw_fd(),
-            range.file.as_raw_fd(),
-            &mut offset,
-            count,
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    range.send_once(socket.as_raw_fd(), sent)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -152,9 +148,6 @@ fn send_file(_socket: &TcpStream, _range: &FileRange, _sent: u64) -> std::io::Re
         "sendfile is used only on Linux",
     ))
 }
-
-/// Whether connections send file ranges themselves (`sendfile`): on Linux.
-pub(crate) const SENDS_FILES: bool = cfg!(target_os = "linux");
 
 impl AsyncRead for FileRangeIo {
     fn poll_read(

@@ -75,40 +75,47 @@ impl FileRange {
     ) -> std::io::Result<()> {
         #[cfg(target_os = "linux")]
         {
-            use std::os::fd::AsRawFd;
-            let mut offset = libc::off_t::try_from(self.offset)
-                .map_err(|_| std::io::Error::other("a file offset past what sendfile takes"))?;
-            let mut left = self.len;
-            while left > 0 {
-                let count = left.min(1 << 30) as usize;
-                // SAFETY: both descriptors are open for the call; the kernel writes only to
-                // `offset`.
-                let n = unsafe {
-                    libc::sendfile(out.as_raw_fd(), self.file.as_raw_fd(), &mut offset, count)
-                };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    match e.raw_os_error() {
-                        Some(libc::EINTR) => continue,
-                        // Not a descriptor sendfile writes to (nothing was sent of this call).
-                        Some(libc::EINVAL | libc::ENOSYS) => {
-                            return self.sub(self.len - left, left).copy_to(out)
-                        }
-                        _ => return Err(e),
+            let mut sent = 0;
+            while sent < self.len {
+                match self.send_once(out.as_raw_fd(), sent) {
+                    Ok(n) => sent += n as u64,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    // Not a descriptor sendfile writes to (nothing was sent of this call).
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                        return self.sub(sent, self.len - sent).copy_to(out)
                     }
+                    Err(e) => return Err(e),
                 }
-                if n == 0 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "a file ended before the range sent of it",
-                    ));
-                }
-                left -= n as u64;
             }
             Ok(())
         }
         #[cfg(not(target_os = "linux"))]
         self.copy_to(out)
+    }
+
+    /// One `sendfile` of the range from `sent` bytes into it to the descriptor `out`: the bytes
+    /// the kernel sent (never 0: a file shorter than the range is an error naming its offset).
+    #[cfg(target_os = "linux")]
+    pub fn send_once(&self, out: std::os::fd::RawFd, sent: u64) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let at = self.offset + sent;
+        let mut offset = libc::off_t::try_from(at).map_err(|_| {
+            std::io::Error::other(format!("file offset {at} is past what sendfile takes"))
+        })?;
+        let count = (self.len - sent).min(1 << 30) as usize;
+        // SAFETY: both descriptors are open for the call (the file is held by the range); the
+        // kernel writes only to `offset`.
+        let n = unsafe { libc::sendfile(out, self.file.as_raw_fd(), &mut offset, count) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the file ends before offset {at}, inside the range being sent"),
+            ));
+        }
+        Ok(n as usize)
     }
 
     /// Writes the range's bytes to `out` by reading them.

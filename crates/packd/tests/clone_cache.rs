@@ -158,13 +158,7 @@ fn over_http_the_kept_pack_is_sent_from_its_file() {
         sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
             .assert_success();
         assert_eq!(refs(&sb, &dest), refs(&sb, &repo.path));
-        let pack = std::fs::read_dir(dest.join("objects/pack"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "pack"))
-            .unwrap();
-        received.push(std::fs::read(&pack).unwrap());
+        received.push(serve_support::only_pack_of(&dest));
     }
     assert_eq!(cached(&repo, ".pack").len(), 1, "the first clone was kept");
     assert_same_bytes("the repeated clone's pack", &received[1], &received[0]);

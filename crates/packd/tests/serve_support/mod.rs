@@ -194,7 +194,6 @@ impl Fixture {
         self.sandbox.git_run_in(self.sandbox.path(), args, None)
     }
 
-    /// A new commit on the served repository's `main` (same tree, `message`): its id.
     /// Adds a commit of a 256 KiB incompressible file (a pack file of less than 64 KiB is read
     /// whole, never sent from the file) and repacks with a bitmap: a mirror clone is then the
     /// one pack file as it is, whose bytes this returns.
@@ -215,6 +214,7 @@ impl Fixture {
         std::fs::read(&packs[0]).unwrap()
     }
 
+    /// A new commit on the served repository's `main` (same tree, `message`): its id.
     pub fn commit_on_main(&self, message: &str) -> String {
         let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
         let parent = self.repo.git_str(&["rev-parse", "main"]);
