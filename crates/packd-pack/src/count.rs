@@ -53,10 +53,13 @@ pub(crate) struct Planned {
     /// For objects counted by walking, the client's version of the same path: a thin delta's
     /// base when there is no bitmap to give name hashes.
     pub path_bases: IdMap<ObjectId>,
-    /// Every object of this pack is sent and nothing else (`items` is empty): the answer is
-    /// the pack file as it is (see `write::write_whole_pack`), planned without a table
-    /// per object.
+    /// Every object of this pack is sent (`items` is empty): with nothing `after_whole`, the
+    /// answer is the pack file as it is (see `write::write_whole_pack`), planned without a
+    /// table per object.
     pub whole: Option<Arc<Pack>>,
+    /// With `whole`: objects stored elsewhere (pushed since the pack was written: loose, or in
+    /// other packs), sent whole after the pack's entries.
+    pub after_whole: Vec<ObjectId>,
 }
 
 impl Default for Planned {
@@ -69,6 +72,7 @@ impl Default for Planned {
             had: Had::Ids(IdSet::default()),
             path_bases: IdMap::default(),
             whole: None,
+            after_whole: Vec::new(),
         }
     }
 }
@@ -77,7 +81,7 @@ impl Planned {
     /// The number of objects to send.
     pub fn len(&self) -> usize {
         match &self.whole {
-            Some(pack) => pack.len() as usize,
+            Some(pack) => pack.len() as usize + self.after_whole.len(),
             None => self.items.len(),
         }
     }
@@ -185,9 +189,18 @@ impl Sorter {
             had,
             path_bases: IdMap::default(),
             whole: None,
+            after_whole: Vec::new(),
         }
     }
 }
+
+/// A pack sent whole and the include-tag tags stored outside it (see `whole_pack`).
+type WholeThen<'a> = (&'a Arc<Pack>, Vec<ObjectId>);
+
+/// Objects outside the bitmapped pack sent after its entries, at most (each is read and
+/// compressed again); past this many, the plan is made object by object, which can reuse
+/// their deltas.
+const MAX_AFTER_WHOLE: usize = 4096;
 
 fn missing(id: &ObjectId) -> PackError {
     PackError::BadRequest(format!("object {id} is missing from the repository"))
@@ -243,12 +256,20 @@ impl PackServer {
                     if total + outside.len() as u64 >= u64::from(crate::LARGE_PLAN) {
                         self.release_walk_memory();
                     }
-                    if outside.is_empty() {
-                        if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
-                            progress.finish("Counting objects", total);
+                    // Every object of the pack, and a few pushed since: the pack's entries go
+                    // out as they are, then those few (a mirror clone after a push).
+                    if outside.len() <= MAX_AFTER_WHOLE {
+                        let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
+                        if let Some((pack, tags)) =
+                            self.whole_pack(index, request, &wanted, total, &outside_ids)?
+                        {
+                            let after_whole: Vec<ObjectId> =
+                                outside.iter().map(|(id, _)| *id).chain(tags).collect();
+                            progress.finish("Counting objects", total + after_whole.len() as u64);
                             return Ok(Planned {
                                 had: Had::Bits(had),
                                 whole: Some(pack.clone()),
+                                after_whole,
                                 ..Planned::default()
                             });
                         }
@@ -358,18 +379,20 @@ impl PackServer {
         Ok(planned)
     }
 
-    /// The bitmap's pack when `wanted` (`total` bits) is every object of it and the request
-    /// adds nothing else (no include-tag tag stored outside it), the client takes offset deltas
-    /// and the file starts with the header the stream must start with: then the pack file is
-    /// the answer, byte for byte, and no per-object plan is needed (a mirror clone of a
-    /// repository packed with `repack -adb`).
+    /// The bitmap's pack when `wanted` (`total` bits) is every object of it, the client takes
+    /// offset deltas and the file starts with the header the stream must start with: then the
+    /// pack file is the answer, byte for byte, and no per-object plan is needed (a mirror clone
+    /// of a repository packed with `repack -adb`). Also returns the include-tag tags to send
+    /// that are stored outside the pack and are not among `outside` (the objects outside it
+    /// that the fetch sends); those and `outside` go after the pack's entries.
     fn whole_pack<'a>(
         &self,
         index: &'a packd_reach::bitmap_walk::BitmapIndex,
         request: &FetchRequest,
         wanted: &Bitmap,
         total: u64,
-    ) -> Result<Option<&'a Arc<Pack>>, PackError> {
+        outside: &IdSet,
+    ) -> Result<Option<WholeThen<'a>>, PackError> {
         let Some(pack) = index.single_pack() else {
             return Ok(None);
         };
@@ -381,17 +404,23 @@ impl PackServer {
         {
             return Ok(None);
         }
+        let mut tags = Vec::new();
         if request.include_tag {
-            // Every tag of the pack is wanted already; one stored elsewhere would be added.
+            // Every tag of the pack is wanted already; one stored elsewhere is added.
+            let mut added = IdSet::default();
             for tag in self.tags_to_include(&|id| {
-                Ok(index.bit_of_id(id)?.is_some_and(|bit| wanted.get(bit)))
+                Ok(match index.bit_of_id(id)? {
+                    Some(bit) => wanted.get(bit),
+                    None => outside.contains(id),
+                })
             })? {
-                if index.bit_of_id(&tag)?.is_none() {
-                    return Ok(None);
+                if index.bit_of_id(&tag)?.is_none() && !outside.contains(&tag) && added.insert(tag)
+                {
+                    tags.push(tag);
                 }
             }
         }
-        Ok(Some(pack))
+        Ok(Some((pack, tags)))
     }
 
     /// Removes what the request's filter leaves out from `wanted` and from `outside` (objects

@@ -336,8 +336,12 @@ fn write_whole_pack(
             return send_whole_file(pack, &file, out, progress, cancel);
         }
     }
-    write_whole_pack_in(pack, out, progress, cancel, WHOLE_PACK_ENTRIES)
+    write_whole_pack_in(pack, out, progress, cancel, WHOLE_PACK_ENTRIES, None)
 }
+
+/// Objects sent after a pack's entries ([`write_whole_pack_in`]): how many, and what writes
+/// them to the stream.
+type Then<'t> = (u32, &'t mut dyn FnMut(&mut Output) -> Result<(), PackError>);
 
 /// A pack file sent as file ranges goes in pieces of this size, so that progress moves and a
 /// cancel is seen.
@@ -382,13 +386,16 @@ fn send_whole_file(
     })
 }
 
-/// [`write_whole_pack`] holding about `range_entries` index entries at once.
+/// [`write_whole_pack`] holding about `range_entries` index entries at once. With `then`, the
+/// stream is not the file: its header counts the objects `then` writes after the pack's
+/// entries, and its trailer is computed.
 fn write_whole_pack_in(
     pack: &Pack,
     out: &mut dyn PackSink,
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
     range_entries: u32,
+    mut then: Option<Then<'_>>,
 ) -> Result<PackStats, PackError> {
     let index = pack.index();
     let count = index.len();
@@ -424,8 +431,12 @@ fn write_whole_pack_in(
         ));
     }
 
+    let extra = then.as_ref().map_or(0, |(n, _)| *n);
+    let total = count
+        .checked_add(extra)
+        .ok_or_else(|| PackError::BadRequest("more than 2^32 objects to send".into()))?;
     let mut stats = PackStats {
-        objects: count,
+        objects: total,
         reused: count,
         ..PackStats::default()
     };
@@ -434,10 +445,11 @@ fn write_whole_pack_in(
         output: Output {
             out,
             buf: Vec::new(),
-            hash: None,
+            hash: then.is_some().then(Sha1::new),
             written: 0,
             pending: None,
         },
+        count: then.is_some().then_some(total),
         cancel,
         trailer_at,
         window: Vec::new(),
@@ -503,8 +515,17 @@ fn write_whole_pack_in(
     output.write(&window)?;
     // The passes read the index's offset and CRC tables (8 bytes an entry) through its map.
     index.release_pages();
-    progress.finish("Writing objects", count as u64);
-    stats.bytes = output.finish(Some(&trailer))?;
+    stats.bytes = match then.as_mut() {
+        Some((_, write_then)) => {
+            write_then(&mut output)?;
+            progress.finish("Writing objects", total as u64);
+            output.finish(None)?
+        }
+        None => {
+            progress.finish("Writing objects", count as u64);
+            output.finish(Some(&trailer))?
+        }
+    };
     Ok(stats)
 }
 
@@ -513,6 +534,9 @@ fn write_whole_pack_in(
 struct WholePackStream<'a> {
     pack: &'a Pack,
     output: Output<'a>,
+    /// The object count the stream's header says, when it is not the file's (objects follow
+    /// the pack's entries).
+    count: Option<u32>,
     cancel: &'a AtomicBool,
     /// Where the pack's trailer starts: the end of its entries.
     trailer_at: u64,
@@ -547,6 +571,12 @@ impl WholePackStream<'_> {
                     .data()
                     .read_copy_into(window_end..end, &mut self.window)
                     .map_err(packd_odb::Error::from)?;
+                if let (0, Some(count), Some(field)) =
+                    (window_end, self.count, self.window.get_mut(8..12))
+                {
+                    // The stream's own header (the file's was checked for the pack's count).
+                    field.copy_from_slice(&count.to_be_bytes());
+                }
                 continue;
             }
             if self.at >= to {
@@ -589,7 +619,7 @@ fn check_entry_crc(
 /// cache record, whose key holds the client's options.)
 pub(crate) fn sent_whole(plan: &Planned, ofs_delta: bool) -> Result<Option<&Arc<Pack>>, PackError> {
     if let Some(pack) = &plan.whole {
-        return Ok(Some(pack));
+        return Ok(plan.after_whole.is_empty().then_some(pack));
     }
     let Ok(count) = u32::try_from(plan.items.len()) else {
         return Ok(None);
@@ -664,6 +694,9 @@ impl PackServer {
     ) -> Result<PackStats, PackError> {
         if let Some(pack) = sent_whole(plan, ofs_delta)? {
             return write_whole_pack(pack, out, progress, cancel);
+        }
+        if let (Some(pack), false) = (&plan.whole, plan.after_whole.is_empty()) {
+            return self.write_whole_pack_then(pack, &plan.after_whole, out, progress, cancel);
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
@@ -1099,6 +1132,53 @@ impl PackServer {
     }
 
     /// Writes `id` as a whole object, compressed anew.
+    /// Every entry of `pack` as it is, then the objects `after` (stored elsewhere: pushed since
+    /// the pack was written), each whole: a mirror clone after a push. Entries are checked
+    /// against the index's CRC-32 as [`write_whole_pack_in`] checks them; the header and the
+    /// trailer are the stream's own.
+    fn write_whole_pack_then(
+        &self,
+        pack: &Pack,
+        after: &[ObjectId],
+        out: &mut dyn PackSink,
+        progress: &mut dyn ProgressSink,
+        cancel: &AtomicBool,
+    ) -> Result<PackStats, PackError> {
+        if !sends_as_is(pack)? {
+            return Err(packd_odb::Error::corrupt(
+                pack.data_name(),
+                0,
+                "the pack's header is not the one a stream of its entries starts with",
+            )
+            .into());
+        }
+        let n = u32::try_from(after.len())
+            .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+        let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut write_after = |output: &mut Output| -> Result<(), PackError> {
+            for id in after {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                self.write_whole(id, None, &mut compressor, output)?;
+            }
+            Ok(())
+        };
+        let stats = write_whole_pack_in(
+            pack,
+            out,
+            progress,
+            cancel,
+            WHOLE_PACK_ENTRIES,
+            Some((n, &mut write_after)),
+        )?;
+        tracing::debug!(
+            "{}: sent as it is, then {n} objects stored elsewhere",
+            pack.data_name()
+        );
+        Ok(stats)
+    }
+
     fn write_whole(
         &self,
         id: &ObjectId,
@@ -1200,7 +1280,7 @@ mod tests {
         let pack = opened.objects().packs().next().expect("a pack").clone();
         let mut out = Vec::new();
         let never = AtomicBool::new(false);
-        let stats = write_whole_pack_in(&pack, &mut out, &mut Quiet, &never, range_entries)?;
+        let stats = write_whole_pack_in(&pack, &mut out, &mut Quiet, &never, range_entries, None)?;
         assert_eq!(stats.bytes, out.len() as u64);
         assert_eq!(stats.objects, pack.len());
         assert!(
@@ -1219,6 +1299,67 @@ mod tests {
             let out = whole(&repo, range_entries).unwrap();
             assert!(out == file, "{range_entries} entries a range: not the file");
         }
+    }
+
+    /// With objects after the pack's entries, the stream is the file but for its header's
+    /// count, what follows the entries and its trailer, which is the checksum of what went
+    /// before it; `git index-pack` takes it.
+    #[test]
+    fn whole_pack_then_more_objects_is_a_pack_of_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = packed_repo(dir.path());
+        let file = std::fs::read(only_pack(&repo)).unwrap();
+        let opened = packd_odb::Repository::open(&repo, &Default::default()).unwrap();
+        let pack = opened.objects().packs().next().expect("a pack").clone();
+        // Two whole blob entries: "hi\n" and "there\n", compressed.
+        let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut extra = Vec::new();
+        for content in [&b"hi\n"[..], b"there\n"] {
+            encode_type_and_size(&mut extra, 3, content.len() as u64);
+            let id = ObjectId::from_bytes(&[0; 20]).unwrap();
+            extra.extend_from_slice(&deflate(&mut compressor, &id, content).unwrap());
+        }
+        for range_entries in [7, WHOLE_PACK_ENTRIES] {
+            let mut out = Vec::new();
+            let never = AtomicBool::new(false);
+            let mut then = |o: &mut Output| o.write(&extra);
+            let stats = write_whole_pack_in(
+                &pack,
+                &mut out,
+                &mut Quiet,
+                &never,
+                range_entries,
+                Some((2, &mut then)),
+            )
+            .unwrap();
+            assert_eq!(stats.objects, pack.len() + 2);
+            assert_eq!(stats.bytes, out.len() as u64);
+            let entries_end = file.len() - 20;
+            assert_eq!(&out[..8], &file[..8]);
+            assert_eq!(out[8..12], (pack.len() + 2).to_be_bytes());
+            assert!(out[12..entries_end] == file[12..entries_end]);
+            assert!(out[entries_end..out.len() - 20] == extra[..]);
+            let sum = Sha1::digest(&out[..out.len() - 20]);
+            assert_eq!(&out[out.len() - 20..], &sum[..]);
+        }
+        let mut out = Vec::new();
+        let never = AtomicBool::new(false);
+        let mut then = |o: &mut Output| o.write(&extra);
+        write_whole_pack_in(
+            &pack,
+            &mut out,
+            &mut Quiet,
+            &never,
+            64,
+            Some((2, &mut then)),
+        )
+        .unwrap();
+        git(&repo, &["index-pack", "--stdin"], Some(&out));
+        git(
+            &repo,
+            &["cat-file", "-e", "45b983be36b73c0788dc9cbcb76cbb80fc7bb057"],
+            None,
+        );
     }
 
     #[test]

@@ -109,6 +109,55 @@ fn whole_pack_clone_is_sent_from_the_file() {
     assert!(server.alive(), "{log}");
 }
 
+/// A mirror clone after a push (a loose commit, tree and blob on `main`, and a loose annotated
+/// tag of a packed commit) sends the bitmapped pack's entries as they are, then the four pushed
+/// objects, under the stream's own header and trailer: over protocol v0 and v2 git finds the
+/// clone complete, and its pack is the served file but for the object count and what follows
+/// the entries.
+#[test]
+fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
+    let f = Fixture::new();
+    let served = f.repack_whole();
+    let out = |args: &[&str], stdin: &str| {
+        String::from_utf8(f.repo.git_stdin(args, stdin.as_bytes()))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let blob = out(&["hash-object", "-w", "--stdin"], "pushed\n");
+    let tree = out(&["mktree"], &format!("100644 blob {blob}\tpushed.txt\n"));
+    let parent = f.repo.git_str(&["rev-parse", "main"]);
+    let commit = out(&["commit-tree", &tree, "-p", &parent], "pushed\n");
+    f.repo.git(&["update-ref", "refs/heads/main", &commit]);
+    f.repo
+        .git(&["tag", "-a", "-m", "pushed tag", "pushed-tag", &parent]);
+    assert_eq!(f.repo.packs().len(), 1, "the pushed objects are loose");
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
+    let entries_end = served.len() - 20;
+    for version in ["0", "2"] {
+        clone_and_check(&f, &server, version);
+        let got = only_pack_of(&f.sandbox.path().join(format!("clone-v{version}.git")));
+        assert_eq!(count(&got), count(&served) + 4, "v{version}: object count");
+        assert!(
+            got.len() > served.len() && got[12..entries_end] == served[12..entries_end],
+            "v{version}: the pack's entries as they are, then more"
+        );
+    }
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("sent as it is, then 4 objects stored elsewhere")
+            .count(),
+        2,
+        "{log}"
+    );
+}
+
 #[test]
 fn parallel_clones() {
     let f = Fixture::new();
