@@ -17,8 +17,12 @@
 //! more CPU. It is set above that. (It must stay low: the trim after a request does not
 //! shrink the tops of the per-thread arenas, only what lies free within them.)
 
-/// Blocks of at least this size get their own map, returned to the system when freed.
-const MMAP_THRESHOLD: i32 = 1 << 20;
+/// Blocks of at least this size get their own map, returned to the system when freed. Above
+/// the 1 MiB windows the pack writer reads entries through: at 1 MiB each window was a new map,
+/// faulted in a page at a time as it was read into, then unmapped (5% of the CPU of a clone
+/// of git/git's branches and tags in page faults; a mean of 0.52 s against 0.56 s over three
+/// rounds of 4 clones alternating the two builds).
+const MMAP_THRESHOLD: i32 = 2 << 20;
 
 /// Free memory at the top of an arena beyond this is handed back when a block is freed.
 const TRIM_THRESHOLD: i32 = 4 << 20;

@@ -28,7 +28,7 @@
 
 use super::{
     full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup, CHUNK,
-    QUEUED_CHUNKS,
+    QUEUED_BATCHES,
 };
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
@@ -368,7 +368,7 @@ pub(super) async fn receive_pack(
         Err(resp) => return Err((resp, log)),
     };
 
-    let (tx, mut rx) = mpsc::channel(QUEUED_CHUNKS);
+    let (tx, mut rx) = mpsc::channel(QUEUED_BATCHES);
     let idle = shared.limits.idle_timeout;
     let handle = tokio::runtime::Handle::current();
     let body = req.into_body();
@@ -407,6 +407,7 @@ pub(super) async fn receive_pack(
             tx,
             buf: Vec::with_capacity(CHUNK),
             batch: Vec::new(),
+            batch_bytes: 0,
             batch_ranges: 0,
             handle,
             idle,
