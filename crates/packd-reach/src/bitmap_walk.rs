@@ -27,6 +27,10 @@ use std::sync::Arc;
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
 const SPLIT_ROOTS: usize = 16;
 
+/// Tips with bitmaps from which their union is taken in one pass over the bitmap file (see
+/// `PackBitmap::union_of`) rather than tip by tip, skipping tips already covered.
+const MANY_BITMAPS: usize = 256;
+
 /// The walks look at their cancel flag every this many objects.
 const CANCEL_EVERY: usize = 1024;
 
@@ -615,9 +619,29 @@ impl BitmapIndex {
             bitmapped = keyed.into_iter().map(|(_, id, pos)| (id, pos)).collect();
         }
         let mut later = Vec::new();
-        for (id, index_pos) in bitmapped {
-            if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
-                later.push((id, index_pos));
+        // Many tips with bitmaps (a repository whose bitmaps cover every ref): their union in
+        // one pass over the bitmap file's entries, rather than each tip's XOR chain.
+        let union = if bitmapped.len() >= MANY_BITMAPS {
+            let positions: Vec<u32> = bitmapped.iter().map(|&(_, pos)| pos).collect();
+            self.bitmap
+                .union_of(&positions)
+                .map_err(packd_odb::Error::from)?
+        } else {
+            None
+        };
+        match union {
+            Some(union) => {
+                tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
+                bits.or_assign(&union);
+                self.taken
+                    .fetch_add(bitmapped.len() as u32, std::sync::atomic::Ordering::Relaxed);
+            }
+            None => {
+                for (id, index_pos) in bitmapped {
+                    if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
+                        later.push((id, index_pos));
+                    }
+                }
             }
         }
         if !plain.is_empty() || !later.is_empty() {

@@ -384,6 +384,35 @@ fn lookup_table_and_hash_cache() {
     }
 }
 
+/// `union_of` (one pass over the entries on the XOR chains, in file order) is the union of the
+/// commits' bitmaps resolved one by one, for all of them and for scattered subsets, with the
+/// lookup table and by scanning; a commit without a bitmap makes it `None`.
+#[test]
+fn union_of_many_bitmaps_is_their_union() {
+    let repo = build_repo(400);
+    repack(&repo, true, true);
+    let pack = repo.only_pack();
+    for use_table in [true, false] {
+        let bm = open_bitmap(&repo, &pack, use_table);
+        let all: Vec<u32> = bm.commit_positions().collect();
+        assert!(all.len() > 10);
+        for step in [1, 2, 3, 7] {
+            let some: Vec<u32> = all.iter().copied().step_by(step).collect();
+            let mut expected = Bitmap::new();
+            for &pos in &some {
+                expected.or_assign(&bm.commit_bitmap(pos).unwrap().unwrap());
+            }
+            assert_eq!(
+                bm.union_of(&some).unwrap().unwrap(),
+                expected,
+                "every {step}th bitmap, table {use_table}"
+            );
+        }
+        let unbitmapped = (0..pack.len()).find(|p| !bm.contains(*p)).unwrap();
+        assert!(bm.union_of(&[all[0], unbitmapped]).unwrap().is_none());
+    }
+}
+
 #[test]
 fn hash_cache_without_lookup_table() {
     let repo = build_repo(250);

@@ -19,7 +19,7 @@ With several packs (or --midx), writes a multi-pack-index over all of them \
 preferred pack, whose objects come first, is the one with the most objects unless \
 --preferred-pack names one. The packs together must hold everything the selected commits \
 reach. Loose objects are ignored.\n\n\
-Commits chosen: every ref tip when there are at most 100; otherwise branch and tag tips first, \
+Commits chosen: every ref tip when there are at most 100, or with --every-tip; otherwise branch and tag tips first, \
 then commits spaced through history (every one of the newest 100, then one per window that \
 widens with age, up to every 5000), preferring tips, the commits where many other refs \
 (refs/pull/* and the like) fork off, and merges; refs/notes/* tips and tips whose history \
@@ -42,6 +42,11 @@ pub struct Args {
     /// The multi-pack-index's preferred pack (pack-<hex>.pack or .idx).
     #[arg(long, value_name = "NAME")]
     preferred_pack: Option<String>,
+    /// Give every ref tip a bitmap, however many refs there are (pull-request refs too): a
+    /// mirror clone then walks nothing. On git/git with 4,227 refs: 4,380 bitmaps, 11.8 MB
+    /// against 4.6 MB for git's own selection.
+    #[arg(long)]
+    every_tip: bool,
     /// Print nothing but warnings and errors.
     #[arg(short, long)]
     quiet: bool,
@@ -69,6 +74,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         rev: !args.no_rev,
         midx: args.midx,
         preferred_pack: args.preferred_pack.clone(),
+        every_tip: args.every_tip,
     };
     let started = std::time::Instant::now();
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {

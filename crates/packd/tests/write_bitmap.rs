@@ -332,6 +332,68 @@ fn every_tip_gets_a_bitmap_when_there_are_few() {
     }
 }
 
+/// With `--every-tip`, every tip gets a bitmap however many refs there are (300 pull-request
+/// refs, which the default selection leaves to their fork points), git verifies them, and a
+/// query from every ref takes the union of their bitmaps in one pass over the file and walks
+/// no commit: its objects are git's.
+#[test]
+fn every_tip_option_gives_every_spike_a_bitmap() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "spiky.git", 300);
+    write_bitmap(&repo, &[]).assert_success();
+    let spikes = repo.git_str(&["for-each-ref", "--format=%(objectname)", "refs/pull"]);
+    let spikes: Vec<&str> = spikes.lines().collect();
+    assert!(spikes.len() >= 300, "{}", spikes.len());
+    let default = bitmapped(&repo);
+    assert!(
+        spikes
+            .iter()
+            .filter(|id| default.contains(&id.to_string()))
+            .count()
+            < 100
+    );
+    write_bitmap(&repo, &["--every-tip"]).assert_success();
+    let selected = bitmapped(&repo);
+    for id in &spikes {
+        assert!(
+            selected.contains(&id.to_string()),
+            "spike {id} has no bitmap"
+        );
+    }
+    for id in spikes.iter().step_by(60) {
+        assert_git_verifies(&repo, id);
+    }
+    let mut cmd = std::process::Command::new(PACKD);
+    apply_env(&mut cmd, &repo.home);
+    cmd.env("PACKD_LOG", "packd_reach=debug").args([
+        "-C",
+        repo.path.to_str().unwrap(),
+        "rev-list",
+        "--objects",
+        "--all",
+        "--use-bitmap-index",
+    ]);
+    let run = run_cmd(cmd, None, PACKD_TIMEOUT);
+    run.assert_success();
+    assert!(
+        run.err().contains("tips' bitmaps taken in one pass"),
+        "{}",
+        run.err()
+    );
+    assert!(
+        run.err().contains(" 0 commits and 0 trees"),
+        "{}",
+        run.err()
+    );
+    let sorted = |text: &str| {
+        let mut ids: Vec<String> = text.lines().map(|l| l[..40].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let git = repo.git_str(&["rev-list", "--objects", "--all"]);
+    assert_eq!(sorted(&run.out()), sorted(&git));
+}
+
 #[test]
 fn options_leave_out_the_table_the_hash_cache_and_the_rev() {
     let sb = Sandbox::new();

@@ -394,6 +394,122 @@ fn scan(
     Ok(entries)
 }
 
+/// The bytes of the entries `rows` (from the scan, or read in one batch).
+fn entry_bytes(bm: &PackBitmap, rows: &[u32]) -> Result<Vec<Bytes>, BitmapError> {
+    let ranges: Vec<_> = rows
+        .iter()
+        .map(|&r| {
+            let e = bm.entries[r as usize];
+            e.offset..e.end
+        })
+        .collect();
+    Ok(match &bm.scanned {
+        Some((base, bytes)) => ranges
+            .iter()
+            .map(|r| bytes.slice((r.start - base) as usize..(r.end - base) as usize))
+            .collect(),
+        None => bm.blob.read_many(&ranges).collect::<Result<_, _>>()?,
+    })
+}
+
+/// XORs the bitmap stored in entry `row` (whose bytes are `bytes`) into `out`, which holds the
+/// resolved bitmap of the row it is XORed with (or nothing), after checking that the entry is
+/// the one the lookup table says.
+fn xor_entry(bm: &PackBitmap, row: u32, bytes: &[u8], out: &mut Bitmap) -> Result<(), BitmapError> {
+    let file = bm.blob.name();
+    let e = bm.entries[row as usize];
+    // The extent was checked to hold at least a header and the smallest EWAH.
+    let commit_pos = be32(bytes, 0);
+    if commit_pos != e.commit_pos {
+        return Err(BitmapError::corrupt(
+            file,
+            e.offset,
+            format!(
+                "the lookup table places commit position {} here, but the entry is for {commit_pos}",
+                e.commit_pos
+            ),
+        ));
+    }
+    if (bytes[4] == 0) != (e.xor_row == NO_XOR) {
+        return Err(BitmapError::corrupt(
+            file,
+            e.offset,
+            "the entry's XOR offset disagrees with the lookup table",
+        ));
+    }
+    ewah::xor_into(&bytes[ENTRY_HEADER as usize..], bm.object_count as u64, out).map_err(
+        |source| BitmapError::Ewah {
+            file: file.to_string(),
+            offset: e.offset + ENTRY_HEADER,
+            what: format!("bitmap of commit position {}", e.commit_pos),
+            source,
+        },
+    )?;
+    Ok(())
+}
+
+/// The union of the resolved bitmaps of entries `rows`, resolving every entry on their XOR
+/// chains once, in file order (a base is always stored before what is XORed with it), and
+/// holding a resolved bitmap only until the last entry XORed with it: a few
+/// bitmaps at once, where resolving each chain on its own would keep its shared bases (see
+/// [`super::RESOLVED_BUDGET`]) or decode them again.
+pub(super) fn union_of(bm: &PackBitmap, rows: &[u32]) -> Result<Bitmap, BitmapError> {
+    let n = bm.entries.len();
+    // Which entries are needed (the rows and everything on their chains), and how many needed
+    // entries are XORed with each.
+    let mut wanted = vec![false; n];
+    let mut needed = vec![false; n];
+    let mut users = vec![0u32; n];
+    for &row in rows {
+        wanted[row as usize] = true;
+        let mut r = row;
+        while !needed[r as usize] {
+            needed[r as usize] = true;
+            let base = bm.entries[r as usize].xor_row;
+            if base == NO_XOR {
+                break;
+            }
+            users[base as usize] += 1;
+            r = base;
+        }
+    }
+    // In file order: an entry's base is always at a smaller offset.
+    let mut order: Vec<u32> = (0..n as u32).filter(|&r| needed[r as usize]).collect();
+    order.sort_unstable_by_key(|&r| bm.entries[r as usize].offset);
+    let fetched = entry_bytes(bm, &order)?;
+    let mut held: std::collections::HashMap<u32, Bitmap> = Default::default();
+    let mut union = Bitmap::new();
+    for (&r, bytes) in order.iter().zip(&fetched) {
+        let base = bm.entries[r as usize].xor_row;
+        let mut out = if base == NO_XOR {
+            Bitmap::new()
+        } else {
+            // The last entry XORed with the base takes it; the others copy it.
+            users[base as usize] -= 1;
+            let held_base = if users[base as usize] == 0 {
+                held.remove(&base)
+            } else {
+                held.get(&base).cloned()
+            };
+            held_base.ok_or_else(|| {
+                BitmapError::corrupt(
+                    bm.blob.name(),
+                    bm.entries[r as usize].offset,
+                    "an entry is XORed with one written after it",
+                )
+            })?
+        };
+        xor_entry(bm, r, bytes, &mut out)?;
+        if wanted[r as usize] {
+            union.or_assign(&out);
+        }
+        if users[r as usize] > 0 {
+            held.insert(r, out);
+        }
+    }
+    Ok(union)
+}
+
 /// The fully XOR-resolved bitmap of entry `row`.
 pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> {
     let file = bm.blob.name();
@@ -423,57 +539,14 @@ pub(super) fn resolve(bm: &PackBitmap, row: u32) -> Result<Bitmap, BitmapError> 
             ));
         }
     }
-    let ranges: Vec<_> = chain
-        .iter()
-        .map(|&r| {
-            let e = bm.entries[r as usize];
-            e.offset..e.end
-        })
-        .collect();
-    let fetched: Vec<Bytes> = match &bm.scanned {
-        Some((base, bytes)) => ranges
-            .iter()
-            .map(|r| bytes.slice((r.start - base) as usize..(r.end - base) as usize))
-            .collect(),
-        None => bm.blob.read_many(&ranges).collect::<Result<_, _>>()?,
-    };
+    let fetched = entry_bytes(bm, &chain)?;
     // Applied from the root (or the resolved base) up, so that each link's result is the
     // resolved bitmap of that link, worth keeping for other chains through it. A shared link is
     // kept the second time a chain passes through it: a query taking one bitmap (one chain)
     // copies nothing, one taking many pays one extra pass down each shared base.
     let mut out = base.map(|b| (*b).clone()).unwrap_or_default();
     for (&r, bytes) in chain.iter().zip(&fetched).rev() {
-        let e = bm.entries[r as usize];
-        // The extent was checked to hold at least a header and the smallest EWAH.
-        let commit_pos = be32(bytes, 0);
-        if commit_pos != e.commit_pos {
-            return Err(BitmapError::corrupt(
-                file,
-                e.offset,
-                format!(
-                    "the lookup table places commit position {} here, but the entry is for {commit_pos}",
-                    e.commit_pos
-                ),
-            ));
-        }
-        if (bytes[4] == 0) != (e.xor_row == NO_XOR) {
-            return Err(BitmapError::corrupt(
-                file,
-                e.offset,
-                "the entry's XOR offset disagrees with the lookup table",
-            ));
-        }
-        ewah::xor_into(
-            &bytes[ENTRY_HEADER as usize..],
-            bm.object_count as u64,
-            &mut out,
-        )
-        .map_err(|source| BitmapError::Ewah {
-            file: file.to_string(),
-            offset: e.offset + ENTRY_HEADER,
-            what: format!("bitmap of commit position {}", e.commit_pos),
-            source,
-        })?;
+        xor_entry(bm, r, bytes, &mut out)?;
         if !bm.shared[r as usize] {
             continue;
         }

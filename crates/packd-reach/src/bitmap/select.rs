@@ -6,7 +6,10 @@
 //! other refs land. The policy:
 //!
 //! 1. **Few tips** (at most [`FEW_TIPS`] distinct commits among all refs, whatever their
-//!    namespace): every tip gets a bitmap.
+//!    namespace), or **every tip** asked for: every tip gets a bitmap. Asked for, spikes get
+//!    one each too: a file twice as large or more (git/git with 4,227 refs: 11.8 MB against
+//!    git's 4.6 MB), but a mirror clone, or any fetch of many refs, then takes bitmaps and walks
+//!    nothing (0.2 s of CPU for git/git's, against 0.8 s with a fill-in walk from 3,277 spikes).
 //! 2. **Many tips**: the tips of *primary* refs get one, branches (`HEAD`, `refs/heads/`) first,
 //!    then tags (`refs/tags/`, peeled), then remote-tracking refs, newest first within each, up to
 //!    [`MAX_TIP_BITMAPS`]. Other refs (`refs/pull/*`, `refs/merge-requests/*`,
@@ -154,8 +157,9 @@ impl Chosen {
     }
 }
 
-/// Selects the commits to bitmap among those of `graph` (see the module documentation).
-pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
+/// Selects the commits to bitmap among those of `graph` (see the module documentation); with
+/// `every_tip`, every tip is treated as when there are few.
+pub(crate) fn select(graph: &CommitGraph, tips: &[Tip], every_tip: bool) -> Vec<(u32, Reason)> {
     let n = graph.len();
     let mut chosen = Chosen {
         list: Vec::new(),
@@ -171,7 +175,7 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip]) -> Vec<(u32, Reason)> {
     let tip_commits: Vec<u32> = (0..n as u32)
         .filter(|&c| best_class[c as usize].is_some())
         .collect();
-    let few = tip_commits.len() <= FEW_TIPS;
+    let few = every_tip || tip_commits.len() <= FEW_TIPS;
     let any_primary = tip_commits.iter().any(|&c| {
         !matches!(
             best_class[c as usize],

@@ -63,6 +63,10 @@ pub struct WriteOptions {
     /// The multi-pack-index's preferred pack (its `.pack` or `.idx` name); `None`: the pack
     /// with the most objects.
     pub preferred_pack: Option<String>,
+    /// Give every ref tip a bitmap, whatever the number of refs (see
+    /// `select::select`): a mirror clone, or any fetch of many refs, then takes bitmaps
+    /// and walks nothing.
+    pub every_tip: bool,
 }
 
 impl Default for WriteOptions {
@@ -73,6 +77,7 @@ impl Default for WriteOptions {
             rev: true,
             midx: false,
             preferred_pack: None,
+            every_tip: false,
         }
     }
 }
@@ -509,7 +514,7 @@ fn build_bitmaps(
         });
     }
 
-    let selected = select::select(&graph, &tips);
+    let selected = select::select(&graph, &tips, options.every_tip);
     tracing::debug!(
         "selected {} commits of {} ({} tips) in {:?}",
         selected.len(),
