@@ -12,7 +12,9 @@
 # REPO is copied once to bench/data/reach-<name>-true.git with git's bitmaps (as bench/reach.sh
 # does: refs/pull/* dropped, promisor mark removed, `repack -adb`), and for MIRROR=1 to
 # bench/data/full-<name>.git with every ref except the few that reach objects the snapshot
-# lacks (bench/lib/broken_refs.py; about 6 minutes the first time). Run by hand, never in CI.
+# lacks (bench/lib/broken_refs.py; about 6 minutes the first time), and a hard-linked copy of
+# that whose bitmaps `packd write-bitmap --every-tip` wrote (every ref tip has one; git reads
+# them too). Run by hand, never in CI.
 # Targets: pack bytes <= git's and server CPU <= 0.5x git's for every N; full-clone server CPU
 # <= 0.25x git's and peak memory under 100 MB.
 set -euo pipefail
@@ -23,6 +25,9 @@ source "$here/lib/setup.sh"
 
 repo=$(bitmapped_copy "$1" true)
 mirror=()
-[[ ${MIRROR:-1} == 1 ]] && mirror=("$(full_copy "$1")")
+if [[ ${MIRROR:-1} == 1 ]]; then
+  full=$(full_copy "$1")
+  mirror=("$full" "$(every_tip_copy "$full" "$packd")")
+fi
 python3 "$here/lib/fetch_bench.py" "$packd" "$repo" "$data/fetch-tmp" "${mirror[@]}" \
   | tee "$data/results/fetch-$(date -u +%Y%m%d-%H%M).txt"

@@ -70,3 +70,23 @@ full_copy() {
   fi
   echo "$dest"
 }
+
+# A copy of full_copy's repository (hard links) whose bitmaps packd wrote with --every-tip:
+# every ref tip, the pull-request refs too, has one (git/git: 4,380 bitmaps, 11.8 MB). Both
+# servers read the same files. Prints its path; the time the bitmaps took goes to stderr.
+every_tip_copy() {
+  local full=$1 packd=$2 name
+  name=$(basename "$full" .git)
+  local dest=$data/$name-every-tip.git
+  if [[ $(cat "$dest/.every-tip-done" 2>/dev/null) != "$(cat "$full/.full-done")" ]]; then
+    rm -rf "$dest"
+    cp -al "$full" "$dest"
+    rm -f "$dest/.full-done"
+    # write-bitmap replaces the .bitmap and .rev by renaming new files over the links.
+    local start=$SECONDS
+    "$packd" -C "$dest" write-bitmap --every-tip -q
+    echo "every-tip bitmaps written in $((SECONDS - start)) s" >&2
+    cat "$full/.full-done" > "$dest/.every-tip-done"
+  fi
+  echo "$dest"
+}

@@ -18,9 +18,10 @@ four states: a fresh server's first clone and the running server's next one (bot
 cache off), then with the clone cache the clone that fills it and the next one, sent from it;
 with a
 fourth argument (a copy that keeps every ref), the same for a mirror clone of it (wants = every
-ref, the issue's own full-clone setting); then the same repository after a push (one new loose
-commit since the last repack): a clone and a fetch 1 day behind (`after_push`), and a mirror
-clone of the fourth argument after a push; and with
+ref, the issue's own full-clone setting), and with a fifth (that copy with the bitmaps
+`packd write-bitmap --every-tip` wrote) for a mirror clone of that; then the same repository
+after a push (one new loose commit since the last repack): a clone and a fetch 1 day behind
+(`after_push`), and a mirror clone of the fourth and fifth arguments after a push; and with
 HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's
 own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
@@ -299,6 +300,7 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
 def main():
     packd, repo, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
     mirror = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
+    every_tip = os.path.abspath(sys.argv[5]) if len(sys.argv) > 5 else None
     runs = int(os.environ.get("RUNS", "5"))
     days = [int(d) for d in os.environ.get("DAYS", "1 2 4 8 16 32 64 128").split()]
     root, name = os.path.dirname(repo), os.path.basename(repo)
@@ -356,6 +358,15 @@ def main():
         print("   " + git(mirror, "count-objects", "-v").replace("\n", ", "))
         refs = git(mirror, "for-each-ref", "--format=%(objectname)").split()
         full_clone(packd, mirror, sorted(set(refs)), tmp)
+    if every_tip:
+        print(f"\n== mirror clone of {os.path.basename(every_tip)}: the same repository, its "
+              "bitmaps written by `packd write-bitmap --every-tip` (every ref tip has one; both "
+              "servers read them): server side")
+        bitmaps = [f for f in os.listdir(f"{every_tip}/objects/pack") if f.endswith(".bitmap")]
+        print("   bitmap file: " + ", ".join(
+            f"{f} {os.path.getsize(f'{every_tip}/objects/pack/{f}')} bytes" for f in bitmaps))
+        refs = git(every_tip, "for-each-ref", "--format=%(objectname)").split()
+        full_clone(packd, every_tip, sorted(set(refs)), tmp)
 
     print("\n== after a push (one new loose commit on HEAD's branch since the last repack): "
           "server side")
@@ -363,6 +374,9 @@ def main():
     if mirror:
         print(f"\n== after a push, {os.path.basename(mirror)}:")
         after_push(packd, mirror, tmp, runs, every_ref=True)
+    if every_tip:
+        print(f"\n== after a push, {os.path.basename(every_tip)}:")
+        after_push(packd, every_tip, tmp, runs, every_ref=True)
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
