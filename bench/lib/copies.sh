@@ -78,7 +78,10 @@ every_tip_copy() {
   local full=$1 packd=$2 name
   name=$(basename "$full" .git)
   local dest=$data/$name-every-tip.git
-  if [[ $(cat "$dest/.every-tip-done" 2>/dev/null) != "$(cat "$full/.full-done")" ]]; then
+  # Rebuilt when the full copy's refs or pack, or packd's binary (its bitmap writer), changed.
+  local fingerprint
+  fingerprint="$(cat "$full/.full-done") $(cd "$full/objects/pack" && ls ./*.pack) $(md5sum < "$packd")"
+  if [[ $(cat "$dest/.every-tip-done" 2>/dev/null) != "$fingerprint" ]]; then
     rm -rf "$dest"
     cp -al "$full" "$dest"
     rm -f "$dest/.full-done"
@@ -86,7 +89,7 @@ every_tip_copy() {
     local start=$SECONDS
     "$packd" -C "$dest" write-bitmap --every-tip -q
     echo "every-tip bitmaps written in $((SECONDS - start)) s" >&2
-    cat "$full/.full-done" > "$dest/.every-tip-done"
+    echo "$fingerprint" > "$dest/.every-tip-done"
   fi
   echo "$dest"
 }

@@ -236,7 +236,8 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     cache off). packd's bitmaps do not number the new commit: it is walked until the walk
     enters the bitmapped pack. The clone is served twice by the same server, whose peak
     resident memory after both is set against git's (the pack can no longer be the file as it
-    is, so every entry is written anew)."""
+    is: for a mirror clone its entries go out as they are, checked against the index's CRC-32,
+    under a new header, then the pushed commit, then a new trailer)."""
     copy = f"{tmp}/pushed.git"
     shutil.rmtree(copy, ignore_errors=True)
     # Git replaces files by renaming new ones over them, so the links stay the original's;

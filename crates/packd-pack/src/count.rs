@@ -202,6 +202,10 @@ type WholeThen<'a> = (&'a Arc<Pack>, Vec<ObjectId>);
 /// their deltas.
 const MAX_AFTER_WHOLE: usize = 4096;
 
+/// Bytes of the objects sent after a pack's entries, at most, together (each is held whole
+/// while it is compressed again).
+const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
+
 fn missing(id: &ObjectId) -> PackError {
     PackError::BadRequest(format!("object {id} is missing from the repository"))
 }
@@ -260,11 +264,19 @@ impl PackServer {
                     // out as they are, then those few (a mirror clone after a push).
                     if outside.len() <= MAX_AFTER_WHOLE {
                         let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
-                        if let Some((pack, tags)) =
-                            self.whole_pack(index, request, &wanted, total, &outside_ids)?
+                        let whole =
+                            self.whole_pack(index, request, &wanted, total, &outside_ids)?;
+                        let after_whole: Vec<ObjectId> = match &whole {
+                            Some((_, tags)) => outside
+                                .iter()
+                                .map(|(id, _)| *id)
+                                .chain(tags.clone())
+                                .collect(),
+                            None => Vec::new(),
+                        };
+                        if let (Some((pack, _)), true) =
+                            (whole, self.small_enough_after_whole(&after_whole)?)
                         {
-                            let after_whole: Vec<ObjectId> =
-                                outside.iter().map(|(id, _)| *id).chain(tags).collect();
                             progress.finish("Counting objects", total + after_whole.len() as u64);
                             return Ok(Planned {
                                 had: Had::Bits(had),
@@ -377,6 +389,26 @@ impl PackServer {
         let mut planned = sorter.finish(Had::Ids(counted.had));
         planned.path_bases = counted.path_bases;
         Ok(planned)
+    }
+
+    /// Whether `after` (objects sent whole after a pack's entries) is few and small enough to
+    /// be read whole and compressed anew: at most [`MAX_AFTER_WHOLE`] objects of at most
+    /// [`MAX_AFTER_WHOLE_BYTES`] together. Larger pushes (a large file) go object by object,
+    /// whose entries are copied in windows. Every one must be in the repository: a missing
+    /// object is an error now, before anything is sent.
+    fn small_enough_after_whole(&self, after: &[ObjectId]) -> Result<bool, PackError> {
+        if after.len() > MAX_AFTER_WHOLE {
+            return Ok(false);
+        }
+        let mut bytes = 0u64;
+        for id in after {
+            let header = self.repo.objects().header(id)?.ok_or_else(|| missing(id))?;
+            bytes = bytes.saturating_add(header.size);
+            if bytes > MAX_AFTER_WHOLE_BYTES {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The bitmap's pack when `wanted` (`total` bits) is every object of it, the client takes

@@ -504,7 +504,7 @@ fn write_whole_pack_in(
             stream.current = Some((e.offset, e.crc, e.position));
             done += 1;
             if done.is_multiple_of(65536) {
-                progress.update("Writing objects", done as u64, Some(count as u64));
+                progress.update("Writing objects", done as u64, Some(total as u64));
             }
         }
     }
@@ -555,8 +555,8 @@ struct WholePackStream<'a> {
 impl WholePackStream<'_> {
     /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
     /// current entry, and checks that entry's CRC-32 (the header is the file's own, which the
-    /// plan checked). The window then holds the byte at `to`, if there is one before the
-    /// trailer.
+    /// plan checked, or with [`WholePackStream::count`] the stream's, patched in). The window
+    /// then holds the byte at `to`, if there is one before the trailer.
     fn end_entry_at(&mut self, to: u64) -> Result<(), PackError> {
         loop {
             let window_end = self.window_start + self.window.len() as u64;
@@ -571,10 +571,16 @@ impl WholePackStream<'_> {
                     .data()
                     .read_copy_into(window_end..end, &mut self.window)
                     .map_err(packd_odb::Error::from)?;
-                if let (0, Some(count), Some(field)) =
-                    (window_end, self.count, self.window.get_mut(8..12))
-                {
-                    // The stream's own header (the file's was checked for the pack's count).
+                if let (0, Some(count)) = (window_end, self.count) {
+                    // The stream's own header (the file's was checked for the pack's count;
+                    // a pack of entries is longer than a window's first 12 bytes).
+                    let field = self.window.get_mut(8..12).ok_or_else(|| {
+                        PackError::from(packd_odb::Error::corrupt(
+                            self.pack.data_name(),
+                            0,
+                            "shorter than a pack's header",
+                        ))
+                    })?;
                     field.copy_from_slice(&count.to_be_bytes());
                 }
                 continue;
@@ -613,7 +619,7 @@ fn check_entry_crc(
 }
 
 /// The pack whose file is the whole answer to `plan`, if one is: a plan counted as a whole
-/// pack with bitmaps, or every entry of one pack (as a count without bitmaps can give) for a
+/// pack with bitmaps and nothing after its entries (see `Planned::after_whole`), or every entry of one pack (as a count without bitmaps can give) for a
 /// client taking offset deltas, when the file starts with the stream's header. (A plan is
 /// counted whole only for a client taking offset deltas, by `whole_pack` or through a clone
 /// cache record, whose key holds the client's options.)
@@ -1131,7 +1137,6 @@ impl PackServer {
             .transpose()
     }
 
-    /// Writes `id` as a whole object, compressed anew.
     /// Every entry of `pack` as it is, then the objects `after` (stored elsewhere: pushed since
     /// the pack was written), each whole: a mirror clone after a push. Entries are checked
     /// against the index's CRC-32 as [`write_whole_pack_in`] checks them; the header and the
@@ -1179,6 +1184,7 @@ impl PackServer {
         Ok(stats)
     }
 
+    /// Writes `id` as a whole object, compressed anew.
     fn write_whole(
         &self,
         id: &ObjectId,

@@ -624,13 +624,17 @@ impl BitmapIndex {
         let union = if bitmapped.len() >= MANY_BITMAPS {
             let positions: Vec<u32> = bitmapped.iter().map(|&(_, pos)| pos).collect();
             self.bitmap
-                .union_of(&positions)
+                .union_of(&positions, cancel)
                 .map_err(packd_odb::Error::from)?
         } else {
             None
         };
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         match union {
             Some(union) => {
+                // Counted as taken: each tip's bitmap is in the union.
                 tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
                 bits.or_assign(&union);
                 self.taken

@@ -392,6 +392,7 @@ fn union_of_many_bitmaps_is_their_union() {
     let repo = build_repo(400);
     repack(&repo, true, true);
     let pack = repo.only_pack();
+    let never = std::sync::atomic::AtomicBool::new(false);
     for use_table in [true, false] {
         let bm = open_bitmap(&repo, &pack, use_table);
         let all: Vec<u32> = bm.commit_positions().collect();
@@ -403,13 +404,18 @@ fn union_of_many_bitmaps_is_their_union() {
                 expected.or_assign(&bm.commit_bitmap(pos).unwrap().unwrap());
             }
             assert_eq!(
-                bm.union_of(&some).unwrap().unwrap(),
+                bm.union_of(&some, &never).unwrap().unwrap(),
                 expected,
                 "every {step}th bitmap, table {use_table}"
             );
         }
         let unbitmapped = (0..pack.len()).find(|p| !bm.contains(*p)).unwrap();
-        assert!(bm.union_of(&[all[0], unbitmapped]).unwrap().is_none());
+        assert!(bm
+            .union_of(&[all[0], unbitmapped], &never)
+            .unwrap()
+            .is_none());
+        let cancelled = std::sync::atomic::AtomicBool::new(true);
+        assert!(bm.union_of(&all, &cancelled).unwrap().is_none());
     }
 }
 

@@ -3,8 +3,8 @@
 //! `POST /<repo>/git-upload-pack`, the response streamed as the pack is written.
 //!
 //! The request body is read whole (bounded by `max_request_bytes`, before and after gzip), then
-//! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: 64 KiB chunks go
-//! through a bounded channel into the response body, so memory stays bounded and a client that
+//! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: batches of 64 KiB
+//! chunks (or of file ranges) go through a bounded channel into the response body, so memory stays bounded and a client that
 //! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
 //! cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
 //! unless they are allowed; an allowed push streams its body into receive-pack ([`push`]).
@@ -52,9 +52,11 @@ const CHUNK: usize = 64 * 1024;
 /// starts an idle timer: one per 64 KiB chunk was about a tenth of the CPU of a clone that
 /// writes a new pack (git/git, every branch and tag, 318 MB).
 const BYTES_PER_BATCH: usize = 4 * CHUNK;
-/// Batches queued between upload-pack and the socket: at most about 1 MiB of bytes per
-/// connection (file ranges hold no bytes).
-const QUEUED_BATCHES: usize = 4;
+/// Batches queued between upload-pack and the socket. A connection holds at most about 1 MiB
+/// of bytes (file ranges hold none): these, the batch hyper is writing, the one waiting to be
+/// queued and the chunk being filled. A client must take a batch within the idle timeout
+/// (256 KiB in 60 s by default, 4.4 KB/s), or the response ends.
+const QUEUED_BATCHES: usize = 2;
 
 const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
 const REQUEST: &str = "application/x-git-upload-pack-request";
@@ -761,9 +763,10 @@ impl Drop for ChannelBody {
     }
 }
 
-/// A blocking [`Write`] that sends what upload-pack writes to the response body in chunks.
+/// A blocking [`Write`] that sends what upload-pack writes to the response body in batches
+/// (a flush sends what is buffered at once: side-band progress and keepalives are flushed).
 /// A write fails once the body is gone (the client hung up) or when the client has not taken
-/// a chunk for the idle timeout.
+/// a batch for the idle timeout.
 struct ChannelWriter {
     /// Batches of pieces: chunks of bytes (about [`BYTES_PER_BATCH`]), or the file ranges
     /// (and the bytes between them) of about [`RANGES_PER_BATCH`] bytes, so that a pack does

@@ -363,6 +363,18 @@ fn every_tip_option_gives_every_spike_a_bitmap() {
     for id in spikes.iter().step_by(60) {
         assert_git_verifies(&repo, id);
     }
+    // The union in one pass over packd's entries (XORed with the best of the ten before
+    // them) is the union of the bitmaps resolved one by one.
+    let never = std::sync::atomic::AtomicBool::new(false);
+    for use_table in [true, false] {
+        let (_, bm) = open_bitmap(&repo, use_table);
+        let all: Vec<u32> = bm.commit_positions().collect();
+        let mut expected = packd_reach::ewah::Bitmap::new();
+        for &pos in &all {
+            expected.or_assign(&bm.commit_bitmap(pos).unwrap().unwrap());
+        }
+        assert_eq!(bm.union_of(&all, &never).unwrap().unwrap(), expected);
+    }
     let mut cmd = std::process::Command::new(PACKD);
     apply_env(&mut cmd, &repo.home);
     cmd.env("PACKD_LOG", "packd_reach=debug").args([

@@ -236,10 +236,16 @@ impl PackBitmap {
     }
 
     /// Everything the commits at index positions `commit_pos` reach, together, as bits in pack
-    /// order; `None` when one of them has no bitmap. For many commits (a mirror clone whose
-    /// refs all have bitmaps): every entry on their XOR chains is decoded once, and only a few
-    /// resolved bitmaps are held at once (see `open::union_of`).
-    pub fn union_of(&self, commit_pos: &[u32]) -> Result<Option<Bitmap>, BitmapError> {
+    /// order. For many commits (a mirror clone whose refs all have bitmaps): every entry on
+    /// their XOR chains is decoded once, and only a few resolved bitmaps are held at once (see
+    /// `open::union_of`). `None` when one of the commits has no bitmap, when the file's XOR
+    /// chains would need more than [`RESOLVED_BUDGET`] of bases held at once (then take the
+    /// bitmaps one by one), or when `cancel` is set.
+    pub fn union_of(
+        &self,
+        commit_pos: &[u32],
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<Bitmap>, BitmapError> {
         let mut rows = Vec::with_capacity(commit_pos.len());
         for &pos in commit_pos {
             match self.row_of(pos) {
@@ -247,7 +253,7 @@ impl PackBitmap {
                 None => return Ok(None),
             }
         }
-        open::union_of(self, &rows).map(Some)
+        open::union_of(self, &rows, cancel)
     }
 
     /// [`PackBitmap::commit_bitmap`] for a commit named by id, looked up in `pack`'s index.

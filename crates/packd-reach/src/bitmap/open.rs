@@ -450,10 +450,20 @@ fn xor_entry(bm: &PackBitmap, row: u32, bytes: &[u8], out: &mut Bitmap) -> Resul
 
 /// The union of the resolved bitmaps of entries `rows`, resolving every entry on their XOR
 /// chains once, in file order (a base is always stored before what is XORed with it), and
-/// holding a resolved bitmap only until the last entry XORed with it: a few
-/// bitmaps at once, where resolving each chain on its own would keep its shared bases (see
+/// holding a resolved bitmap only until the last entry XORed with it. Files git and packd
+/// write XOR each entry with one of the few before it, so only a few are held at once, where
+/// resolving each chain on its own would keep its shared bases (see
 /// [`super::RESOLVED_BUDGET`]) or decode them again.
-pub(super) fn union_of(bm: &PackBitmap, rows: &[u32]) -> Result<Bitmap, BitmapError> {
+///
+/// `None` when holding the bases would take more than [`super::RESOLVED_BUDGET`] (a file
+/// that XORs many entries with bases far before them), or when `cancel` is set (checked
+/// every 1,024 entries). A chain longer than [`MAX_XOR_CHAIN`] is an error, as for
+/// [`resolve`].
+pub(super) fn union_of(
+    bm: &PackBitmap,
+    rows: &[u32],
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Option<Bitmap>, BitmapError> {
     let n = bm.entries.len();
     // Which entries are needed (the rows and everything on their chains), and how many needed
     // entries are XORed with each.
@@ -477,25 +487,46 @@ pub(super) fn union_of(bm: &PackBitmap, rows: &[u32]) -> Result<Bitmap, BitmapEr
     let mut order: Vec<u32> = (0..n as u32).filter(|&r| needed[r as usize]).collect();
     order.sort_unstable_by_key(|&r| bm.entries[r as usize].offset);
     let fetched = entry_bytes(bm, &order)?;
+    // Resolved bases still to be used, their bytes, and each entry's chain length.
     let mut held: std::collections::HashMap<u32, Bitmap> = Default::default();
+    let mut held_bytes = 0usize;
+    let mut depth = vec![0u32; n];
+    let limit = MAX_XOR_CHAIN.min(n);
     let mut union = Bitmap::new();
-    for (&r, bytes) in order.iter().zip(&fetched) {
-        let base = bm.entries[r as usize].xor_row;
-        let mut out = if base == NO_XOR {
+    for (k, (&r, bytes)) in order.iter().zip(&fetched).enumerate() {
+        if k % 1024 == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let e = bm.entries[r as usize];
+        let mut out = if e.xor_row == NO_XOR {
             Bitmap::new()
         } else {
+            let base = e.xor_row;
+            depth[r as usize] = depth[base as usize] + 1;
+            if depth[r as usize] as usize >= limit {
+                return Err(BitmapError::corrupt(
+                    bm.blob.name(),
+                    e.offset,
+                    format!(
+                        "the bitmap of commit position {} is XORed through more than {} others",
+                        e.commit_pos,
+                        limit - 1
+                    ),
+                ));
+            }
             // The last entry XORed with the base takes it; the others copy it.
             users[base as usize] -= 1;
             let held_base = if users[base as usize] == 0 {
                 held.remove(&base)
+                    .inspect(|b| held_bytes -= b.words().len() * 8)
             } else {
                 held.get(&base).cloned()
             };
             held_base.ok_or_else(|| {
                 BitmapError::corrupt(
                     bm.blob.name(),
-                    bm.entries[r as usize].offset,
-                    "an entry is XORed with one written after it",
+                    e.offset,
+                    "an entry is XORed with one stored after it",
                 )
             })?
         };
@@ -504,10 +535,14 @@ pub(super) fn union_of(bm: &PackBitmap, rows: &[u32]) -> Result<Bitmap, BitmapEr
             union.or_assign(&out);
         }
         if users[r as usize] > 0 {
+            held_bytes += out.words().len() * 8;
+            if held_bytes > super::RESOLVED_BUDGET {
+                return Ok(None);
+            }
             held.insert(r, out);
         }
     }
-    Ok(union)
+    Ok(Some(union))
 }
 
 /// The fully XOR-resolved bitmap of entry `row`.

@@ -28,13 +28,16 @@
 
 use super::{
     full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup, CHUNK,
-    QUEUED_BATCHES,
 };
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::paths::PathError;
 use crate::Shared;
 use bytes::{Buf, Bytes};
+
+/// Batches of receive-pack's reply (flushed progress lines, then the report) queued for the
+/// socket.
+const QUEUED_REPLIES: usize = 16;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header;
@@ -368,7 +371,7 @@ pub(super) async fn receive_pack(
         Err(resp) => return Err((resp, log)),
     };
 
-    let (tx, mut rx) = mpsc::channel(QUEUED_BATCHES);
+    let (tx, mut rx) = mpsc::channel(QUEUED_REPLIES);
     let idle = shared.limits.idle_timeout;
     let handle = tokio::runtime::Handle::current();
     let body = req.into_body();
