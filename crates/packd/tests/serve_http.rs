@@ -158,6 +158,52 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
     );
 }
 
+/// A push through packd itself (which keeps it as a pack of its own) to a repository just
+/// repacked with bitmaps, then a mirror clone: the bitmapped pack's entries go out as they
+/// are, then the three pushed objects, read from the pushed pack; git finds the clone
+/// complete.
+#[test]
+fn mirror_clone_after_a_push_through_packd() {
+    let f = Fixture::new();
+    let served = f.repack_whole();
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--allow-push", "--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    let work = f.sandbox.path().join("work");
+    f.git(&[
+        "clone",
+        "-q",
+        &server.http_url("repo.git"),
+        work.to_str().unwrap(),
+    ])
+    .assert_success();
+    std::fs::write(work.join("pushed.txt"), "pushed through packd\n").unwrap();
+    for args in [
+        &["add", "pushed.txt"][..],
+        &["commit", "-q", "-m", "pushed"],
+        &["push", "-q", "origin", "HEAD:refs/heads/main"],
+    ] {
+        f.sandbox.git_run_in(&work, args, None).assert_success();
+    }
+    assert_eq!(f.repo.packs().len(), 2, "the push is kept as a pack");
+    clone_and_check(&f, &server, "2");
+    let got = only_pack_of(&f.sandbox.path().join("clone-v2.git"));
+    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
+    assert_eq!(
+        count(&got),
+        count(&served) + 3,
+        "a commit, its tree and a blob"
+    );
+    let log = server.log_text();
+    assert!(
+        log.contains("sent as it is, then 3 objects stored elsewhere"),
+        "{log}"
+    );
+}
+
 #[test]
 fn parallel_clones() {
     let f = Fixture::new();
