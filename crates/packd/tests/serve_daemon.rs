@@ -71,14 +71,7 @@ fn clone_over_git_protocol_v0_and_v2() {
         mirror_clone(&f, &server, version, &format!("clone-v{version}.git"));
     }
     // An incremental fetch negotiates with haves.
-    let dst = f.sandbox.path().join("work");
-    f.git(&[
-        "clone",
-        "-q",
-        &server.git_url("repo.git"),
-        dst.to_str().unwrap(),
-    ])
-    .assert_success();
+    let dst = f.clone_work(&server.git_url("repo.git"));
     let new = f.commit_on_main("more\n");
     f.sandbox
         .git_run_in(&dst, &["fetch", "-q", "origin"], None)

@@ -172,14 +172,7 @@ fn mirror_clone_after_a_push_through_packd() {
         &["--allow-push", "--clone-cache-bytes", "0"],
         "info,packd_pack=debug",
     );
-    let work = f.sandbox.path().join("work");
-    f.git(&[
-        "clone",
-        "-q",
-        &server.http_url("repo.git"),
-        work.to_str().unwrap(),
-    ])
-    .assert_success();
+    let work = f.clone_work(&server.http_url("repo.git"));
     std::fs::write(work.join("pushed.txt"), "pushed through packd\n").unwrap();
     for args in [
         &["add", "pushed.txt"][..],
@@ -242,14 +235,7 @@ fn parallel_clones() {
 fn fetch_after_repack_sees_new_history() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
-    let dst = f.sandbox.path().join("work");
-    f.git(&[
-        "clone",
-        "-q",
-        &server.http_url("repo.git"),
-        dst.to_str().unwrap(),
-    ])
-    .assert_success();
+    let dst = f.clone_work(&server.http_url("repo.git"));
     // New history in the served repository, then a repack (new pack, old ones gone): the
     // server must reopen it.
     let new = f.commit_on_main("after repack\n");

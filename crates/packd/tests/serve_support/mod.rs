@@ -214,6 +214,14 @@ impl Fixture {
         std::fs::read(&packs[0]).unwrap()
     }
 
+    /// `git clone -q URL` into the sandbox's `work` directory, which must succeed: its path.
+    pub fn clone_work(&self, url: &str) -> PathBuf {
+        let dst = self.sandbox.path().join("work");
+        self.git(&["clone", "-q", url, dst.to_str().unwrap()])
+            .assert_success();
+        dst
+    }
+
     /// A new commit on the served repository's `main` (same tree, `message`): its id.
     pub fn commit_on_main(&self, message: &str) -> String {
         let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
