@@ -197,6 +197,51 @@ fn mirror_clone_after_a_push_through_packd() {
     );
 }
 
+/// A host with hundreds of pull-request refs whose bitmaps `packd write-bitmap --every-tip`
+/// wrote: a mirror clone over HTTP takes the union of every ref's bitmap in one pass, walks no
+/// commit, and sends the pack file as it is; git finds the clone complete.
+#[test]
+fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
+    let f = Fixture::new();
+    let main = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_900_000_000);
+    for i in 0..300 {
+        fi.commit(
+            &format!("refs/pull/{i}/head"),
+            Some(&main),
+            "pull request\n",
+            &[common::inline(
+                &format!("pulls/{}.txt", i % 30),
+                format!("pull request {i}\n"),
+            )],
+        );
+    }
+    f.repo.fast_import(&fi.finish());
+    let served = f.repack_whole();
+    f.repo
+        .packd(&["write-bitmap", "--every-tip", "-q"], None)
+        .assert_success();
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug,packd_reach=debug",
+    );
+    clone_and_check(&f, &server, "2");
+    assert!(
+        only_pack_of(&f.sandbox.path().join("clone-v2.git")) == served,
+        "the clone's pack is the served file"
+    );
+    let log = server.log_text();
+    for line in [
+        "tips' bitmaps taken in one pass",
+        " 0 commits and 0 trees",
+        "sent as file ranges",
+    ] {
+        assert!(log.contains(line), "{line:?} not in the log:\n{log}");
+    }
+}
+
 #[test]
 fn parallel_clones() {
     let f = Fixture::new();
