@@ -18,7 +18,9 @@
 //! bytes are checked against the index's CRC-32 first, so a damaged entry is never passed on
 //! as it is. Pack bytes are read with [`packd_storage::Blob::read_copy`] in windows of
 //! [`WINDOW`] bytes, and large entries in pieces of that size, so memory stays bounded whatever
-//! the pack and entry sizes.
+//! the pack and entry sizes. When the output takes file ranges (a socket, by `sendfile`), runs
+//! of reused entries of [`MIN_FILE_RANGE`] bytes or more are hashed from the window and sent
+//! from the file, not copied to the output.
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
@@ -70,9 +72,21 @@ struct Output<'a> {
     hash: Option<Sha1>,
     /// Bytes counted as written, the pending range included.
     written: u64,
-    /// A range of a window's buffer not yet written: (buffer, from, to).
-    pending: Option<(Bytes, usize, usize)>,
+    /// A range of a window's buffer not yet written: (buffer, from, to), and when the output
+    /// takes file ranges, the pack file the buffer was read from and where in it the buffer
+    /// starts.
+    pending: Option<Pending>,
+    /// Runs sent as file ranges, and their bytes (for the debug log).
+    ranges_sent: (u64, u64),
 }
+
+/// See [`Output::pending`].
+type Pending = (Bytes, usize, usize, Option<(FileRange, u64)>);
+
+/// Runs of reused entries at least this long go out as file ranges when the output takes them
+/// (their bytes are hashed here, and sent by the kernel from the page cache); shorter ones are
+/// copied, which costs less than a range's hand-over.
+const MIN_FILE_RANGE: usize = 64 << 10;
 
 impl Output<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<(), PackError> {
@@ -99,10 +113,17 @@ impl Output<'_> {
     }
 
     /// Writes `buffer[from..to]`, joined to the pending range when it continues it in the
-    /// same buffer.
-    fn write_shared(&mut self, buffer: &Bytes, from: usize, to: usize) -> Result<(), PackError> {
+    /// same buffer. `file`: the pack file `buffer` was read from and where in it the buffer
+    /// starts, when the output takes file ranges.
+    fn write_shared(
+        &mut self,
+        buffer: &Bytes,
+        from: usize,
+        to: usize,
+        file: Option<(&FileRange, u64)>,
+    ) -> Result<(), PackError> {
         self.written += (to - from) as u64;
-        if let Some((held, _, end)) = &mut self.pending {
+        if let Some((held, _, end, _)) = &mut self.pending {
             // The same buffer (held alive by `held`, so no other buffer can have its address).
             if held.as_ptr() == buffer.as_ptr() && held.len() == buffer.len() && *end == from {
                 *end = to;
@@ -110,15 +131,31 @@ impl Output<'_> {
             }
         }
         self.write_pending()?;
-        self.pending = Some((buffer.clone(), from, to));
+        let file = file.map(|(range, start)| (range.clone(), start));
+        self.pending = Some((buffer.clone(), from, to, file));
         Ok(())
     }
 
+    /// Writes the pending range: hashed here and sent as a file range when it is long enough
+    /// and the output takes ranges, else copied.
     fn write_pending(&mut self) -> Result<(), PackError> {
-        if let Some((held, from, to)) = self.pending.take() {
-            self.put(&held[from..to])?;
+        let Some((held, from, to, file)) = self.pending.take() else {
+            return Ok(());
+        };
+        match file {
+            Some((file, start)) if to - from >= MIN_FILE_RANGE => {
+                if let Some(hash) = &mut self.hash {
+                    hash.update(&held[from..to]);
+                }
+                self.flush_buffer()?;
+                self.out
+                    .send_file_range(&file.sub(start + from as u64, (to - from) as u64))?;
+                self.ranges_sent.0 += 1;
+                self.ranges_sent.1 += (to - from) as u64;
+                Ok(())
+            }
+            _ => self.put(&held[from..to]),
         }
-        Ok(())
     }
 
     fn flush_buffer(&mut self) -> Result<(), PackError> {
@@ -448,6 +485,7 @@ fn write_whole_pack_in(
             hash: then.is_some().then(Sha1::new),
             written: 0,
             pending: None,
+            ranges_sent: (0, 0),
         },
         count: then.is_some().then_some(total),
         cancel,
@@ -712,6 +750,7 @@ impl PackServer {
             hash: Some(Sha1::new()),
             written: 0,
             pending: None,
+            ranges_sent: (0, 0),
         };
         let mut head = Vec::with_capacity(12);
         head.extend_from_slice(b"PACK");
@@ -730,6 +769,9 @@ impl PackServer {
             bytes: Bytes::new(),
         };
         let mut cursor: Option<Cursor> = None;
+        // Each pack's whole file as a range, by rank, when the output takes file ranges.
+        let takes_ranges = output.out.takes_file_ranges();
+        let mut files: Vec<Option<Option<FileRange>>> = vec![None; plan.packs.len()];
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
         // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a
@@ -857,11 +899,21 @@ impl PackServer {
             }
             if small {
                 let (from, to) = in_window;
+                let file = match takes_ranges {
+                    true => files[item.rank as usize]
+                        .get_or_insert_with(|| {
+                            let data = pack.data();
+                            data.file_range(0..data.len()).ok().flatten()
+                        })
+                        .as_ref()
+                        .map(|file| (file, window.start)),
+                    false => None,
+                };
                 if header[..] == head_bytes[..entry.header_len] {
-                    output.write_shared(&window.bytes, from, to)?;
+                    output.write_shared(&window.bytes, from, to, file)?;
                 } else {
                     output.write(&header)?;
-                    output.write_shared(&window.bytes, from + entry.header_len, to)?;
+                    output.write_shared(&window.bytes, from + entry.header_len, to, file)?;
                 }
             } else {
                 output.write(&header)?;
@@ -878,7 +930,14 @@ impl PackServer {
             }
         }
         progress.finish("Writing objects", count as u64);
+        let (runs, run_bytes) = output.ranges_sent;
         stats.bytes = output.finish(None)?;
+        if runs > 0 {
+            tracing::debug!(
+                "{runs} runs of reused entries ({run_bytes} of {} bytes) sent as file ranges",
+                stats.bytes
+            );
+        }
         Ok(stats)
     }
 

@@ -242,6 +242,54 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
     }
 }
 
+/// A clone that is not the whole pack (one branch, no tags) still sends the runs of reused
+/// entries of 64 KiB or more from the file (here the 256 KiB file's entry), over protocol v0
+/// and v2: git finds the clone complete, with the objects `main` reaches.
+#[test]
+fn runs_of_reused_entries_go_out_as_file_ranges() {
+    let f = Fixture::new();
+    f.repack_whole();
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    let expected = f
+        .repo
+        .git_str(&["rev-list", "--objects", "--count", "main"]);
+    for version in ["0", "2"] {
+        let dst = f.sandbox.path().join(format!("one-branch-v{version}.git"));
+        f.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "-q",
+            "--bare",
+            "--single-branch",
+            "--branch",
+            "main",
+            "--no-tags",
+            &server.http_url("repo.git"),
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        f.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        let got = f
+            .sandbox
+            .git_run_in(&dst, &["rev-list", "--objects", "--count", "main"], None);
+        assert_eq!(got.out().trim(), expected, "v{version}");
+    }
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("runs of reused entries").count(),
+        2,
+        "each clone sent runs as file ranges:\n{log}"
+    );
+}
+
 #[test]
 fn parallel_clones() {
     let f = Fixture::new();
