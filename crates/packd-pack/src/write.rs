@@ -20,7 +20,10 @@
 //! [`WINDOW`] bytes, and large entries in pieces of that size, so memory stays bounded whatever
 //! the pack and entry sizes. When the output takes file ranges (a socket, by `sendfile`), runs
 //! of reused entries of [`MIN_FILE_RANGE`] bytes or more are hashed from the window and sent
-//! from the file, not copied to the output.
+//! from the file, not copied to the output: the CRC-32 and the hash are then computed on the
+//! window's copy, and the kernel sends the file's pages, which are the same bytes as long as
+//! the pack is not changed in place (packs never are); a difference would fail the client's
+//! check of the trailer.
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
@@ -144,6 +147,8 @@ impl Output<'_> {
         };
         match file {
             Some((file, start)) if to - from >= MIN_FILE_RANGE => {
+                // The window lies within the file, so `sub` never shortens the range.
+                debug_assert!(start + to as u64 <= file.len);
                 if let Some(hash) = &mut self.hash {
                     hash.update(&held[from..to]);
                 }
@@ -934,7 +939,7 @@ impl PackServer {
         stats.bytes = output.finish(None)?;
         if runs > 0 {
             tracing::debug!(
-                "{runs} runs of reused entries ({run_bytes} of {} bytes) sent as file ranges",
+                "{runs} runs of reused entries ({run_bytes} of {} bytes) went out by sendfile",
                 stats.bytes
             );
         }
