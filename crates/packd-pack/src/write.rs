@@ -935,6 +935,8 @@ impl PackServer {
             }
         }
         progress.finish("Writing objects", count as u64);
+        // The last run goes out before the runs are counted.
+        output.write_pending()?;
         let (runs, run_bytes) = output.ranges_sent;
         stats.bytes = output.finish(None)?;
         if runs > 0 {

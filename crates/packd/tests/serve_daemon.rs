@@ -82,6 +82,65 @@ fn clone_over_git_protocol_v0_and_v2() {
     assert_eq!(got.out().trim(), new.trim());
 }
 
+/// Over git:// (a blocking `sendfile`), a one-branch clone that is not a whole pack sends its
+/// runs of reused entries of 64 KiB or more from the files of two packs (the bitmapped one and
+/// one written since, each with a 256 KiB incompressible file), and git finds it complete.
+#[test]
+fn runs_from_two_packs_go_out_by_sendfile_over_git_protocol() {
+    let f = Fixture::new();
+    f.repack_whole();
+    let tip = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_850_000_000);
+    let mut rng = common::Rng::new(12);
+    fi.commit(
+        "refs/heads/main",
+        Some(&tip),
+        "big2\n",
+        &[common::inline("big2.bin", rng.bytes(256 << 10))],
+    );
+    f.repo.fast_import(&fi.finish());
+    // fast-import leaves a few objects loose: `repack -d` (without `-a`) packs them apart.
+    f.repo.git(&["repack", "-dq"]);
+    assert_eq!(f.repo.packs().len(), 2);
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_pack=debug",
+    );
+    let dst = f.sandbox.path().join("one-branch.git");
+    f.git(&[
+        "clone",
+        "-q",
+        "--bare",
+        "--single-branch",
+        "--branch",
+        "main",
+        "--no-tags",
+        &server.git_url("repo.git"),
+        dst.to_str().unwrap(),
+    ])
+    .assert_success();
+    f.sandbox
+        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+        .assert_success();
+    let count = |dir: &std::path::Path| {
+        f.sandbox
+            .git_run_in(dir, &["rev-list", "--objects", "--count", "main"], None)
+            .out()
+    };
+    assert_eq!(count(&dst), count(&f.repo.path));
+    let log = server.log_text();
+    let runs: u64 = log
+        .lines()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" runs of reused entries")?;
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no runs went out by sendfile:\n{log}"));
+    assert!(runs >= 2, "one run in each pack at least:\n{log}");
+}
+
 /// `git clone --mirror` of `repo.git` over git:// with protocol `version` into NAME, checked by
 /// `git fsck --strict` and against the served refs.
 fn mirror_clone(f: &Fixture, server: &Server, version: &str, name: &str) -> std::path::PathBuf {
