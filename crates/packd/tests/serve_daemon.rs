@@ -108,28 +108,7 @@ fn runs_from_two_packs_go_out_by_sendfile_over_git_protocol() {
         &["--clone-cache-bytes", "0"],
         "info,packd_pack=debug",
     );
-    let dst = f.sandbox.path().join("one-branch.git");
-    f.git(&[
-        "clone",
-        "-q",
-        "--bare",
-        "--single-branch",
-        "--branch",
-        "main",
-        "--no-tags",
-        &server.git_url("repo.git"),
-        dst.to_str().unwrap(),
-    ])
-    .assert_success();
-    f.sandbox
-        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-        .assert_success();
-    let count = |dir: &std::path::Path| {
-        f.sandbox
-            .git_run_in(dir, &["rev-list", "--objects", "--count", "main"], None)
-            .out()
-    };
-    assert_eq!(count(&dst), count(&f.repo.path));
+    f.clone_main("2", &server.git_url("repo.git"), "one-branch.git");
     let log = server.log_text();
     let runs: u64 = log
         .lines()

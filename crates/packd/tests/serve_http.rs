@@ -255,32 +255,12 @@ fn runs_of_reused_entries_go_out_as_file_ranges() {
         &["--clone-cache-bytes", "0"],
         "info,packd_pack=debug",
     );
-    let expected = f
-        .repo
-        .git_str(&["rev-list", "--objects", "--count", "main"]);
     for version in ["0", "2"] {
-        let dst = f.sandbox.path().join(format!("one-branch-v{version}.git"));
-        f.git(&[
-            "-c",
-            &format!("protocol.version={version}"),
-            "clone",
-            "-q",
-            "--bare",
-            "--single-branch",
-            "--branch",
-            "main",
-            "--no-tags",
+        f.clone_main(
+            version,
             &server.http_url("repo.git"),
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
-        f.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        let got = f
-            .sandbox
-            .git_run_in(&dst, &["rev-list", "--objects", "--count", "main"], None);
-        assert_eq!(got.out().trim(), expected, "v{version}");
+            &format!("one-branch-v{version}.git"),
+        );
     }
     let log = server.log_text();
     assert_eq!(

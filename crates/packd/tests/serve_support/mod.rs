@@ -222,6 +222,37 @@ impl Fixture {
         dst
     }
 
+    /// `git clone --bare --single-branch --branch main --no-tags URL` with protocol `version`
+    /// into the sandbox's NAME, which must succeed, pass `git fsck --strict` and hold as many
+    /// objects reachable from `main` as the served repository: its path.
+    pub fn clone_main(&self, version: &str, url: &str, name: &str) -> PathBuf {
+        let dst = self.sandbox.path().join(name);
+        self.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "-q",
+            "--bare",
+            "--single-branch",
+            "--branch",
+            "main",
+            "--no-tags",
+            url,
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        self.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        let count = ["rev-list", "--objects", "--count", "main"];
+        assert_eq!(
+            self.sandbox.git_run_in(&dst, &count, None).out().trim(),
+            self.repo.git_str(&count),
+            "objects of main after a v{version} clone"
+        );
+        dst
+    }
+
     /// A new commit on the served repository's `main` (same tree, `message`): its id.
     pub fn commit_on_main(&self, message: &str) -> String {
         let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
