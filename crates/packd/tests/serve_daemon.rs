@@ -42,12 +42,7 @@ fn ls_remote_matches_git_v0_and_v2() {
 fn whole_pack_clone_over_git_protocol_is_sent_from_the_file() {
     let f = Fixture::new();
     let served = f.repack_whole();
-    let server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     for version in ["0", "2"] {
         let dst = mirror_clone(&f, &server, version, &format!("whole-v{version}.git"));
         assert!(
@@ -102,12 +97,7 @@ fn runs_from_two_packs_go_out_by_sendfile_over_git_protocol() {
     // fast-import leaves a few objects loose: `repack -d` (without `-a`) packs them apart.
     f.repo.git(&["repack", "-dq"]);
     assert_eq!(f.repo.packs().len(), 2);
-    let server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     f.clone_main("2", &server.git_url("repo.git"), "one-branch.git");
     let log = server.log_text();
     let runs: u64 = log

@@ -86,12 +86,7 @@ fn clone_v2_over_http() {
 fn whole_pack_clone_is_sent_from_the_file() {
     let f = Fixture::new();
     let served = f.repack_whole();
-    let mut server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let mut server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     hang_up_mid_clone(&f, &server);
     for version in ["0", "2"] {
         clone_and_check(&f, &server, version);
@@ -132,12 +127,7 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
     f.repo
         .git(&["tag", "-a", "-m", "pushed tag", "pushed-tag", &parent]);
     assert_eq!(f.repo.packs().len(), 1, "the pushed objects are loose");
-    let server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
     let entries_end = served.len() - 20;
     for version in ["0", "2"] {
@@ -166,12 +156,7 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
 fn mirror_clone_after_a_push_through_packd() {
     let f = Fixture::new();
     let served = f.repack_whole();
-    let server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--allow-push", "--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let server = f.pack_logging_server(&["--allow-push", "--clone-cache-bytes", "0"]);
     let work = f.clone_work(&server.http_url("repo.git"));
     std::fs::write(work.join("pushed.txt"), "pushed through packd\n").unwrap();
     for args in [
@@ -249,12 +234,7 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
 fn runs_of_reused_entries_go_out_as_file_ranges() {
     let f = Fixture::new();
     f.repack_whole();
-    let server = Server::start_logging(
-        &f.sandbox,
-        &f.root,
-        &["--clone-cache-bytes", "0"],
-        "info,packd_pack=debug",
-    );
+    let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     for version in ["0", "2"] {
         f.clone_main(
             version,

@@ -214,6 +214,12 @@ impl Fixture {
         std::fs::read(&packs[0]).unwrap()
     }
 
+    /// A `packd serve` of the root with `extra` options, logging the pack writer's debug lines
+    /// (which say how each pack went out).
+    pub fn pack_logging_server(&self, extra: &[&str]) -> Server {
+        Server::start_logging(&self.sandbox, &self.root, extra, "info,packd_pack=debug")
+    }
+
     /// `git clone -q URL` into the sandbox's `work` directory, which must succeed: its path.
     pub fn clone_work(&self, url: &str) -> PathBuf {
         let dst = self.sandbox.path().join("work");
