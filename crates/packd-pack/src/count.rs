@@ -264,26 +264,21 @@ impl PackServer {
                     // out as they are, then those few (a mirror clone after a push).
                     if outside.len() <= MAX_AFTER_WHOLE {
                         let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
-                        let whole =
-                            self.whole_pack(index, request, &wanted, total, &outside_ids)?;
-                        let after_whole: Vec<ObjectId> = match &whole {
-                            Some((_, tags)) => outside
-                                .iter()
-                                .map(|(id, _)| *id)
-                                .chain(tags.clone())
-                                .collect(),
-                            None => Vec::new(),
-                        };
-                        if let (Some((pack, _)), true) =
-                            (whole, self.small_enough_after_whole(&after_whole)?)
+                        if let Some((pack, tags)) =
+                            self.whole_pack(index, request, &wanted, total, &outside_ids)?
                         {
-                            progress.finish("Counting objects", total + after_whole.len() as u64);
-                            return Ok(Planned {
-                                had: Had::Bits(had),
-                                whole: Some(pack.clone()),
-                                after_whole,
-                                ..Planned::default()
-                            });
+                            let after_whole: Vec<ObjectId> =
+                                outside.iter().map(|(id, _)| *id).chain(tags).collect();
+                            if self.small_enough_after_whole(&after_whole)? {
+                                let count = total + after_whole.len() as u64;
+                                progress.finish("Counting objects", count);
+                                return Ok(Planned {
+                                    had: Had::Bits(had),
+                                    whole: Some(pack.clone()),
+                                    after_whole,
+                                    ..Planned::default()
+                                });
+                            }
                         }
                     }
                     let mut sorter = Sorter::new();

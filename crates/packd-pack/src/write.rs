@@ -662,8 +662,9 @@ fn check_entry_crc(
 }
 
 /// The pack whose file is the whole answer to `plan`, if one is: a plan counted as a whole
-/// pack with bitmaps and nothing after its entries (see `Planned::after_whole`), or every entry of one pack (as a count without bitmaps can give) for a
-/// client taking offset deltas, when the file starts with the stream's header. (A plan is
+/// pack with bitmaps and nothing after its entries (see `Planned::after_whole`), or every entry
+/// of one pack (as a count without bitmaps can give) for a client taking offset deltas, when
+/// the file starts with the stream's header. (A plan is
 /// counted whole only for a client taking offset deltas, by `whole_pack` or through a clone
 /// cache record, whose key holds the client's options.)
 pub(crate) fn sent_whole(plan: &Planned, ofs_delta: bool) -> Result<Option<&Arc<Pack>>, PackError> {
@@ -741,11 +742,11 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
-        if let Some(pack) = sent_whole(plan, ofs_delta)? {
-            return write_whole_pack(pack, out, progress, cancel);
-        }
         if let (Some(pack), false) = (&plan.whole, plan.after_whole.is_empty()) {
             return self.write_whole_pack_then(pack, &plan.after_whole, out, progress, cancel);
+        }
+        if let Some(pack) = sent_whole(plan, ofs_delta)? {
+            return write_whole_pack(pack, out, progress, cancel);
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
@@ -776,7 +777,16 @@ impl PackServer {
         let mut cursor: Option<Cursor> = None;
         // Each pack's whole file as a range, by rank, when the output takes file ranges.
         let takes_ranges = output.out.takes_file_ranges();
-        let mut files: Vec<Option<Option<FileRange>>> = vec![None; plan.packs.len()];
+        let files: Vec<Option<FileRange>> = plan
+            .packs
+            .iter()
+            .map(|pack| {
+                let data = pack.data();
+                takes_ranges
+                    .then(|| data.file_range(0..data.len()).ok().flatten())
+                    .flatten()
+            })
+            .collect();
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
         // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a
@@ -904,16 +914,9 @@ impl PackServer {
             }
             if small {
                 let (from, to) = in_window;
-                let file = match takes_ranges {
-                    true => files[item.rank as usize]
-                        .get_or_insert_with(|| {
-                            let data = pack.data();
-                            data.file_range(0..data.len()).ok().flatten()
-                        })
-                        .as_ref()
-                        .map(|file| (file, window.start)),
-                    false => None,
-                };
+                let file = files[item.rank as usize]
+                    .as_ref()
+                    .map(|file| (file, window.start));
                 if header[..] == head_bytes[..entry.header_len] {
                     output.write_shared(&window.bytes, from, to, file)?;
                 } else {
@@ -1206,7 +1209,8 @@ impl PackServer {
     /// Every entry of `pack` as it is, then the objects `after` (stored elsewhere: pushed since
     /// the pack was written), each whole: a mirror clone after a push. Entries are checked
     /// against the index's CRC-32 as [`write_whole_pack_in`] checks them; the header and the
-    /// trailer are the stream's own.
+    /// trailer are the stream's own (the plan checked that the file's header is a stream's,
+    /// see `count::whole_pack`).
     fn write_whole_pack_then(
         &self,
         pack: &Pack,
@@ -1215,14 +1219,6 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
-        if !sends_as_is(pack)? {
-            return Err(packd_odb::Error::corrupt(
-                pack.data_name(),
-                0,
-                "the pack's header is not the one a stream of its entries starts with",
-            )
-            .into());
-        }
         let n = u32::try_from(after.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());

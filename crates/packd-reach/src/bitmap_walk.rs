@@ -604,21 +604,10 @@ impl BitmapIndex {
             };
             commit_tips.push((id, index_pos));
         }
-        // Tips with bitmaps first, taken without reading the commit; with many tips, in pack
-        // order, which git writes newest first, so that the newest bitmaps are taken first and
-        // cover the older tips without decoding theirs.
+        // Tips with bitmaps first, taken without reading the commit.
         let (mut bitmapped, plain): (Vec<_>, Vec<_>) = commit_tips
             .into_iter()
             .partition(|&(_, index_pos)| self.bitmap.contains(index_pos));
-        if check_covered {
-            let mut keyed = Vec::with_capacity(bitmapped.len());
-            for (id, index_pos) in bitmapped {
-                keyed.push((self.bit_of(index_pos)?.unwrap_or(u64::MAX), id, index_pos));
-            }
-            keyed.sort_unstable();
-            bitmapped = keyed.into_iter().map(|(_, id, pos)| (id, pos)).collect();
-        }
-        let mut later = Vec::new();
         // Many tips with bitmaps (a repository whose bitmaps cover every ref): their union in
         // one pass over the bitmap file's entries, rather than each tip's XOR chain.
         let union = if bitmapped.len() >= MANY_BITMAPS {
@@ -632,19 +621,28 @@ impl BitmapIndex {
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        match union {
-            Some(union) => {
-                // Counted as taken: each tip's bitmap is in the union.
-                tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
-                bits.or_assign(&union);
-                self.taken
-                    .fetch_add(bitmapped.len() as u32, std::sync::atomic::Ordering::Relaxed);
-            }
-            None => {
+        let mut later = Vec::new();
+        if let Some(union) = union {
+            // Counted as taken: each tip's bitmap is in the union.
+            tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
+            bits.or_assign(&union);
+            self.taken
+                .fetch_add(bitmapped.len() as u32, Ordering::Relaxed);
+        } else {
+            // Tip by tip; with many tips, in pack order, which git writes newest first, so that
+            // the newest bitmaps are taken first and cover the older tips without decoding
+            // theirs.
+            if check_covered {
+                let mut keyed = Vec::with_capacity(bitmapped.len());
                 for (id, index_pos) in bitmapped {
-                    if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
-                        later.push((id, index_pos));
-                    }
+                    keyed.push((self.bit_of(index_pos)?.unwrap_or(u64::MAX), id, index_pos));
+                }
+                keyed.sort_unstable();
+                bitmapped = keyed.into_iter().map(|(_, id, pos)| (id, pos)).collect();
+            }
+            for (id, index_pos) in bitmapped {
+                if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
+                    later.push((id, index_pos));
                 }
             }
         }

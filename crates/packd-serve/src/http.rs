@@ -4,9 +4,9 @@
 //!
 //! The request body is read whole (bounded by `max_request_bytes`, before and after gzip), then
 //! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: batches of 64 KiB
-//! chunks (or of file ranges) go through a bounded channel into the response body, so memory stays bounded and a client that
-//! hangs up (or stops reading for the idle timeout) makes the next write fail and sets the
-//! cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
+//! chunks (or of file ranges) go through a bounded channel into the response body, so memory
+//! stays bounded and a client that hangs up (or stops reading for the idle timeout) makes the
+//! next write fail and sets the cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
 //! unless they are allowed; an allowed push streams its body into receive-pack ([`push`]).
 //!
 //! With `--auth-file` ([`crate::auth`]) every request first passes [`gate`]: without valid
@@ -49,8 +49,9 @@ pub type Body = BoxBody<Bytes, std::io::Error>;
 /// Size of the chunks upload-pack's output is buffered in.
 const CHUNK: usize = 64 * 1024;
 /// Bytes of chunks handed to the connection's task at once. Each hand-over wakes the task and
-/// starts an idle timer: one per 64 KiB chunk was about a tenth of the CPU of a clone that
-/// writes a new pack (git/git, every branch and tag, 318 MB).
+/// starts an idle timer: batching them took a clone that writes a new pack (git/git, every
+/// branch and tag, 318 MB) from a mean of 0.56 s of CPU to 0.54 s (3 alternating rounds of 4
+/// clones per build).
 const BYTES_PER_BATCH: usize = 4 * CHUNK;
 /// Batches queued between upload-pack and the socket. A connection holds at most about 1 MiB
 /// of bytes (file ranges hold none): these, the batch hyper is writing, the one waiting to be
@@ -669,18 +670,8 @@ async fn upload_pack(
     let handle = tokio::runtime::Handle::current();
     log.status = "200".into();
     tokio::task::spawn_blocking(move || {
-        let mut writer = ChannelWriter {
-            tx,
-            buf: Vec::with_capacity(CHUNK),
-            batch: Vec::new(),
-            batch_bytes: 0,
-            batch_ranges: 0,
-            handle,
-            idle,
-            cancel: cancel.clone(),
-            sent: 0,
-            takes_file_ranges: FileRange::SENT_BY_KERNEL,
-        };
+        let mut writer =
+            ChannelWriter::new(tx, handle, idle, cancel.clone(), FileRange::SENT_BY_KERNEL);
         let mut input: &[u8] = &body;
         let result = upload.serve(version, Mode::Stateless, &mut input, &mut writer, &cancel);
         let flushed = writer.flush();
@@ -786,6 +777,31 @@ struct ChannelWriter {
 }
 
 impl ChannelWriter {
+    /// A writer into `tx`, run on a blocking thread of `handle`'s runtime: a write fails once
+    /// the client has taken nothing for `idle`, and `cancel` is set when the client is gone.
+    /// `takes_file_ranges`: whether the response body sends file ranges (see
+    /// [`crate::sendfile`]).
+    fn new(
+        tx: mpsc::Sender<Vec<Piece>>,
+        handle: tokio::runtime::Handle,
+        idle: Duration,
+        cancel: Arc<AtomicBool>,
+        takes_file_ranges: bool,
+    ) -> ChannelWriter {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+            batch: Vec::new(),
+            batch_bytes: 0,
+            batch_ranges: 0,
+            handle,
+            idle,
+            cancel,
+            sent: 0,
+            takes_file_ranges,
+        }
+    }
+
     /// Moves what is buffered into the batch. A short run (a packet header before a file
     /// range) is copied: handed over whole, the buffer would keep its 64 KiB allocation alive
     /// until hyper writes it, one per range queued.

@@ -26,9 +26,7 @@
 //! before it wrote anything gets a plain-text error status instead. The access log line is
 //! written by the push's thread when it is done.
 
-use super::{
-    full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup, CHUNK,
-};
+use super::{full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup};
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::paths::PathError;
@@ -406,18 +404,8 @@ pub(super) async fn receive_pack(
             },
             ..ReceivePackOptions::default()
         };
-        let mut writer = ChannelWriter {
-            tx,
-            buf: Vec::with_capacity(CHUNK),
-            batch: Vec::new(),
-            batch_bytes: 0,
-            batch_ranges: 0,
-            handle,
-            idle,
-            cancel: Arc::new(AtomicBool::new(false)),
-            sent: 0,
-            takes_file_ranges: false,
-        };
+        let mut writer =
+            ChannelWriter::new(tx, handle, idle, Arc::new(AtomicBool::new(false)), false);
         let result = {
             let mut stream = Read::chain(&head[..], &mut input);
             ReceivePack::new(&git_dir, options).serve(&mut stream, &mut writer)
