@@ -50,6 +50,12 @@ pub struct PackedRefs {
 impl PackedRefs {
     /// Reads `common_dir/packed-refs`; `None` when there is none.
     pub fn read(common_dir: &Path) -> Result<Option<PackedRefs>> {
+        Ok(Self::read_keyed(common_dir)?.map(|(_, refs)| refs))
+    }
+
+    /// Like [`PackedRefs::read`], with what identifies the file read (taken from the open
+    /// file, so it is the content's own).
+    fn read_keyed(common_dir: &Path) -> Result<Option<(FileKey, PackedRefs)>> {
         let path = common_dir.join("packed-refs");
         let io = |source| Error::Io {
             path: path.display().to_string(),
@@ -60,7 +66,9 @@ impl PackedRefs {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(e)),
         };
-        let len = file.metadata().map_err(io)?.len();
+        let metadata = file.metadata().map_err(io)?;
+        let key = FileKey::of(&metadata);
+        let len = metadata.len();
         let text = if len < 64 * 1024 {
             let mut v = Vec::with_capacity(len as usize);
             std::io::Read::read_to_end(&mut &file, &mut v).map_err(io)?;
@@ -70,7 +78,7 @@ impl PackedRefs {
             // in place, so the mapped file does not change under us.
             Text::Mapped(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Ok(Some(PackedRefs::new(text)))
+        Ok(Some((key, PackedRefs::new(text))))
     }
 
     /// A `packed-refs` file's text, parsed lazily.
@@ -288,6 +296,136 @@ fn next_line(text: &[u8], s: usize) -> usize {
         .map_or(text.len(), |i| s + i + 1)
 }
 
+/// What tells one `packed-refs` file from another: git replaces the file by renaming a new
+/// one over it, which changes its inode and times (an inode number freed and taken again
+/// comes with new times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    changed: (i64, i64),
+}
+
+impl FileKey {
+    fn of(metadata: &std::fs::Metadata) -> FileKey {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            #[cfg(unix)]
+            dev: metadata.dev(),
+            #[cfg(not(unix))]
+            dev: 0,
+            #[cfg(unix)]
+            ino: metadata.ino(),
+            #[cfg(not(unix))]
+            ino: 0,
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+            #[cfg(unix)]
+            changed: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+}
+
+/// Every packed ref of one `packed-refs` file, sorted by name.
+type Parsed = std::sync::Arc<[(Box<str>, ObjectId)]>;
+
+/// A repository's `packed-refs`, parsed once and parsed again only when the file is replaced.
+///
+/// A server answers every request from a snapshot of the refs: on git/git with its 4,282
+/// pull-request and other refs, parsing the file took a fifth of the CPU of a fetch 8 days
+/// behind. A `stat` of the file now tells whether the last parse still holds.
+#[derive(Debug, Default)]
+pub struct PackedRefsCache {
+    held: std::sync::Mutex<Option<(FileKey, Parsed)>>,
+}
+
+impl PackedRefsCache {
+    /// The refs of `common_dir/packed-refs` under `prefix`, leaving out every ref under each
+    /// of `skip` (as [`PackedRefs::entries`]), sorted by name; empty when there is no file.
+    pub fn entries(
+        &self,
+        common_dir: &Path,
+        prefix: &str,
+        skip: &[&str],
+    ) -> Result<Vec<(String, ObjectId)>> {
+        let Some(all) = self.all(common_dir)? else {
+            return Ok(Vec::new());
+        };
+        let from = all.partition_point(|(name, _)| &**name < prefix);
+        let hidden = |name: &str| {
+            skip.iter().any(|p| {
+                name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
+            })
+        };
+        Ok(all[from..]
+            .iter()
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .filter(|(name, _)| !hidden(name))
+            .map(|(name, id)| (name.to_string(), *id))
+            .collect())
+    }
+
+    /// The id `name` is packed with.
+    pub fn find(&self, common_dir: &Path, name: &str) -> Result<Option<ObjectId>> {
+        let Some(all) = self.all(common_dir)? else {
+            return Ok(None);
+        };
+        Ok(all
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .ok()
+            .map(|i| all[i].1))
+    }
+
+    /// Every packed ref, from the last parse when the file is still the one parsed.
+    fn all(&self, common_dir: &Path) -> Result<Option<Parsed>> {
+        let path = common_dir.join("packed-refs");
+        let current = match std::fs::metadata(&path) {
+            Ok(metadata) => FileKey::of(&metadata),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                *self.lock() = None;
+                return Ok(None);
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        if let Some((key, parsed)) = self.lock().as_ref() {
+            if *key == current {
+                return Ok(Some(parsed.clone()));
+            }
+        }
+        let Some((key, refs)) = PackedRefs::read_keyed(common_dir)? else {
+            *self.lock() = None;
+            return Ok(None);
+        };
+        let mut all = refs.entries("", &[]);
+        // A file that says `sorted` and is not would break the binary search.
+        if !all.is_sorted_by(|a, b| a.0 < b.0) {
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all.dedup_by(|b, a| a.0 == b.0);
+        }
+        let parsed: Parsed = all
+            .into_iter()
+            .map(|(name, id)| (name.into_boxed_str(), id))
+            .collect();
+        *self.lock() = Some((key, parsed.clone()));
+        Ok(Some(parsed))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(FileKey, Parsed)>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +512,59 @@ mod tests {
             assert_eq!(tags[0].2.map(|p| p.to_hex()), Some(id(9999)));
             assert!(file.peeled_entries("refs/nothing/").is_empty());
         }
+    }
+
+    #[test]
+    fn the_cache_sees_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PackedRefsCache::default();
+        assert!(cache.entries(dir.path(), "", &[]).unwrap().is_empty());
+        let write = |text: &str| {
+            // As git does: a new file renamed over the old one.
+            std::fs::write(dir.path().join("packed-refs.new"), text).unwrap();
+            std::fs::rename(
+                dir.path().join("packed-refs.new"),
+                dir.path().join("packed-refs"),
+            )
+            .unwrap();
+        };
+        write(&format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/a\n{} refs/pull/1/head\n{} refs/tags/v1\n^{}\n",
+            id(1),
+            id(2),
+            id(3),
+            id(4)
+        ));
+        let names = |v: Vec<(String, ObjectId)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(
+            names(cache.entries(dir.path(), "refs/", &["refs/pull"]).unwrap()),
+            ["refs/heads/a", "refs/tags/v1"]
+        );
+        assert_eq!(
+            names(cache.entries(dir.path(), "refs/pull/", &[]).unwrap()),
+            ["refs/pull/1/head"]
+        );
+        let v1 = cache.find(dir.path(), "refs/tags/v1").unwrap().unwrap();
+        assert_eq!(v1.to_string(), id(3));
+        // The same size and names, another id: seen at once.
+        write(&format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/a\n{} refs/pull/1/head\n{} refs/tags/v1\n^{}\n",
+            id(1),
+            id(2),
+            id(5),
+            id(4)
+        ));
+        let v1 = cache.find(dir.path(), "refs/tags/v1").unwrap().unwrap();
+        assert_eq!(v1.to_string(), id(5));
+        // Unsorted files are sorted; a removed file has no refs.
+        write(&format!("{} refs/tags/z\n{} refs/heads/b\n", id(6), id(7)));
+        assert_eq!(
+            names(cache.entries(dir.path(), "", &[]).unwrap()),
+            ["refs/heads/b", "refs/tags/z"]
+        );
+        assert!(cache.find(dir.path(), "refs/heads/a").unwrap().is_none());
+        std::fs::remove_file(dir.path().join("packed-refs")).unwrap();
+        assert!(cache.entries(dir.path(), "", &[]).unwrap().is_empty());
+        assert!(cache.find(dir.path(), "refs/heads/b").unwrap().is_none());
     }
 }

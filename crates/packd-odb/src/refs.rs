@@ -8,7 +8,7 @@
 //! ```
 
 use crate::hash::ObjectId;
-use crate::packed_refs::PackedRefs;
+use crate::packed_refs::{PackedRefs, PackedRefsCache};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -31,6 +31,8 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
 pub struct RefReader<'a> {
     git_dir: &'a Path,
     common_dir: &'a Path,
+    /// The repository's parsed `packed-refs`, when it keeps one.
+    packed_cache: Option<&'a PackedRefsCache>,
 }
 
 fn is_valid_ref_path(name: &str) -> bool {
@@ -49,7 +51,14 @@ impl<'a> RefReader<'a> {
         RefReader {
             git_dir,
             common_dir,
+            packed_cache: None,
         }
+    }
+
+    /// The same reader, taking packed refs from `cache` (kept by a repository across requests).
+    pub fn with_packed_cache(mut self, cache: &'a PackedRefsCache) -> Self {
+        self.packed_cache = Some(cache);
+        self
     }
 
     /// Where the loose file of ref `name` lives: the worktree's own git directory for
@@ -142,6 +151,9 @@ impl<'a> RefReader<'a> {
     }
 
     fn packed(&self, name: &str) -> Result<Option<ObjectId>> {
+        if let Some(cache) = self.packed_cache {
+            return cache.find(self.common_dir, name);
+        }
         Ok(PackedRefs::read(self.common_dir)?.and_then(|p| p.find(name)))
     }
 
@@ -163,9 +175,12 @@ impl<'a> RefReader<'a> {
                 name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
             })
         };
-        let packed = match PackedRefs::read(self.common_dir)? {
-            Some(p) => p.entries(prefix, skip),
-            None => Vec::new(),
+        let packed = match self.packed_cache {
+            Some(cache) => cache.entries(self.common_dir, prefix, skip)?,
+            None => match PackedRefs::read(self.common_dir)? {
+                Some(p) => p.entries(prefix, skip),
+                None => Vec::new(),
+            },
         };
         let mut loose_names = Vec::new();
         let mut stack = vec!["refs".to_string()];

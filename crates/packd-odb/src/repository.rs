@@ -22,6 +22,8 @@ pub struct Repository {
     objects: ObjectDb,
     /// The commit-graph, opened on first use (`None` inside: none, disabled, or unreadable).
     commit_graph: std::sync::OnceLock<Option<CommitGraph>>,
+    /// `packed-refs` as last parsed (see [`crate::packed_refs::PackedRefsCache`]).
+    packed_refs: crate::packed_refs::PackedRefsCache,
 }
 
 /// What a name given on a command line resolved to.
@@ -158,6 +160,7 @@ impl Repository {
             config,
             objects,
             commit_graph: std::sync::OnceLock::new(),
+            packed_refs: Default::default(),
         })
     }
 
@@ -211,7 +214,7 @@ impl Repository {
 
     /// A reader for the repository's refs.
     pub fn refs(&self) -> RefReader<'_> {
-        RefReader::new(&self.git_dir, &self.common_dir)
+        RefReader::new(&self.git_dir, &self.common_dir).with_packed_cache(&self.packed_refs)
     }
 
     /// Resolves a name as git does: a full id, else a ref, else a unique abbreviated id. (A full
