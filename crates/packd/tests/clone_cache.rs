@@ -140,7 +140,8 @@ fn a_repeated_clone_is_sent_from_the_kept_pack() {
 }
 
 /// Over HTTP the kept pack goes out from its file (`sendfile`, the bytes never pass through
-/// packd): the repeated clone is complete and byte for byte the first one's pack.
+/// packd): the repeated clone is complete and byte for byte the first one's pack, which is the
+/// kept file.
 #[test]
 fn over_http_the_kept_pack_is_sent_from_its_file() {
     let sb = Sandbox::new();
@@ -162,6 +163,8 @@ fn over_http_the_kept_pack_is_sent_from_its_file() {
     }
     assert_eq!(cached(&repo, ".pack").len(), 1, "the first clone was kept");
     assert_same_bytes("the repeated clone's pack", &received[1], &received[0]);
+    let kept = std::fs::read(&cached(&repo, ".pack")[0]).unwrap();
+    assert_same_bytes("the kept pack", &kept, &received[0]);
     let log = server.log_text();
     assert_eq!(
         log.matches("sent as file ranges").count(),
