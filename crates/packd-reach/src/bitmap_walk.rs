@@ -31,6 +31,80 @@ const SPLIT_ROOTS: usize = 16;
 /// `PackBitmap::union_of`) rather than tip by tip, skipping tips already covered.
 const MANY_BITMAPS: usize = 256;
 
+/// Tips without bitmaps a fill-in walk starts from before its answer is kept for the next
+/// request (see [`WalkMemo`]): a host's pull-request refs, not a fetch's few new commits.
+const MEMO_MIN_TIPS: usize = 64;
+
+/// Answers kept per bitmap index: one for the wanted side of mirror clones and fetches, one
+/// for the side a client has, when it says it has thousands of refs.
+const MEMO_SLOTS: usize = 2;
+
+/// What one large fill-in walk found beyond the bitmaps it took, kept while the bitmap index
+/// is, so that a later request whose tips without bitmaps include the same ones starts from it
+/// and walks only from its other tips.
+///
+/// On a host with thousands of pull-request refs that git's bitmaps do not cover (git/git:
+/// 3,277 of its 4,227 tips), that walk is most of a mirror clone's CPU, and after a push to a
+/// branch the next mirror clone would do it all again for one new commit.
+///
+/// Why the answer stays right: the objects reachable from `tips` are all in the bitmaps taken
+/// (`reached` and `tip_bitmaps`) or in `walked`. A request whose tips without bitmaps include
+/// `tips` wants all of `walked` and the `reached` bitmaps (all reachable from `tips`), so it
+/// takes them; its walk from its other tips then stops where it meets `walked`. What the
+/// objects of `walked` reach is covered only if the `tip_bitmaps` objects are too, and those
+/// came from the other tips of the request that kept the answer. So once the request has taken
+/// its own bitmaps, every `tip_bitmaps` commit must be among their objects, or the request
+/// walks again from scratch (a branch that was deleted, or moved to a commit that does not
+/// have the old one). Tags are left out of `walked` (a deleted tag is not sent), and so are the
+/// objects of tips that are not commits.
+#[derive(Debug)]
+struct WalkMemo {
+    /// The commit tips without bitmaps walked from, sorted.
+    tips: Vec<ObjectId>,
+    /// Index positions of the commits whose bitmaps were taken for the tips with bitmaps.
+    tip_bitmaps: Vec<u32>,
+    /// Index positions of the commits with bitmaps the walk from `tips` reached.
+    reached: Vec<u32>,
+    /// Objects reachable from `tips` in none of the bitmaps taken (no tags).
+    walked: Bitmap,
+}
+
+impl WalkMemo {
+    /// Whether every tip of this answer is among `tips` (sorted).
+    fn tips_within(&self, tips: &[ObjectId]) -> bool {
+        self.tips.iter().all(|t| tips.binary_search(t).is_ok())
+    }
+}
+
+/// How [`BitmapIndex::reach`] walks.
+#[derive(Debug, Clone, Copy)]
+struct Reach {
+    /// Whether the tree walk may take a second thread (no other walk runs beside this one).
+    split: bool,
+    /// Whether to start from a kept answer ([`WalkMemo`]).
+    look_up_memo: bool,
+}
+
+impl Reach {
+    /// The only walk running.
+    const ALONE: Reach = Reach {
+        split: true,
+        look_up_memo: true,
+    };
+    /// One of two walks running side by side.
+    const BESIDE: Reach = Reach {
+        split: false,
+        look_up_memo: true,
+    };
+}
+
+/// The bitmaps a walk took: their union, and which commits' they were.
+#[derive(Debug, Default)]
+struct Taken {
+    bits: Bitmap,
+    positions: Vec<u32>,
+}
+
 /// The walks look at their cancel flag every this many objects.
 const CANCEL_EVERY: usize = 1024;
 
@@ -103,6 +177,8 @@ pub struct BitmapIndex {
     bitmap: PackBitmap,
     /// Commit bitmaps taken, for the debug log.
     taken: std::sync::atomic::AtomicU32,
+    /// Answers of large fill-in walks, most recently used first.
+    memos: std::sync::Mutex<Vec<Arc<WalkMemo>>>,
 }
 
 /// What [`BitmapIndex::difference_with_outside`] answers.
@@ -205,6 +281,7 @@ impl BitmapIndex {
             objects,
             bitmap,
             taken: Default::default(),
+            memos: Default::default(),
         }
     }
 
@@ -238,8 +315,14 @@ impl BitmapIndex {
 
     /// Takes the bitmap of the commit at `index_pos` into `bits` if it has one, unless `bits`
     /// already covers the commit (checked only when `check` or pack positions are at hand).
-    /// Returns whether the commit is now covered.
-    fn take_bitmap(&self, bits: &mut Bitmap, index_pos: u32, check: bool) -> Result<bool> {
+    /// Returns whether the commit is now covered. A bitmap taken is also added to `taken`.
+    fn take_bitmap(
+        &self,
+        bits: &mut Bitmap,
+        taken: &mut Taken,
+        index_pos: u32,
+        check: bool,
+    ) -> Result<bool> {
         if !self.bitmap.contains(index_pos) {
             return Ok(false);
         }
@@ -255,6 +338,8 @@ impl BitmapIndex {
         {
             Some(reached) => {
                 bits.or_assign(&reached);
+                taken.bits.or_assign(&reached);
+                taken.positions.push(index_pos);
                 self.taken
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(true)
@@ -511,16 +596,21 @@ impl BitmapIndex {
     /// down the side branches it already covers. A tip with a bitmap is taken without reading
     /// the commit. Trees of the commits that needed walking come after, skipping every subtree
     /// already set; with `split` (no other walk runs beside this one) and many of them, on two
-    /// threads.
+    /// threads. With many tips without bitmaps, the walk starts from what an earlier walk kept
+    /// (unless told not to), and keeps its own answer (see [`WalkMemo`]).
     fn reach(
         &self,
         repo: &Repository,
         walker: &Walker,
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
-        split: bool,
+        how: Reach,
         cancel: &AtomicBool,
     ) -> Result<Option<Bitmap>> {
+        let Reach {
+            split,
+            look_up_memo,
+        } = how;
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
@@ -528,6 +618,7 @@ impl BitmapIndex {
         let started = std::time::Instant::now();
         let cache_before = repo.objects().cache_stats();
         let mut bits = Bitmap::new();
+        let mut taken = Taken::default();
         // Peeled values are used only when every tag object of the bitmapped objects is itself
         // a tip: then the tags reached are exactly all of them (the tag type bitmap), and no
         // tag between a tip and its peeled value can be missed by not reading the tips.
@@ -535,6 +626,9 @@ impl BitmapIndex {
         if use_peeled {
             tracing::debug!("every tag is a tip: tags peeled from packed-refs, not read");
             bits.or_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
+            taken
+                .bits
+                .or_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
         }
         // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
         // this check is cheaper than finding their pack position again.
@@ -542,7 +636,10 @@ impl BitmapIndex {
         // (date, id, index position) of commits to walk, and what reading them gave.
         let mut queue: BinaryHeap<(i64, ObjectId, u32)> = BinaryHeap::new();
         let mut read: IdMap<CommitInfo> = IdMap::default();
+        // The trees of the commits walked, and the tips that are not commits (and the tags
+        // peeled on the way), walked after them.
         let mut objects: Vec<(ObjectId, ObjectKind)> = Vec::new();
+        let mut tip_objects: Vec<(ObjectId, ObjectKind)> = Vec::new();
         let mut commits = 0u32;
         // With many tips, most are covered by the first bitmaps taken: knowing pack positions
         // (one bucketing pass) is cheaper than decoding every tip's bitmap.
@@ -581,7 +678,7 @@ impl BitmapIndex {
                         continue;
                     }
                     ObjectKind::Tree | ObjectKind::Blob => {
-                        objects.push((*target, kind));
+                        tip_objects.push((*target, kind));
                         continue;
                     }
                     // Not fully peeled after all: peel it by reading.
@@ -591,9 +688,9 @@ impl BitmapIndex {
             let tip = peeled.get(tip).filter(|_| use_peeled).unwrap_or(tip);
             let mut tags = Vec::new();
             let (id, kind) = walker.peel(*tip, &mut tags)?;
-            objects.extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
+            tip_objects.extend(tags.into_iter().map(|t| (t, ObjectKind::Tag)));
             if kind != ObjectKind::Commit {
-                objects.push((id, kind));
+                tip_objects.push((id, kind));
                 continue;
             }
             if !seen.insert(id) {
@@ -626,6 +723,10 @@ impl BitmapIndex {
             // Counted as taken: each tip's bitmap is in the union.
             tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
             bits.or_assign(&union);
+            taken.bits.or_assign(&union);
+            taken
+                .positions
+                .extend(bitmapped.iter().map(|&(_, pos)| pos));
             self.taken
                 .fetch_add(bitmapped.len() as u32, Ordering::Relaxed);
         } else {
@@ -641,7 +742,7 @@ impl BitmapIndex {
                 bitmapped = keyed.into_iter().map(|(_, id, pos)| (id, pos)).collect();
             }
             for (id, index_pos) in bitmapped {
-                if !self.take_bitmap(&mut bits, index_pos, check_covered)? {
+                if !self.take_bitmap(&mut bits, &mut taken, index_pos, check_covered)? {
                     later.push((id, index_pos));
                 }
             }
@@ -649,6 +750,19 @@ impl BitmapIndex {
         if !plain.is_empty() || !later.is_empty() {
             // A fill-in walk: it will need pack positions.
             self.objects.warm_positions();
+        }
+        // A kept answer for some of these tips: start from what it found (see `WalkMemo`).
+        let mut plain_tips: Vec<ObjectId> = plain.iter().chain(&later).map(|&(id, _)| id).collect();
+        plain_tips.sort_unstable();
+        plain_tips.dedup();
+        let keep = plain_tips.len() >= MEMO_MIN_TIPS;
+        let memo = if keep && look_up_memo {
+            self.memo_for(&plain_tips)
+        } else {
+            None
+        };
+        if let Some(memo) = &memo {
+            bits.or_assign(&memo.walked);
         }
         for (id, index_pos) in plain.into_iter().chain(later) {
             if check_covered && matches!(self.bit_of(index_pos)?, Some(bit) if bits.get(bit)) {
@@ -664,12 +778,20 @@ impl BitmapIndex {
         // whether a bitmap taken covers it (at worst a few commits more are read; their trees
         // are found covered in the tree walk).
         let mut unplaced: Vec<u32> = Vec::new();
+        // Bitmaps taken from here on are reached from the tips without bitmaps (see
+        // `WalkMemo`), as are those the kept answer's walk reached.
+        let from_tips = taken.positions.len();
+        if let Some(memo) = &memo {
+            for &pos in &memo.reached {
+                self.take_bitmap(&mut bits, &mut taken, pos, check_covered)?;
+            }
+        }
         let mut steps = 0;
         while let Some((_, id, index_pos)) = queue.pop() {
             if cancelled_at(&mut steps, cancel) {
                 return Ok(None);
             }
-            if self.take_bitmap(&mut bits, index_pos, check_covered)? {
+            if self.take_bitmap(&mut bits, &mut taken, index_pos, check_covered)? {
                 continue;
             }
             if self.objects.positions_pending() {
@@ -717,7 +839,7 @@ impl BitmapIndex {
         // parent commit's version of the tree) and never reach the stack.
         let mut roots: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
         for (id, kind) in objects {
-            if kind == ObjectKind::Tag || seen.insert(id) {
+            if seen.insert(id) {
                 roots.push((id, kind));
             }
         }
@@ -748,13 +870,60 @@ impl BitmapIndex {
         } else {
             self.walk_trees(repo, &mut bits, &mut seen, roots, cancel)?
         };
-        let Some(walked) = walked else {
+        let Some(mut walked) = walked else {
             return Ok(None);
         };
+        if let Some(memo) = &memo {
+            // The kept answer holds only if this request's bitmaps cover the commits whose
+            // bitmaps it took.
+            for &pos in &memo.tip_bitmaps {
+                if !matches!(self.bit_of(pos)?, Some(bit) if taken.bits.get(bit)) {
+                    tracing::debug!(
+                        "the kept walk from {} tips took a bitmap this request does not cover: walking again",
+                        memo.tips.len()
+                    );
+                    self.forget_memo(memo);
+                    let again = Reach {
+                        split,
+                        look_up_memo: false,
+                    };
+                    return self.reach(repo, walker, tips, peeled, again, cancel);
+                }
+            }
+        }
+        if keep {
+            let mut found = bits.clone();
+            found.and_not_assign(&taken.bits);
+            found.and_not_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
+            let reached = taken.positions.split_off(from_tips);
+            self.keep_memo(WalkMemo {
+                tips: plain_tips,
+                tip_bitmaps: taken.positions,
+                reached,
+                walked: found,
+            });
+        }
+        // Then the tips that are not commits, and tags, after the answer was kept.
+        let mut tip_roots = Vec::with_capacity(tip_objects.len());
+        for (id, kind) in tip_objects {
+            if kind == ObjectKind::Tag || seen.insert(id) {
+                tip_roots.push((id, kind));
+            }
+        }
+        if !tip_roots.is_empty() {
+            match self.walk_trees(repo, &mut bits, &mut seen, tip_roots, cancel)? {
+                Some(more) => walked = walked + more,
+                None => return Ok(None),
+            }
+        }
         let cache_after = repo.objects().cache_stats();
         tracing::debug!(
-            "{} tips: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; the repository's delta base cache (shared with other requests) {} hits, {} misses meanwhile; tips {:?}, commits {:?}, trees {:?}",
+            "{} tips{}: {} bitmaps taken so far, {commits} commits and {} trees ({} entries) walked ({} trees against their delta base, {} against the last tree at their path ({} bytes kept), {} bases read early, {} entries shared), {} objects met; the repository's delta base cache (shared with other requests) {} hits, {} misses meanwhile; tips {:?}, commits {:?}, trees {:?}",
             tips.len(),
+            memo.as_ref().map_or(String::new(), |m| format!(
+                " (a kept walk from {} of them started this one)",
+                m.tips.len()
+            )),
             self.taken.load(std::sync::atomic::Ordering::Relaxed),
             walked.trees,
             walked.entries,
@@ -771,6 +940,31 @@ impl BitmapIndex {
             started.elapsed() - commits_done,
         );
         Ok(Some(bits))
+    }
+
+    /// The kept answer with the most tips among `tips` (sorted), made the most recently used.
+    fn memo_for(&self, tips: &[ObjectId]) -> Option<Arc<WalkMemo>> {
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        let best = (0..memos.len())
+            .filter(|&i| memos[i].tips_within(tips))
+            .max_by_key(|&i| memos[i].tips.len())?;
+        let memo = memos.remove(best);
+        memos.insert(0, memo.clone());
+        Some(memo)
+    }
+
+    /// Keeps `memo` first, replacing one for the same tips and the least recently used beyond
+    /// [`MEMO_SLOTS`].
+    fn keep_memo(&self, memo: WalkMemo) {
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        memos.retain(|m| m.tips != memo.tips);
+        memos.insert(0, Arc::new(memo));
+        memos.truncate(MEMO_SLOTS);
+    }
+
+    fn forget_memo(&self, memo: &Arc<WalkMemo>) {
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        memos.retain(|m| !Arc::ptr_eq(m, memo));
     }
 
     /// Sets the bit of the object at `index_pos`: `Some(true)` when it was not set yet,
@@ -946,14 +1140,29 @@ impl BitmapIndex {
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
             let walker = Walker::new(repo);
             (
-                self.reach(repo, &walker, include, peeled, true, cancel)?,
-                self.reach(repo, &walker, exclude, peeled, true, cancel)?,
+                self.reach(repo, &walker, include, peeled, Reach::ALONE, cancel)?,
+                self.reach(repo, &walker, exclude, peeled, Reach::ALONE, cancel)?,
             )
         } else {
             std::thread::scope(|scope| {
-                let excluded = scope
-                    .spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled, false, cancel));
-                let wanted = self.reach(repo, &Walker::new(repo), include, peeled, false, cancel);
+                let excluded = scope.spawn(|| {
+                    self.reach(
+                        repo,
+                        &Walker::new(repo),
+                        exclude,
+                        peeled,
+                        Reach::BESIDE,
+                        cancel,
+                    )
+                });
+                let wanted = self.reach(
+                    repo,
+                    &Walker::new(repo),
+                    include,
+                    peeled,
+                    Reach::BESIDE,
+                    cancel,
+                );
                 let had = excluded
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

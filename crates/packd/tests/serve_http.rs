@@ -227,6 +227,129 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
     }
 }
 
+/// A host with hundreds of pull-request refs that git's bitmaps leave out: the running
+/// server keeps what the fill-in walk from them found, and the next mirror clone starts from
+/// it, also after a push to `main`. When a deleted branch's bitmap was part of that answer it
+/// walks again, and a deleted pull-request ref is not taken from it: each clone is complete and
+/// has exactly the objects git counts from the refs left.
+#[test]
+fn mirror_clones_start_from_the_last_fill_in_walk() {
+    let f = Fixture::new();
+    let main = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_900_000_000);
+    let side = format!(
+        ":{}",
+        fi.commit(
+            "refs/heads/feature",
+            Some(&main),
+            "side\n",
+            &[common::inline("side-only.txt", "only on side\n")],
+        )
+    );
+    fi.commit(
+        "refs/heads/feature",
+        Some(&side),
+        "side 2\n",
+        &[common::inline("side-2.txt", "second on side\n")],
+    );
+    for i in 0..300 {
+        // A third of the pull requests sit on `feature`'s first commit.
+        let from = if i % 3 == 0 { &side } else { &main };
+        fi.commit(
+            &format!("refs/pull/{i}/head"),
+            Some(from),
+            "pull request\n",
+            &[common::inline(
+                &format!("pulls/{}.txt", i % 30),
+                format!("pull request {i}\n"),
+            )],
+        );
+    }
+    f.repo.fast_import(&fi.finish());
+    f.repo
+        .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
+    f.repack_whole();
+    let test_bitmap = f.sandbox.git_run_in(
+        &f.repo.path,
+        &["rev-list", "--test-bitmap", "refs/heads/feature"],
+        None,
+    );
+    assert!(
+        test_bitmap.err().contains("Found bitmap for"),
+        "feature has a bitmap: {}",
+        test_bitmap.err()
+    );
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_reach=debug",
+    );
+    let kept_walks = || server.log_text().matches("a kept walk from").count();
+    let clone = |name: &str| {
+        let dst = f.sandbox.path().join(name);
+        f.git(&[
+            "-c",
+            "protocol.version=2",
+            "clone",
+            "-q",
+            "--mirror",
+            &server.http_url("repo.git"),
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        f.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path), "refs of {name}");
+        let count =
+            f.sandbox
+                .git_run_in(&dst, &["rev-list", "--all", "--objects", "--count"], None);
+        let expected = f
+            .repo
+            .git_str(&["rev-list", "--all", "--objects", "--count"]);
+        assert_eq!(count.out().trim(), expected, "objects of {name}");
+        // Exactly those: nothing the refs left no longer reach.
+        let held = f.sandbox.git_run_in(&dst, &["count-objects", "-v"], None);
+        let in_pack = held
+            .out()
+            .lines()
+            .find_map(|l| l.strip_prefix("in-pack: "))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(in_pack, expected, "objects sent to {name}");
+    };
+    clone("first.git");
+    assert_eq!(kept_walks(), 0, "{}", server.log_text());
+    clone("second.git");
+    assert_eq!(kept_walks(), 1, "{}", server.log_text());
+    // A push to main (a loose commit): its walk stops at main's old tip.
+    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
+    let pushed = f
+        .repo
+        .git_str(&["commit-tree", "-p", "main", "-m", "pushed", &tree]);
+    f.repo.git(&["update-ref", "refs/heads/main", &pushed]);
+    clone("after-push.git");
+    assert_eq!(kept_walks(), 2, "{}", server.log_text());
+    // `feature`'s bitmap was taken for its own tip: without the branch, the kept answer does not
+    // hold, and feature's last commit is sent no more.
+    f.repo.git(&["update-ref", "-d", "refs/heads/feature"]);
+    clone("no-side.git");
+    assert!(
+        server.log_text().contains("walking again"),
+        "{}",
+        server.log_text()
+    );
+    let after_side = kept_walks();
+    // A deleted pull request: the last answer has its tip, so it is not used.
+    f.repo.git(&["update-ref", "-d", "refs/pull/0/head"]);
+    clone("no-pull-0.git");
+    assert_eq!(kept_walks(), after_side, "{}", server.log_text());
+    clone("again.git");
+    assert_eq!(kept_walks(), after_side + 1, "{}", server.log_text());
+}
+
 /// A clone that is not the whole pack (one branch, no tags) still sends the runs of reused
 /// entries of 64 KiB or more from the file (here the 256 KiB file's entry), over protocol v0
 /// and v2: git finds the clone complete, with the objects `main` reaches.
