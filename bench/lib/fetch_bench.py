@@ -21,7 +21,8 @@ fourth argument (a copy that keeps every ref), the same for a mirror clone of it
 ref, the issue's own full-clone setting), and with a fifth (that copy with the bitmaps
 `packd write-bitmap --every-tip` wrote) for a mirror clone of that; then the same repository
 after a push (one new loose commit since the last repack): a clone and a fetch 1 day behind
-(`after_push`), and a mirror clone of the fourth and fifth arguments after a push; and with
+(`after_push`), and a mirror clone of the fourth and fifth arguments after a push (by a running
+server that served the same clone before the push); and with
 HTTP_CLONE=1 (default) `git clone --bare` end to end over HTTP from packd serve and from git's
 own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 """
@@ -234,10 +235,12 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     CPU and pack bytes of a clone (every branch and tag; with `every_ref`, every ref, as a
     mirror clone) and of a fetch 1 day behind, git's pack-objects against packd serve (clone
     cache off). packd's bitmaps do not number the new commit: it is walked until the walk
-    enters the bitmapped pack. The clone is served twice by the same server, whose peak
-    resident memory after both is set against git's (the pack can no longer be the file as it
-    is: for a mirror clone its entries go out as they are, checked against the index's CRC-32,
-    under a new header, then the pushed commit, then a new trailer)."""
+    enters the bitmapped pack. The server is a running one: it served the same clone once
+    before the push (not counted; a mirror clone's fill-in walk then keeps its answer, which
+    the next one starts from). After the push the clone is served twice by that server, whose
+    peak resident memory after both is set against git's (the pack can no longer be the file as
+    it is: for a mirror clone its entries go out as they are, checked against the index's
+    CRC-32, under a new header, then the pushed commit, then a new trailer)."""
     copy = f"{tmp}/pushed.git"
     shutil.rmtree(copy, ignore_errors=True)
     # Git replaces files by renaming new ones over them, so the links stay the original's;
@@ -247,6 +250,15 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     git(copy, "config", "core.logAllRefUpdates", "false")
     branch = git(copy, "symbolic-ref", "HEAD")
     old_head = git(copy, "rev-parse", "HEAD")
+    patterns = [] if every_ref else ["refs/heads", "refs/tags"]
+    server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
+    try:
+        before_push = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)",
+                                     *patterns).split()))
+        server.fetch("pushed.git", before_push, [], f"{tmp}/packd.pack", include_tag=True)
+    except BaseException:
+        server.stop()
+        raise
     env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
                GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
     new = subprocess.run(["git", "-C", copy, "commit-tree", "-p", old_head, "-m", "pushed",
@@ -255,7 +267,6 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     git(copy, "update-ref", branch, new, old_head)
     head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
     have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
-    patterns = [] if every_ref else ["refs/heads", "refs/tags"]
     refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", *patterns).split()))
     label = "mirror clone, every ref" if every_ref else "clone, every branch and tag"
     cases = [(label, refs, [], True)]
@@ -263,7 +274,6 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
         cases.append(("fetch, 1 day behind", [new], [have], False))
     print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
           f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
-    server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
     try:
         for label, wants, haves, include_tag in cases:
             revs = "".join(w + "\n" for w in wants) + "".join("^" + h + "\n" for h in haves)
