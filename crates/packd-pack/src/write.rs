@@ -163,6 +163,27 @@ impl Output<'_> {
         }
     }
 
+    /// Hashes `bytes`, read from the pack file at `range`, and sends them as that file range
+    /// when the output takes ranges and they are long enough (else writes them).
+    fn write_from_file(&mut self, bytes: &[u8], range: Option<FileRange>) -> Result<(), PackError> {
+        match range {
+            Some(range) if bytes.len() >= MIN_FILE_RANGE => {
+                debug_assert_eq!(range.len, bytes.len() as u64);
+                self.write_pending()?;
+                self.written += bytes.len() as u64;
+                if let Some(hash) = &mut self.hash {
+                    hash.update(bytes);
+                }
+                self.flush_buffer()?;
+                self.out.send_file_range(&range)?;
+                self.ranges_sent.0 += 1;
+                self.ranges_sent.1 += bytes.len() as u64;
+                Ok(())
+            }
+            _ => self.write(bytes),
+        }
+    }
+
     fn flush_buffer(&mut self) -> Result<(), PackError> {
         if !self.buf.is_empty() {
             self.out.write_all(&self.buf)?;
@@ -482,6 +503,7 @@ fn write_whole_pack_in(
         reused: count,
         ..PackStats::default()
     };
+    let out_takes_ranges = out.takes_file_ranges();
     let mut stream = WholePackStream {
         pack,
         output: Output {
@@ -493,6 +515,13 @@ fn write_whole_pack_in(
             ranges_sent: (0, 0),
         },
         count: then.is_some().then_some(total),
+        file: match out_takes_ranges {
+            true => pack
+                .data()
+                .file_range(0..len)
+                .map_err(packd_odb::Error::from)?,
+            false => None,
+        },
         cancel,
         trailer_at,
         window: Vec::new(),
@@ -552,10 +581,14 @@ fn write_whole_pack_in(
         }
     }
     stream.end_entry_at(trailer_at)?;
-    let WholePackStream {
-        mut output, window, ..
-    } = stream;
-    output.write(&window)?;
+    stream.send_window()?;
+    let WholePackStream { mut output, .. } = stream;
+    if output.ranges_sent.0 > 0 {
+        tracing::debug!(
+            "{name}: {} bytes of its entries went out by sendfile",
+            output.ranges_sent.1
+        );
+    }
     // The passes read the index's offset and CRC tables (8 bytes an entry) through its map.
     index.release_pages();
     stats.bytes = match then.as_mut() {
@@ -580,6 +613,10 @@ struct WholePackStream<'a> {
     /// The object count the stream's header says, when it is not the file's (objects follow
     /// the pack's entries).
     count: Option<u32>,
+    /// The whole pack file, when the output takes file ranges: each window, once checked and
+    /// hashed, is sent from the file by the kernel rather than copied to the output (after a
+    /// push, a mirror clone of git/git sends its 489 MB pack this way).
+    file: Option<FileRange>,
     cancel: &'a AtomicBool,
     /// Where the pack's trailer starts: the end of its entries.
     trailer_at: u64,
@@ -596,6 +633,26 @@ struct WholePackStream<'a> {
 }
 
 impl WholePackStream<'_> {
+    /// Sends the window's bytes (all checked): as a range of the file when the output takes
+    /// ranges, but for a header patched with the stream's count, which goes as bytes.
+    fn send_window(&mut self) -> Result<(), PackError> {
+        let Some(file) = &self.file else {
+            return self.output.write(&self.window);
+        };
+        let patched = if self.window_start == 0 && self.count.is_some() {
+            12.min(self.window.len())
+        } else {
+            0
+        };
+        self.output.write(&self.window[..patched])?;
+        let range = file.sub(
+            self.window_start + patched as u64,
+            (self.window.len() - patched) as u64,
+        );
+        self.output
+            .write_from_file(&self.window[patched..], Some(range))
+    }
+
     /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
     /// current entry, and checks that entry's CRC-32 (the header is the file's own, which the
     /// plan checked, or with [`WholePackStream::count`] the stream's, patched in). The window
@@ -607,7 +664,7 @@ impl WholePackStream<'_> {
                 if self.cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
-                self.output.write(&self.window)?;
+                self.send_window()?;
                 self.window_start = window_end;
                 let end = self.trailer_at.min(window_end + WHOLE_PACK_WINDOW);
                 self.pack

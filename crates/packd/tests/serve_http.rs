@@ -108,7 +108,7 @@ fn whole_pack_clone_is_sent_from_the_file() {
 /// tag of a packed commit) sends the bitmapped pack's entries as they are, then the four pushed
 /// objects, under the stream's own header and trailer: over protocol v0 and v2 git finds the
 /// clone complete, and its pack is the served file but for the object count and what follows
-/// the entries.
+/// the entries. The entries go out from the file (`sendfile`) once checked and hashed.
 #[test]
 fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
     let f = Fixture::new();
@@ -142,6 +142,13 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
     let log = server.log_text();
     assert_eq!(
         log.matches("sent as it is, then 4 objects stored elsewhere")
+            .count(),
+        2,
+        "{log}"
+    );
+    // The entries went from the file by the kernel, once checked and hashed.
+    assert_eq!(
+        log.matches("bytes of its entries went out by sendfile")
             .count(),
         2,
         "{log}"
