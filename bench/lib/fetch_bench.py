@@ -238,9 +238,9 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     enters the bitmapped pack. The server is a running one: it served the same clone once
     before the push (not counted; a mirror clone's fill-in walk then keeps its answer, which
     the next one starts from). After the push the clone is served twice by that server, whose
-    peak resident memory after both is set against git's (the pack can no longer be the file as
-    it is: for a mirror clone its entries go out as they are, checked against the index's
-    CRC-32, under a new header, then the pushed commit, then a new trailer)."""
+    peak resident memory over all three is set against git's (the pack can no longer be the
+    file as it is: for a mirror clone its entries go out as they are, checked against the
+    index's CRC-32, under a new header, then the pushed commit, then a new trailer)."""
     copy = f"{tmp}/pushed.git"
     shutil.rmtree(copy, ignore_errors=True)
     # Git replaces files by renaming new ones over them, so the links stay the original's;
@@ -256,25 +256,21 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
         before_push = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)",
                                      *patterns).split()))
         server.fetch("pushed.git", before_push, [], f"{tmp}/packd.pack", include_tag=True)
-    except BaseException:
-        server.stop()
-        raise
-    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
-               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
-    new = subprocess.run(["git", "-C", copy, "commit-tree", "-p", old_head, "-m", "pushed",
-                          f"{old_head}^{{tree}}"], check=True, capture_output=True, text=True,
-                         env=env).stdout.strip()
-    git(copy, "update-ref", branch, new, old_head)
-    head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
-    have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
-    refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", *patterns).split()))
-    label = "mirror clone, every ref" if every_ref else "clone, every branch and tag"
-    cases = [(label, refs, [], True)]
-    if not every_ref:
-        cases.append(("fetch, 1 day behind", [new], [have], False))
-    print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
-          f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
-    try:
+        env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
+                   GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
+        new = subprocess.run(["git", "-C", copy, "commit-tree", "-p", old_head, "-m", "pushed",
+                              f"{old_head}^{{tree}}"], check=True, capture_output=True, text=True,
+                             env=env).stdout.strip()
+        git(copy, "update-ref", branch, new, old_head)
+        head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
+        have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
+        refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", *patterns).split()))
+        label = "mirror clone, every ref" if every_ref else "clone, every branch and tag"
+        cases = [(label, refs, [], True)]
+        if not every_ref:
+            cases.append(("fetch, 1 day behind", [new], [have], False))
+        print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
+              f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
         for label, wants, haves, include_tag in cases:
             revs = "".join(w + "\n" for w in wants) + "".join("^" + h + "\n" for h in haves)
             flags = ["--include-tag"] if include_tag else []

@@ -9,7 +9,8 @@
 //! A host keeps its refs packed: 100,000 `refs/pull/*` lines are 7 MB. When the file says
 //! `sorted` (git always writes it so), one ref is found by binary search over the lines and a
 //! range of names (a prefix) is skipped without parsing it, so a push or a ref lookup does not
-//! cost a parse of every ref.
+//! cost a parse of every ref. A server, which reads the refs for every request, keeps the file
+//! parsed instead ([`PackedRefsCache`]).
 
 use crate::hash::ObjectId;
 use crate::{Error, Result};
@@ -298,7 +299,8 @@ fn next_line(text: &[u8], s: usize) -> usize {
 
 /// What tells one `packed-refs` file from another: git replaces the file by renaming a new
 /// one over it, which changes its inode and times (an inode number freed and taken again
-/// comes with new times).
+/// comes with new times, unless within one tick of the file system's clock: see
+/// [`FileKey::is_recent`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileKey {
     dev: u64,
@@ -309,7 +311,31 @@ struct FileKey {
     changed: (i64, i64),
 }
 
+/// A file changed less than this long ago is not kept parsed: another file of the same size
+/// could still take its inode number with the same times (as git treats a racily clean index).
+const RECENT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl FileKey {
+    /// Whether the file was changed (renamed into place, on unix) less than `recent` ago.
+    fn is_recent(&self, recent: std::time::Duration) -> bool {
+        #[cfg(unix)]
+        let changed = std::time::UNIX_EPOCH
+            .checked_add(std::time::Duration::new(
+                self.changed.0.max(0) as u64,
+                self.changed.1.clamp(0, 999_999_999) as u32,
+            ))
+            .or(self.modified);
+        #[cfg(not(unix))]
+        let changed = self.modified;
+        match changed {
+            Some(changed) => match std::time::SystemTime::now().duration_since(changed) {
+                Ok(age) => age < recent,
+                Err(_) => true,
+            },
+            None => true,
+        }
+    }
+
     fn of(metadata: &std::fs::Metadata) -> FileKey {
         #[cfg(unix)]
         use std::os::unix::fs::MetadataExt;
@@ -337,10 +363,22 @@ type Parsed = std::sync::Arc<[(Box<str>, ObjectId)]>;
 ///
 /// A server answers every request from a snapshot of the refs: on git/git with its 4,282
 /// pull-request and other refs, parsing the file took a fifth of the CPU of a fetch 8 days
-/// behind. A `stat` of the file now tells whether the last parse still holds.
-#[derive(Debug, Default)]
+/// behind. A `stat` of the file now tells whether the last parse still holds (a file replaced
+/// in the last two seconds is parsed each time).
+#[derive(Debug)]
 pub struct PackedRefsCache {
     held: std::sync::Mutex<Option<(FileKey, Parsed)>>,
+    /// Files changed more recently than this are not kept ([`RECENT`]; tests set 0).
+    recent: std::time::Duration,
+}
+
+impl Default for PackedRefsCache {
+    fn default() -> Self {
+        PackedRefsCache {
+            held: Default::default(),
+            recent: RECENT,
+        }
+    }
 }
 
 impl PackedRefsCache {
@@ -415,7 +453,7 @@ impl PackedRefsCache {
             .into_iter()
             .map(|(name, id)| (name.into_boxed_str(), id))
             .collect();
-        *self.lock() = Some((key, parsed.clone()));
+        *self.lock() = (!key.is_recent(self.recent)).then(|| (key, parsed.clone()));
         Ok(Some(parsed))
     }
 
@@ -517,7 +555,11 @@ mod tests {
     #[test]
     fn the_cache_sees_a_replaced_file() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = PackedRefsCache::default();
+        // Kept however recent the file (each write below is).
+        let cache = PackedRefsCache {
+            recent: std::time::Duration::ZERO,
+            ..PackedRefsCache::default()
+        };
         assert!(cache.entries(dir.path(), "", &[]).unwrap().is_empty());
         let write = |text: &str| {
             // As git does: a new file renamed over the old one.
@@ -566,5 +608,21 @@ mod tests {
         std::fs::remove_file(dir.path().join("packed-refs")).unwrap();
         assert!(cache.entries(dir.path(), "", &[]).unwrap().is_empty());
         assert!(cache.find(dir.path(), "refs/heads/b").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_file_just_replaced_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PackedRefsCache::default();
+        std::fs::write(
+            dir.path().join("packed-refs"),
+            format!("{} refs/heads/a\n", id(1)),
+        )
+        .unwrap();
+        assert_eq!(cache.entries(dir.path(), "", &[]).unwrap().len(), 1);
+        assert!(
+            cache.lock().is_none(),
+            "a file written just now is parsed each time"
+        );
     }
 }

@@ -168,7 +168,8 @@ impl<'a> RefReader<'a> {
     }
 
     /// Like [`RefReader::list`], leaving out every ref under each of `skip` (ref prefixes, such
-    /// as hidden `refs/pull`): the packed ones are not even parsed.
+    /// as hidden `refs/pull`): the packed ones are not even parsed, unless the repository keeps
+    /// the file parsed (a server).
     pub fn list_skipping(&self, prefix: &str, skip: &[&str]) -> Result<Vec<(String, ObjectId)>> {
         let hidden = |name: &str| {
             skip.iter().any(|p| {

@@ -22,8 +22,9 @@ pub struct Repository {
     objects: ObjectDb,
     /// The commit-graph, opened on first use (`None` inside: none, disabled, or unreadable).
     commit_graph: std::sync::OnceLock<Option<CommitGraph>>,
-    /// `packed-refs` as last parsed (see [`crate::packed_refs::PackedRefsCache`]).
-    packed_refs: crate::packed_refs::PackedRefsCache,
+    /// `packed-refs` as last parsed, when the repository keeps it (see
+    /// [`RepositoryOptions::keep_packed_refs`]).
+    packed_refs: Option<crate::packed_refs::PackedRefsCache>,
 }
 
 /// What a name given on a command line resolved to.
@@ -50,6 +51,11 @@ pub struct RepositoryOptions {
     /// Resident pages each mapped pack file may keep (`None`: no bound); servers pass
     /// [`crate::SERVING_MAP_BUDGET`].
     pub map_budget: Option<u64>,
+    /// Whether to keep `packed-refs` parsed between reads of the refs (see
+    /// [`crate::packed_refs::PackedRefsCache`]): for a long-running server. A process that
+    /// reads the refs once is better served by the file searched in place, which skips the
+    /// ranges of hidden refs without parsing them.
+    pub keep_packed_refs: bool,
 }
 
 /// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
@@ -160,7 +166,7 @@ impl Repository {
             config,
             objects,
             commit_graph: std::sync::OnceLock::new(),
-            packed_refs: Default::default(),
+            packed_refs: options.keep_packed_refs.then(Default::default),
         })
     }
 
@@ -214,7 +220,11 @@ impl Repository {
 
     /// A reader for the repository's refs.
     pub fn refs(&self) -> RefReader<'_> {
-        RefReader::new(&self.git_dir, &self.common_dir).with_packed_cache(&self.packed_refs)
+        let reader = RefReader::new(&self.git_dir, &self.common_dir);
+        match &self.packed_refs {
+            Some(cache) => reader.with_packed_cache(cache),
+            None => reader,
+        }
     }
 
     /// Resolves a name as git does: a full id, else a ref, else a unique abbreviated id. (A full

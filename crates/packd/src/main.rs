@@ -138,6 +138,7 @@ impl GlobalArgs {
             cache_budget: self.cache_size,
             default_cache_budget: Some(packd_odb::SERVING_CACHE_BUDGET),
             map_budget: Some(packd_odb::SERVING_MAP_BUDGET),
+            keep_packed_refs: false,
         }
     }
 
@@ -195,7 +196,13 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| pack_objects::run(repo, args)),
-        Command::Serve(args) => serve::run(args, cli.global.serving_options()),
+        Command::Serve(args) => serve::run(
+            args,
+            RepositoryOptions {
+                keep_packed_refs: true,
+                ..cli.global.serving_options()
+            },
+        ),
         Command::UploadPack(args) => cli
             .global
             .workdir()
