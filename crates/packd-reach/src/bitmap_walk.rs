@@ -98,11 +98,13 @@ impl Reach {
     };
 }
 
-/// The bitmaps a walk took: their union, and which commits' they were.
+/// The bitmaps a walk took: their union, and which commits' they were; kept only when the
+/// walk may keep its answer (`track`), since the union costs a second OR of each bitmap.
 #[derive(Debug, Default)]
 struct Taken {
     bits: Bitmap,
     positions: Vec<u32>,
+    track: bool,
 }
 
 /// The walks look at their cancel flag every this many objects.
@@ -315,7 +317,8 @@ impl BitmapIndex {
 
     /// Takes the bitmap of the commit at `index_pos` into `bits` if it has one, unless `bits`
     /// already covers the commit (checked only when `check` or pack positions are at hand).
-    /// Returns whether the commit is now covered. A bitmap taken is also added to `taken`.
+    /// Returns whether the commit is now covered. A bitmap taken is also added to `taken` (when
+    /// it tracks them).
     fn take_bitmap(
         &self,
         bits: &mut Bitmap,
@@ -338,8 +341,10 @@ impl BitmapIndex {
         {
             Some(reached) => {
                 bits.or_assign(&reached);
-                taken.bits.or_assign(&reached);
-                taken.positions.push(index_pos);
+                if taken.track {
+                    taken.bits.or_assign(&reached);
+                    taken.positions.push(index_pos);
+                }
                 self.taken
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(true)
@@ -604,8 +609,33 @@ impl BitmapIndex {
         walker: &Walker,
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
+        mut how: Reach,
+        cancel: &AtomicBool,
+    ) -> Result<Option<Bitmap>> {
+        loop {
+            let mut again = false;
+            let bits = self.reach_once(repo, walker, tips, peeled, how, cancel, &mut again)?;
+            if !again {
+                return Ok(bits);
+            }
+            // The kept answer did not hold: walk again without one (the first attempt's sets
+            // are dropped by now).
+            how.look_up_memo = false;
+        }
+    }
+
+    /// [`BitmapIndex::reach`] once: sets `again` (and answers `None`) when the kept answer it
+    /// started from turns out not to hold.
+    #[allow(clippy::too_many_arguments)]
+    fn reach_once(
+        &self,
+        repo: &Repository,
+        walker: &Walker,
+        tips: &[ObjectId],
+        peeled: &IdMap<ObjectId>,
         how: Reach,
         cancel: &AtomicBool,
+        again: &mut bool,
     ) -> Result<Option<Bitmap>> {
         let Reach {
             split,
@@ -626,9 +656,6 @@ impl BitmapIndex {
         if use_peeled {
             tracing::debug!("every tag is a tip: tags peeled from packed-refs, not read");
             bits.or_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
-            taken
-                .bits
-                .or_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
         }
         // Objects met before: most tree entries of a fill-in walk were seen in another tree, and
         // this check is cheaper than finding their pack position again.
@@ -705,6 +732,8 @@ impl BitmapIndex {
         let (mut bitmapped, plain): (Vec<_>, Vec<_>) = commit_tips
             .into_iter()
             .partition(|&(_, index_pos)| self.bitmap.contains(index_pos));
+        // Enough tips without bitmaps for the answer to be kept (see `WalkMemo`).
+        taken.track = plain.len() >= MEMO_MIN_TIPS;
         // Many tips with bitmaps (a repository whose bitmaps cover every ref): their union in
         // one pass over the bitmap file's entries, rather than each tip's XOR chain.
         let union = if bitmapped.len() >= MANY_BITMAPS {
@@ -723,10 +752,12 @@ impl BitmapIndex {
             // Counted as taken: each tip's bitmap is in the union.
             tracing::debug!("{} tips' bitmaps taken in one pass", bitmapped.len());
             bits.or_assign(&union);
-            taken.bits.or_assign(&union);
-            taken
-                .positions
-                .extend(bitmapped.iter().map(|&(_, pos)| pos));
+            if taken.track {
+                taken.bits.or_assign(&union);
+                taken
+                    .positions
+                    .extend(bitmapped.iter().map(|&(_, pos)| pos));
+            }
             self.taken
                 .fetch_add(bitmapped.len() as u32, Ordering::Relaxed);
         } else {
@@ -755,7 +786,7 @@ impl BitmapIndex {
         let mut plain_tips: Vec<ObjectId> = plain.iter().chain(&later).map(|&(id, _)| id).collect();
         plain_tips.sort_unstable();
         plain_tips.dedup();
-        let keep = plain_tips.len() >= MEMO_MIN_TIPS;
+        let keep = taken.track && plain_tips.len() >= MEMO_MIN_TIPS;
         let memo = if keep && look_up_memo {
             self.memo_for(&plain_tips)
         } else {
@@ -833,6 +864,21 @@ impl BitmapIndex {
         if !self.set_bits(&mut bits, &mut unplaced)? {
             return Ok(None);
         }
+        if let Some(memo) = &memo {
+            // The kept answer holds only if this request's bitmaps (all taken by now) cover the
+            // commits whose bitmaps it took for its tips with bitmaps.
+            for &pos in &memo.tip_bitmaps {
+                if !matches!(self.bit_of(pos)?, Some(bit) if taken.bits.get(bit)) {
+                    tracing::debug!(
+                        "the kept walk from {} tips took a bitmap this request does not cover: walking again",
+                        memo.tips.len()
+                    );
+                    self.forget_memo(memo);
+                    *again = true;
+                    return Ok(None);
+                }
+            }
+        }
         let commits_done = started.elapsed();
         // Each object is checked against `seen` when first met, before it is stacked: most
         // entries of a walked tree are objects met in another tree (the same file in the
@@ -873,24 +919,6 @@ impl BitmapIndex {
         let Some(mut walked) = walked else {
             return Ok(None);
         };
-        if let Some(memo) = &memo {
-            // The kept answer holds only if this request's bitmaps cover the commits whose
-            // bitmaps it took.
-            for &pos in &memo.tip_bitmaps {
-                if !matches!(self.bit_of(pos)?, Some(bit) if taken.bits.get(bit)) {
-                    tracing::debug!(
-                        "the kept walk from {} tips took a bitmap this request does not cover: walking again",
-                        memo.tips.len()
-                    );
-                    self.forget_memo(memo);
-                    let again = Reach {
-                        split,
-                        look_up_memo: false,
-                    };
-                    return self.reach(repo, walker, tips, peeled, again, cancel);
-                }
-            }
-        }
         if keep {
             let mut found = bits.clone();
             found.and_not_assign(&taken.bits);

@@ -244,24 +244,32 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     let f = Fixture::new();
     let main = f.repo.git_str(&["rev-parse", "main"]);
     let mut fi = common::FastImport::with_time(1_900_000_000);
-    let side = format!(
+    let first = format!(
         ":{}",
         fi.commit(
             "refs/heads/feature",
             Some(&main),
-            "side\n",
-            &[common::inline("side-only.txt", "only on side\n")],
+            "feature\n",
+            &[common::inline("feature-1.txt", "first on feature\n")],
         )
     );
-    fi.commit(
-        "refs/heads/feature",
-        Some(&side),
-        "side 2\n",
-        &[common::inline("side-2.txt", "second on side\n")],
+    let second = format!(
+        ":{}",
+        fi.commit(
+            "refs/heads/feature",
+            Some(&first),
+            "feature 2\n",
+            &[common::inline("feature-2.txt", "second on feature\n")],
+        )
     );
     for i in 0..300 {
-        // A third of the pull requests sit on `feature`'s first commit.
-        let from = if i % 3 == 0 { &side } else { &main };
+        // Some of the older pull requests (which git's bitmaps leave out: it takes the newest
+        // hundred or so) sit on `feature`'s tip; no newer one does.
+        let from = if i < 150 && i % 3 == 0 {
+            &second
+        } else {
+            &main
+        };
         fi.commit(
             &format!("refs/pull/{i}/head"),
             Some(from),
@@ -339,8 +347,9 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     f.repo.git(&["update-ref", "refs/heads/main", &pushed]);
     clone("after-push.git");
     assert_eq!(kept_walks(), 2, "{}", server.log_text());
-    // `feature`'s bitmap was taken for its own tip: without the branch, the kept answer does not
-    // hold, and feature's last commit is sent no more.
+    // `feature`'s bitmap was taken for its own tip, and the kept answer has none of its objects:
+    // without the branch it does not hold (the pull requests on feature's tip reach them, and
+    // no bitmap of this request has them), so the clone walks again.
     f.repo.git(&["update-ref", "-d", "refs/heads/feature"]);
     clone("no-side.git");
     assert!(
