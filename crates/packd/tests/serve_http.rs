@@ -32,7 +32,18 @@ fn ls_remote_matches_git_v0_v1_v2() {
 }
 
 fn clone_and_check(f: &Fixture, server: &Server, version: &str) {
-    let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
+    mirror_clone_checked(f, server, version, &format!("clone-v{version}.git"));
+}
+
+/// `git clone --mirror` of `repo.git` over HTTP with protocol `version` into NAME, checked by
+/// `git fsck --strict`, against the served refs and against git's count of their objects.
+fn mirror_clone_checked(
+    f: &Fixture,
+    server: &Server,
+    version: &str,
+    name: &str,
+) -> std::path::PathBuf {
+    let dst = f.sandbox.path().join(name);
     let run = f.git(&[
         "-c",
         &format!("protocol.version={version}"),
@@ -56,7 +67,8 @@ fn clone_and_check(f: &Fixture, server: &Server, version: &str) {
     let expected = f
         .repo
         .git_str(&["rev-list", "--all", "--objects", "--count"]);
-    assert_eq!(count.out().trim(), expected);
+    assert_eq!(count.out().trim(), expected, "objects of {name}");
+    dst
 }
 
 #[test]
@@ -302,28 +314,10 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     );
     let kept_walks = || server.log_text().matches("a kept walk from").count();
     let clone = |name: &str| {
-        let dst = f.sandbox.path().join(name);
-        f.git(&[
-            "-c",
-            "protocol.version=2",
-            "clone",
-            "-q",
-            "--mirror",
-            &server.http_url("repo.git"),
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
-        f.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path), "refs of {name}");
-        let count =
-            f.sandbox
-                .git_run_in(&dst, &["rev-list", "--all", "--objects", "--count"], None);
+        let dst = mirror_clone_checked(&f, &server, "2", name);
         let expected = f
             .repo
             .git_str(&["rev-list", "--all", "--objects", "--count"]);
-        assert_eq!(count.out().trim(), expected, "objects of {name}");
         // Exactly those: nothing the refs left no longer reach.
         let held = f.sandbox.git_run_in(&dst, &["count-objects", "-v"], None);
         let in_pack = held
