@@ -167,6 +167,64 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
     );
 }
 
+/// A clone of `main` alone that follows tags (include-tag), when the bitmapped pack is just
+/// `main`'s objects and an annotated tag was made since (a loose tag object, which the client
+/// does not ask for): the pack's entries go out as they are, then the tag; over protocol v0 and
+/// v2 the clone is complete and has the tag.
+#[test]
+fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
+    let f = Fixture::new();
+    f.repo.git(&["update-ref", "-d", "refs/heads/side"]);
+    f.repo.git(&["tag", "-d", "v1.0", "light"]);
+    let served = f.repack_whole();
+    f.repo
+        .git(&["tag", "-a", "-m", "since the repack", "v2", "main~3"]);
+    assert_eq!(f.repo.packs().len(), 1, "the tag object is loose");
+    let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
+    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
+    let entries_end = served.len() - 20;
+    for version in ["0", "2"] {
+        let dst = f.sandbox.path().join(format!("followed-v{version}.git"));
+        f.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "-q",
+            "--bare",
+            "--single-branch",
+            "--branch",
+            "main",
+            &server.http_url("repo.git"),
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        f.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        let tag = f
+            .sandbox
+            .git_run_in(&dst, &["rev-parse", "refs/tags/v2"], None);
+        assert_eq!(
+            tag.out().trim(),
+            f.repo.git_str(&["rev-parse", "refs/tags/v2"]),
+            "v{version}: the tag was followed"
+        );
+        let got = only_pack_of(&dst);
+        assert_eq!(count(&got), count(&served) + 1, "v{version}: the tag after");
+        assert!(
+            got[12..entries_end] == served[12..entries_end],
+            "v{version}: the pack's entries as they are"
+        );
+    }
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("sent as it is, then 1 objects stored elsewhere")
+            .count(),
+        2,
+        "{log}"
+    );
+}
+
 /// A push through packd itself (which keeps it as a pack of its own) to a repository just
 /// repacked with bitmaps, then a mirror clone: the bitmapped pack's entries go out as they
 /// are, then the three pushed objects, read from the pushed pack; git finds the clone
