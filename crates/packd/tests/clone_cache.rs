@@ -332,3 +332,44 @@ fn a_clone_that_is_a_whole_pack_is_kept_as_a_record_of_it() {
     );
     assert!(cached(&repo, ".pack").is_empty());
 }
+
+/// After a push (a loose commit on `main`), a mirror clone of a repository packed with
+/// `repack -adb` is the pack's entries as they are, then the pushed objects: that stream is
+/// kept as a pack like any other (no record: it is not the pack file), and the next clone is
+/// sent from it, byte for byte the first one's.
+#[test]
+fn a_clone_of_the_pack_then_what_was_pushed_is_kept() {
+    let sb = Sandbox::new();
+    let repo = big_enough(&sb);
+    repo.git(&["repack", "-adbq"]);
+    let tree = repo.git_str(&["rev-parse", "main^{tree}"]);
+    let parent = repo.git_str(&["rev-parse", "main"]);
+    let pushed =
+        String::from_utf8(repo.git_stdin(&["commit-tree", &tree, "-p", &parent], b"pushed\n"))
+            .unwrap()
+            .trim()
+            .to_string();
+    repo.git(&["update-ref", "refs/heads/main", &pushed]);
+    assert_eq!(repo.loose_count(), 1, "the pushed commit is loose");
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    let kept = cached(&repo, ".pack");
+    assert_eq!(kept.len(), 1, "the clone was kept as a pack");
+    let kept_bytes = std::fs::read(&kept[0]).unwrap();
+    let received = serve_support::only_pack_of(&first);
+    assert_same_bytes("the kept pack", &kept_bytes, &received);
+    // The pack's entries as they are, then the commit.
+    let served = std::fs::read(only_pack(&repo).0).unwrap();
+    let entries_end = served.len() - 20;
+    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
+    assert_eq!(count(&received), count(&served) + 1);
+    assert!(received[12..entries_end] == served[12..entries_end]);
+    age(&kept[0]);
+    let again = clone(&sb, &repo, "again.git", 2, "");
+    assert!(recently_used(&kept[0]), "the kept pack was not used");
+    assert_same_bytes(
+        "the repeated clone's pack",
+        &serve_support::only_pack_of(&again),
+        &received,
+    );
+    assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+}
