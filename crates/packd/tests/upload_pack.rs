@@ -422,6 +422,60 @@ fn a_whole_pack_goes_out_from_the_file() {
     }
 }
 
+/// A clone that is not the whole pack (one branch of two) still sends its runs of reused
+/// entries of 64 KiB or more (here the 256 KiB file's entry) to `packd upload-pack`'s stdout
+/// from the pack file, by the kernel: the clone is complete, over protocol v0 and v2.
+#[test]
+fn runs_of_entries_go_out_from_the_file_to_stdout() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let mut rng = Rng::new(6);
+    std::fs::write(repo.path.join("big.bin"), rng.bytes(256 << 10)).unwrap();
+    repo.git(&["add", "big.bin"]);
+    repo.git(&["commit", "-q", "-m", "big"]);
+    let branch = repo.git_str(&["symbolic-ref", "--short", "HEAD"]);
+    repo.git(&["checkout", "-q", "-b", "other"]);
+    std::fs::write(repo.path.join("other.txt"), "only on other\n").unwrap();
+    repo.git(&["add", "other.txt"]);
+    repo.git(&["commit", "-q", "-m", "other"]);
+    repo.git(&["checkout", "-q", &branch]);
+    repo.git(&["repack", "-adbq"]);
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for version in [0u8, 2] {
+        let name = format!("one-branch-{version}.git");
+        let mut cmd = sb.git_cmd(sb.path());
+        cmd.env("PACKD_LOG", "packd_pack=debug")
+            .arg("-c")
+            .arg(format!("protocol.version={version}"))
+            .args([
+                "clone",
+                "-q",
+                "--bare",
+                "--single-branch",
+                "--no-tags",
+                &up,
+                &url,
+                &name,
+            ]);
+        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+        run.assert_success();
+        assert!(
+            run.err().contains("went out by sendfile"),
+            "v{version}: {}",
+            run.err()
+        );
+        let dir = sb.path().join(&name);
+        fsck(&sb, &dir);
+        let count = ["rev-list", "--objects", "--count", "HEAD"];
+        assert_eq!(
+            sb.git_run_in(&dir, &count, None).out().trim(),
+            repo.git_str(&count),
+            "v{version}: the branch's objects"
+        );
+    }
+}
+
 #[test]
 fn an_unknown_want_is_refused_readably() {
     let sb = Sandbox::new();
