@@ -1164,12 +1164,24 @@ impl BitmapIndex {
         cancel: &AtomicBool,
     ) -> Result<Option<(Bitmap, Bitmap)>> {
         // The two sides are independent walks: with both non-empty, the excluded side runs on a
-        // second thread (the answer's latency is the longer walk, not the sum).
+        // second thread (the answer's latency is the longer walk, not the sum). Unless both
+        // sides have many tips (a mirror's fetch: its refs before and after a push): then the
+        // side the client has goes first, and the wanted side starts from the walk it keeps
+        // (see `WalkMemo`) rather than doing it again beside it. On a fresh server's first
+        // mirror fetch of git/git after a push to a branch, the two walks side by side cost
+        // 1.6 s of CPU, more than git's 1.3 s.
         let (wanted, had) = if include.is_empty() || exclude.is_empty() {
             let walker = Walker::new(repo);
             (
                 self.reach(repo, &walker, include, peeled, Reach::ALONE, cancel)?,
                 self.reach(repo, &walker, exclude, peeled, Reach::ALONE, cancel)?,
+            )
+        } else if include.len() >= MEMO_MIN_TIPS && exclude.len() >= MEMO_MIN_TIPS {
+            let walker = Walker::new(repo);
+            let had = self.reach(repo, &walker, exclude, peeled, Reach::ALONE, cancel)?;
+            (
+                self.reach(repo, &walker, include, peeled, Reach::ALONE, cancel)?,
+                had,
             )
         } else {
             std::thread::scope(|scope| {

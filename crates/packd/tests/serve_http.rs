@@ -306,7 +306,8 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
 
 /// A host with hundreds of pull-request refs that git's bitmaps leave out: the running
 /// server keeps what the fill-in walk from them found, and the next mirror clone starts from
-/// it, also after a push to `main`. When a deleted branch's bitmap was part of that answer it
+/// it, also after a push to `main`, and so does a mirror's fetch, for what it has and what it
+/// wants. When a deleted branch's bitmap was part of that answer it
 /// walks again, and a deleted pull-request ref is not taken from it: each clone is complete and
 /// has exactly the objects git counts from the refs left.
 #[test]
@@ -399,6 +400,20 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     f.repo.git(&["update-ref", "refs/heads/main", &pushed]);
     clone("after-push.git");
     assert_eq!(kept_walks(), 2, "{}", server.log_text());
+    // The first mirror fetches (git sends the haves it negotiated, not every ref): the answer
+    // is complete.
+    let first = f.sandbox.path().join("first.git");
+    f.sandbox
+        .git_run_in(&first, &["-c", "protocol.version=2", "fetch", "-q"], None)
+        .assert_success();
+    f.sandbox
+        .git_run_in(&first, &["fsck", "--strict", "--no-dangling"], None)
+        .assert_success();
+    assert_eq!(
+        f.refs_of(&first),
+        f.refs_of(&f.repo.path),
+        "refs after the fetch"
+    );
     // `feature`'s bitmap was taken for its own tip, and the kept answer has none of its objects:
     // without the branch it does not hold (the pull requests on feature's tip reach them, and
     // no bitmap of this request has them), so the clone walks again.
