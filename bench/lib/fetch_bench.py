@@ -233,8 +233,9 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     """A repository pushed to since its last repack: a hard-linked copy of `repo` with one new
     commit (a loose object, as git receive-pack stores a small push) on HEAD's branch. Server
     CPU and pack bytes of a clone (every branch and tag; with `every_ref`, every ref, as a
-    mirror clone) and of a fetch 1 day behind, git's pack-objects against packd serve (clone
-    cache off). packd's bitmaps do not number the new commit: it is walked until the walk
+    mirror clone) and of a fetch 1 day behind (with `every_ref`, a mirror's fetch of the push:
+    the new commit wanted, every ref before the push had), git's pack-objects against packd
+    serve (clone cache off). packd's bitmaps do not number the new commit: it is walked until the walk
     enters the bitmapped pack. The server is a running one: it served the same clone once
     before the push (not counted; a mirror clone's fill-in walk then keeps its answer, which
     the next one starts from). After the push the clone is served twice by that server, whose
@@ -269,6 +270,9 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
         cases = [(label, refs, [], True)]
         if not every_ref:
             cases.append(("fetch, 1 day behind", [new], [have], False))
+        else:
+            # A mirror fetching the push: it wants the pushed ref and has every ref before it.
+            cases.append(("mirror fetch, all refs had", [new], before_push, False))
         print(f"{'':30} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
               f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
         for label, wants, haves, include_tag in cases:
