@@ -184,23 +184,12 @@ fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
     let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
     let entries_end = served.len() - 20;
     for version in ["0", "2"] {
-        let dst = f.sandbox.path().join(format!("followed-v{version}.git"));
-        f.git(&[
-            "-c",
-            &format!("protocol.version={version}"),
-            "clone",
-            "-q",
-            "--bare",
-            "--single-branch",
-            "--branch",
-            "main",
+        let dst = f.clone_main_with(
+            version,
             &server.http_url("repo.git"),
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
-        f.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
+            &format!("followed-v{version}.git"),
+            true,
+        );
         let tag = f
             .sandbox
             .git_run_in(&dst, &["rev-parse", "refs/tags/v2"], None);

@@ -232,21 +232,34 @@ impl Fixture {
     /// into the sandbox's NAME, which must succeed, pass `git fsck --strict` and hold as many
     /// objects reachable from `main` as the served repository: its path.
     pub fn clone_main(&self, version: &str, url: &str, name: &str) -> PathBuf {
+        self.clone_main_with(version, url, name, false)
+    }
+
+    /// [`Fixture::clone_main`], following tags (without `--no-tags`) when `follow_tags`.
+    pub fn clone_main_with(
+        &self,
+        version: &str,
+        url: &str,
+        name: &str,
+        follow_tags: bool,
+    ) -> PathBuf {
         let dst = self.sandbox.path().join(name);
-        self.git(&[
+        let version_config = format!("protocol.version={version}");
+        let mut args = vec![
             "-c",
-            &format!("protocol.version={version}"),
+            &version_config,
             "clone",
             "-q",
             "--bare",
             "--single-branch",
             "--branch",
             "main",
-            "--no-tags",
-            url,
-            dst.to_str().unwrap(),
-        ])
-        .assert_success();
+        ];
+        if !follow_tags {
+            args.push("--no-tags");
+        }
+        args.extend([url, dst.to_str().unwrap()]);
+        self.git(&args).assert_success();
         self.sandbox
             .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
             .assert_success();
