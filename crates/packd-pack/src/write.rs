@@ -164,24 +164,22 @@ impl Output<'_> {
     }
 
     /// Hashes `bytes`, read from the pack file at `range`, and sends them as that file range
-    /// when the output takes ranges and they are long enough (else writes them).
-    fn write_from_file(&mut self, bytes: &[u8], range: Option<FileRange>) -> Result<(), PackError> {
-        match range {
-            Some(range) if bytes.len() >= MIN_FILE_RANGE => {
-                debug_assert_eq!(range.len, bytes.len() as u64);
-                self.write_pending()?;
-                self.written += bytes.len() as u64;
-                if let Some(hash) = &mut self.hash {
-                    hash.update(bytes);
-                }
-                self.flush_buffer()?;
-                self.out.send_file_range(&range)?;
-                self.ranges_sent.0 += 1;
-                self.ranges_sent.1 += bytes.len() as u64;
-                Ok(())
-            }
-            _ => self.write(bytes),
+    /// (for an output that takes ranges) when they are long enough, else writes them.
+    fn write_from_file(&mut self, bytes: &[u8], range: FileRange) -> Result<(), PackError> {
+        if bytes.len() < MIN_FILE_RANGE {
+            return self.write(bytes);
         }
+        debug_assert_eq!(range.len, bytes.len() as u64);
+        self.write_pending()?;
+        self.written += bytes.len() as u64;
+        if let Some(hash) = &mut self.hash {
+            hash.update(bytes);
+        }
+        self.flush_buffer()?;
+        self.out.send_file_range(&range)?;
+        self.ranges_sent.0 += 1;
+        self.ranges_sent.1 += bytes.len() as u64;
+        Ok(())
     }
 
     fn flush_buffer(&mut self) -> Result<(), PackError> {
@@ -515,12 +513,12 @@ fn write_whole_pack_in(
             ranges_sent: (0, 0),
         },
         count: then.is_some().then_some(total),
-        file: match out_takes_ranges {
-            true => pack
-                .data()
+        file: if out_takes_ranges {
+            pack.data()
                 .file_range(0..len)
-                .map_err(packd_odb::Error::from)?,
-            false => None,
+                .map_err(packd_odb::Error::from)?
+        } else {
+            None
         },
         cancel,
         trailer_at,
@@ -649,8 +647,7 @@ impl WholePackStream<'_> {
             self.window_start + patched as u64,
             (self.window.len() - patched) as u64,
         );
-        self.output
-            .write_from_file(&self.window[patched..], Some(range))
+        self.output.write_from_file(&self.window[patched..], range)
     }
 
     /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
