@@ -61,6 +61,20 @@ def run_rusage(cmd, stdin_data=b"", stdout=subprocess.DEVNULL, cwd=None):
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, wall, proc.returncode
 
 
+def git_pack_objects(repo, revs, out_path, include_tag=False):
+    """git's side of a fetch: `git pack-objects --stdout --revs --thin --use-bitmap-index
+    --delta-base-offset` (with `--include-tag`) of `revs` (bytes, one per line, `^` for haves)
+    into out_path; exits when it fails. Returns (cpu seconds, peak rss MB, wall seconds)."""
+    flags = ["--include-tag"] if include_tag else []
+    with open(out_path, "wb") as out:
+        c, rss, wall, code = run_rusage(
+            ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
+             "--use-bitmap-index", "--delta-base-offset", *flags], revs, stdout=out)
+    if code != 0:
+        sys.exit("git pack-objects failed")
+    return c, rss, wall
+
+
 def proc_cpu(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -180,14 +194,10 @@ def full_clone(packd, repo, wants, tmp):
     """Server CPU and peak memory of one clone of `repo` wanting `wants` (include-tag): git's
     pack-objects (median of 3) against packd serve in four states, as the module doc says."""
     root, name = os.path.dirname(repo), os.path.basename(repo)
-    git_runs = []
-    for _ in range(3):
-        git_runs.append(run_rusage(
-            ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
-             "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
-            "".join(w + "\n" for w in wants).encode(),
-            stdout=open(f"{tmp}/git-clone.pack", "wb")))
-    c, rss, wall, code = sorted(git_runs)[1]
+    revs = "".join(w + "\n" for w in wants).encode()
+    git_runs = [git_pack_objects(repo, revs, f"{tmp}/git-clone.pack", include_tag=True)
+                for _ in range(3)]
+    c, rss, wall = sorted(git_runs)[1]
     git_bytes = os.path.getsize(f"{tmp}/git-clone.pack")
 
     def clone_once(server, path):
@@ -277,16 +287,9 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
               f"{'packd bytes':>11} {'ratio':>6}  {'git MB':>7} {'packd MB':>8}")
         for label, wants, haves, include_tag in cases:
             revs = "".join(w + "\n" for w in wants) + "".join("^" + h + "\n" for h in haves)
-            flags = ["--include-tag"] if include_tag else []
             git_cpu, git_rss = [], []
             for _ in range(3 if include_tag else runs):
-                with open(f"{tmp}/git.pack", "wb") as out:
-                    c, rss, _, code = run_rusage(
-                        ["git", "-C", copy, "pack-objects", "--stdout", "--revs", "--thin",
-                         "--use-bitmap-index", "--delta-base-offset", *flags], revs.encode(),
-                        stdout=out)
-                if code != 0:
-                    sys.exit("git pack-objects failed")
+                c, rss, _ = git_pack_objects(copy, revs.encode(), f"{tmp}/git.pack", include_tag)
                 git_cpu.append(c)
                 git_rss.append(rss)
             gc = statistics.median(git_cpu)
@@ -339,13 +342,7 @@ def main():
             revs = f"{head}\n^{have}\n".encode()
             git_cpu = []
             for _ in range(runs):
-                with open(f"{tmp}/git.pack", "wb") as out:
-                    c, _, _, code = run_rusage(
-                        ["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
-                         "--use-bitmap-index", "--delta-base-offset"], revs, stdout=out)
-                if code != 0:
-                    sys.exit("git pack-objects failed")
-                git_cpu.append(c)
+                git_cpu.append(git_pack_objects(repo, revs, f"{tmp}/git.pack")[0])
             git_bytes = os.path.getsize(f"{tmp}/git.pack")
             before = server.cpu()
             for _ in range(runs):

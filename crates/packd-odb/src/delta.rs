@@ -79,6 +79,26 @@ fn read_size(delta: &[u8]) -> Result<(u64, usize), DeltaError> {
     Err(DeltaError::Truncated)
 }
 
+/// How many bytes `a` and `b` share from their starts, compared 8 at a time: what extending a
+/// delta's copy, or comparing a tree with another version of it, spends its time on.
+#[inline]
+pub fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
 /// The base and result sizes a delta declares, and where its instructions start.
 pub fn sizes(delta: &[u8]) -> Result<(u64, u64, usize), DeltaError> {
     let (src, a) = read_size(delta)?;

@@ -39,6 +39,13 @@ impl std::fmt::Debug for Text {
     }
 }
 
+/// Whether ref `name` is under one of the ref prefixes `skip` (the prefix itself, or below it
+/// at a `/`): hidden refs such as `refs/pull`.
+pub(crate) fn is_hidden(name: &str, skip: &[&str]) -> bool {
+    skip.iter()
+        .any(|p| name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/')))
+}
+
 /// A `packed-refs` file.
 #[derive(Debug)]
 pub struct PackedRefs {
@@ -183,11 +190,7 @@ impl PackedRefs {
     /// The refs under `prefix`, in file order, leaving out every ref under each of `skip`
     /// (ref prefixes, matched at a `/`); in a sorted file the skipped ranges are not parsed.
     pub fn entries(&self, prefix: &str, skip: &[&str]) -> Vec<(String, ObjectId)> {
-        let hidden = |name: &str| {
-            skip.iter().any(|p| {
-                name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
-            })
-        };
+        let hidden = |name: &str| is_hidden(name, skip);
         let mut out = Vec::new();
         if !self.sorted {
             let mut s = self.first;
@@ -393,18 +396,29 @@ impl PackedRefsCache {
         let Some(all) = self.all(common_dir)? else {
             return Ok(Vec::new());
         };
-        let from = all.partition_point(|(name, _)| &**name < prefix);
-        let hidden = |name: &str| {
-            skip.iter().any(|p| {
-                name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
-            })
-        };
-        Ok(all[from..]
+        let below = |key: &str| all.partition_point(|(name, _)| &**name < key);
+        let (from, to) = (below(prefix), below(&format!("{prefix}\u{10ffff}")));
+        // As `PackedRefs::entries` does, each skipped prefix's range is jumped over, not
+        // filtered ref by ref: `[p/, p0)` ('0' follows '/'), and `p` itself.
+        let mut ranges: Vec<(usize, usize)> = skip
             .iter()
-            .take_while(|(name, _)| name.starts_with(prefix))
-            .filter(|(name, _)| !hidden(name))
-            .map(|(name, id)| (name.to_string(), *id))
-            .collect())
+            .map(|p| (below(&format!("{p}/")), below(&format!("{p}0"))))
+            .collect();
+        ranges.sort_unstable();
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < to {
+            if let Some(&(_, end)) = ranges.iter().find(|(a, b)| *a <= at && at < *b) {
+                at = end;
+                continue;
+            }
+            let (name, id) = &all[at];
+            if !skip.contains(&&**name) {
+                out.push((name.to_string(), *id));
+            }
+            at += 1;
+        }
+        Ok(out)
     }
 
     /// The id `name` is packed with.

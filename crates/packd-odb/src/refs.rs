@@ -171,11 +171,7 @@ impl<'a> RefReader<'a> {
     /// as hidden `refs/pull`): the packed ones are not even parsed, unless the repository keeps
     /// the file parsed (a server).
     pub fn list_skipping(&self, prefix: &str, skip: &[&str]) -> Result<Vec<(String, ObjectId)>> {
-        let hidden = |name: &str| {
-            skip.iter().any(|p| {
-                name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/'))
-            })
-        };
+        let hidden = |name: &str| crate::packed_refs::is_hidden(name, skip);
         let packed = match self.packed_cache {
             Some(cache) => cache.entries(self.common_dir, prefix, skip)?,
             None => match PackedRefs::read(self.common_dir)? {

@@ -194,9 +194,6 @@ impl Sorter {
     }
 }
 
-/// A pack sent whole and the include-tag tags stored outside it (see `whole_pack`).
-type WholeThen<'a> = (&'a Arc<Pack>, Vec<ObjectId>);
-
 /// Objects outside the bitmapped pack sent after its entries, at most (each is read and
 /// compressed again); past this many, the plan is made object by object, which can reuse
 /// their deltas.
@@ -260,15 +257,21 @@ impl PackServer {
                     if total + outside.len() as u64 >= u64::from(crate::LARGE_PLAN) {
                         self.release_walk_memory();
                     }
+                    let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
+                    let tags = if request.include_tag {
+                        self.tags_to_add(index, &wanted, &had, &outside_ids)?
+                    } else {
+                        Vec::new()
+                    };
                     // Every object of the pack, and a few pushed since: the pack's entries go
                     // out as they are, then those few (a mirror clone after a push).
                     if outside.len() <= MAX_AFTER_WHOLE {
-                        let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
-                        if let Some((pack, tags)) =
-                            self.whole_pack(index, request, &wanted, total, &outside_ids)?
-                        {
-                            let after_whole: Vec<ObjectId> =
-                                outside.iter().map(|(id, _)| *id).chain(tags).collect();
+                        if let Some(pack) = self.whole_pack(index, request, &wanted, total)? {
+                            let after_whole: Vec<ObjectId> = outside
+                                .iter()
+                                .map(|(id, _)| *id)
+                                .chain(tags.iter().copied())
+                                .collect();
                             if self.small_enough_after_whole(&after_whole)? {
                                 let count = total + after_whole.len() as u64;
                                 progress.finish("Counting objects", count);
@@ -312,33 +315,11 @@ impl PackServer {
                             }
                         }
                     }
-                    // Outside objects: loose, or in packs written since the bitmap.
-                    let mut outside_ids = IdSet::default();
-                    for (id, _) in outside {
+                    // Outside objects (loose, or in packs written since the bitmap), then the
+                    // tags followed.
+                    for id in outside.iter().map(|(id, _)| *id).chain(tags) {
                         let location = objects.locate(&id)?.ok_or_else(|| missing(&id))?;
                         sorter.push(id, location);
-                        outside_ids.insert(id);
-                    }
-                    if request.include_tag {
-                        // A tag reached through several refs (a tag of a tag and the tag
-                        // itself) is added once: loose tags have no offset to deduplicate by.
-                        let mut added = IdSet::default();
-                        for tag in self.tags_to_include(&|id| {
-                            Ok(match index.bit_of_id(id)? {
-                                Some(bit) => wanted.get(bit),
-                                None => outside_ids.contains(id),
-                            })
-                        })? {
-                            let bit = index.bit_of_id(&tag)?;
-                            if bit.is_some_and(|b| had.get(b) || wanted.get(b))
-                                || outside_ids.contains(&tag)
-                                || !added.insert(tag)
-                            {
-                                continue;
-                            }
-                            let location = objects.locate(&tag)?.ok_or_else(|| missing(&tag))?;
-                            sorter.push(tag, location);
-                        }
                     }
                     progress.finish("Counting objects", sorter.items.len() as u64);
                     return Ok(sorter.finish(Had::Bits(had)));
@@ -409,17 +390,15 @@ impl PackServer {
     /// The bitmap's pack when `wanted` (`total` bits) is every object of it, the client takes
     /// offset deltas and the file starts with the header the stream must start with: then the
     /// pack file is the answer, byte for byte, and no per-object plan is needed (a mirror clone
-    /// of a repository packed with `repack -adb`). Also returns the include-tag tags to send
-    /// that are stored outside the pack and are not among `outside` (the objects outside it
-    /// that the fetch sends); those and `outside` go after the pack's entries.
+    /// of a repository packed with `repack -adb`), but for objects stored elsewhere, which go
+    /// after the pack's entries.
     fn whole_pack<'a>(
         &self,
         index: &'a packd_reach::bitmap_walk::BitmapIndex,
         request: &FetchRequest,
         wanted: &Bitmap,
         total: u64,
-        outside: &IdSet,
-    ) -> Result<Option<WholeThen<'a>>, PackError> {
+    ) -> Result<Option<&'a Arc<Pack>>, PackError> {
         let Some(pack) = index.single_pack() else {
             return Ok(None);
         };
@@ -431,23 +410,38 @@ impl PackServer {
         {
             return Ok(None);
         }
+        Ok(Some(pack))
+    }
+
+    /// The annotated tags include-tag adds: those pointing at what is sent (`wanted`, or among
+    /// `outside`, the objects outside the bitmapped ones that are sent) which are neither sent
+    /// already nor `had`. A tag reached through several refs (a tag of a tag and the tag itself)
+    /// is added once: loose tags have no offset to deduplicate by.
+    fn tags_to_add(
+        &self,
+        index: &packd_reach::bitmap_walk::BitmapIndex,
+        wanted: &Bitmap,
+        had: &Bitmap,
+        outside: &IdSet,
+    ) -> Result<Vec<ObjectId>, PackError> {
+        let mut added = IdSet::default();
         let mut tags = Vec::new();
-        if request.include_tag {
-            // Every tag of the pack is wanted already; one stored elsewhere is added.
-            let mut added = IdSet::default();
-            for tag in self.tags_to_include(&|id| {
-                Ok(match index.bit_of_id(id)? {
-                    Some(bit) => wanted.get(bit),
-                    None => outside.contains(id),
-                })
-            })? {
-                if index.bit_of_id(&tag)?.is_none() && !outside.contains(&tag) && added.insert(tag)
-                {
-                    tags.push(tag);
-                }
+        for tag in self.tags_to_include(&|id| {
+            Ok(match index.bit_of_id(id)? {
+                Some(bit) => wanted.get(bit),
+                None => outside.contains(id),
+            })
+        })? {
+            let bit = index.bit_of_id(&tag)?;
+            if bit.is_some_and(|b| had.get(b) || wanted.get(b))
+                || outside.contains(&tag)
+                || !added.insert(tag)
+            {
+                continue;
             }
+            tags.push(tag);
         }
-        Ok(Some((pack, tags)))
+        Ok(tags)
     }
 
     /// Removes what the request's filter leaves out from `wanted` and from `outside` (objects

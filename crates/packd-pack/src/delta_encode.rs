@@ -38,25 +38,6 @@ fn block_hash(block: &[u8]) -> u64 {
     (a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.rotate_left(29)).wrapping_mul(0xff51_afd7_ed55_8ccd)
 }
 
-/// How many bytes `a` and `b` share from their starts.
-#[inline]
-fn common_len(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"))
-            ^ u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        if x != 0 {
-            return i + (x.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while i < n && a[i] == b[i] {
-        i += 1;
-    }
-    i
-}
-
 fn push_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8 & 0x7f) | 0x80);
@@ -136,7 +117,8 @@ pub(crate) fn encode(base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>
                 continue;
             }
             tried += 1;
-            let len = BLOCK + common_len(&base[s + BLOCK..], &target[i + BLOCK..]);
+            let len = BLOCK
+                + packd_odb::delta::common_prefix_len(&base[s + BLOCK..], &target[i + BLOCK..]);
             // Grow backwards over bytes that would otherwise be inserted.
             let mut back = 0;
             while back < i - pending && back < s && base[s - back - 1] == target[i - back - 1] {

@@ -147,36 +147,45 @@ impl Output<'_> {
         };
         match file {
             Some((file, start)) if to - from >= MIN_FILE_RANGE => {
-                // The window lies within the file, so `sub` never shortens the range.
-                debug_assert!(start + to as u64 <= file.len);
-                if let Some(hash) = &mut self.hash {
-                    hash.update(&held[from..to]);
-                }
-                self.flush_buffer()?;
-                self.out
-                    .send_file_range(&file.sub(start + from as u64, (to - from) as u64))?;
-                self.ranges_sent.0 += 1;
-                self.ranges_sent.1 += (to - from) as u64;
-                Ok(())
+                self.send_from_file(&held[from..to], &file, start + from as u64)
             }
             _ => self.put(&held[from..to]),
         }
     }
 
-    /// Hashes `bytes`, read from the pack file at `range`, and sends them as that file range
-    /// (for an output that takes ranges) when they are long enough, else writes them.
-    fn write_from_file(&mut self, bytes: &[u8], range: FileRange) -> Result<(), PackError> {
+    /// Writes `bytes`, read from the pack `file` at `offset`: hashed here and sent as that
+    /// range of the file (for an output that takes ranges) when they are long enough, else
+    /// copied.
+    fn write_from_file(
+        &mut self,
+        bytes: &[u8],
+        file: &FileRange,
+        offset: u64,
+    ) -> Result<(), PackError> {
         if bytes.len() < MIN_FILE_RANGE {
             return self.write(bytes);
         }
-        debug_assert_eq!(range.len, bytes.len() as u64);
         self.write_pending()?;
         self.written += bytes.len() as u64;
+        self.send_from_file(bytes, file, offset)
+    }
+
+    /// Hashes `bytes` and sends them as the range of `file` at `offset` they were read from
+    /// (counted as written by the caller).
+    fn send_from_file(
+        &mut self,
+        bytes: &[u8],
+        file: &FileRange,
+        offset: u64,
+    ) -> Result<(), PackError> {
+        // The bytes lie within the file, so `sub` never shortens the range.
+        debug_assert!(offset + bytes.len() as u64 <= file.len);
         if let Some(hash) = &mut self.hash {
             hash.update(bytes);
         }
         self.flush_buffer()?;
-        self.out.send_file_range(&range)?;
+        self.out
+            .send_file_range(&file.sub(offset, bytes.len() as u64))?;
         self.ranges_sent.0 += 1;
         self.ranges_sent.1 += bytes.len() as u64;
         Ok(())
@@ -643,11 +652,11 @@ impl WholePackStream<'_> {
             0
         };
         self.output.write(&self.window[..patched])?;
-        let range = file.sub(
+        self.output.write_from_file(
+            &self.window[patched..],
+            file,
             self.window_start + patched as u64,
-            (self.window.len() - patched) as u64,
-        );
-        self.output.write_from_file(&self.window[patched..], range)
+        )
     }
 
     /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
@@ -982,7 +991,11 @@ impl PackServer {
                 let mut at = data_start;
                 while at < end {
                     let piece_end = end.min(at + WINDOW);
-                    output.write(&window.get(item.rank, pack, at..piece_end, || 0)?)?;
+                    let piece = window.get(item.rank, pack, at..piece_end, || 0)?;
+                    match &files[item.rank as usize] {
+                        Some(file) => output.write_from_file(&piece, file, at)?,
+                        None => output.write(&piece)?,
+                    }
                     at = piece_end;
                 }
             }

@@ -76,26 +76,12 @@ impl WalkMemo {
     }
 }
 
-/// How [`BitmapIndex::reach`] walks.
-#[derive(Debug, Clone, Copy)]
-struct Reach {
-    /// Whether the tree walk may take a second thread (no other walk runs beside this one).
-    split: bool,
-    /// Whether to start from a kept answer ([`WalkMemo`]).
-    look_up_memo: bool,
-}
-
-impl Reach {
-    /// The only walk running.
-    const ALONE: Reach = Reach {
-        split: true,
-        look_up_memo: true,
-    };
-    /// One of two walks running side by side.
-    const BESIDE: Reach = Reach {
-        split: false,
-        look_up_memo: true,
-    };
+/// What one attempt of [`BitmapIndex::reach`] came to.
+enum Attempt {
+    /// The answer (`None`: an object outside the bitmapped objects, or cancelled).
+    Done(Option<Bitmap>),
+    /// The kept answer it started from does not hold: walk again without one.
+    MemoStale,
 }
 
 /// The bitmaps a walk took: their union, and which commits' they were; kept only when the
@@ -609,23 +595,23 @@ impl BitmapIndex {
         walker: &Walker,
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
-        mut how: Reach,
+        split: bool,
         cancel: &AtomicBool,
     ) -> Result<Option<Bitmap>> {
-        loop {
-            let mut again = false;
-            let bits = self.reach_once(repo, walker, tips, peeled, how, cancel, &mut again)?;
-            if !again {
-                return Ok(bits);
+        match self.reach_once(repo, walker, tips, peeled, split, true, cancel)? {
+            Attempt::Done(bits) => Ok(bits),
+            // The first attempt's sets are dropped by now.
+            Attempt::MemoStale => {
+                match self.reach_once(repo, walker, tips, peeled, split, false, cancel)? {
+                    Attempt::Done(bits) => Ok(bits),
+                    Attempt::MemoStale => unreachable!("no kept answer was used"),
+                }
             }
-            // The kept answer did not hold: walk again without one (the first attempt's sets
-            // are dropped by now).
-            how.look_up_memo = false;
         }
     }
 
-    /// [`BitmapIndex::reach`] once: sets `again` (and answers `None`) when the kept answer it
-    /// started from turns out not to hold.
+    /// [`BitmapIndex::reach`] once, starting from a kept answer when `use_memo` and one
+    /// applies.
     #[allow(clippy::too_many_arguments)]
     fn reach_once(
         &self,
@@ -633,16 +619,12 @@ impl BitmapIndex {
         walker: &Walker,
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
-        how: Reach,
+        split: bool,
+        use_memo: bool,
         cancel: &AtomicBool,
-        again: &mut bool,
-    ) -> Result<Option<Bitmap>> {
-        let Reach {
-            split,
-            look_up_memo,
-        } = how;
+    ) -> Result<Attempt> {
         if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
+            return Ok(Attempt::Done(None));
         }
         let index = &self.objects;
         let started = std::time::Instant::now();
@@ -688,7 +670,7 @@ impl BitmapIndex {
             if let Some(target) = peeled.get(tip).filter(|_| use_peeled) {
                 // A peeled value is no tag; a commit with a bitmap needs no header read.
                 let Some(pos) = index.find(target) else {
-                    return Ok(None);
+                    return Ok(Attempt::Done(None));
                 };
                 let kind = if self.bitmap.contains(pos) {
                     ObjectKind::Commit
@@ -724,7 +706,7 @@ impl BitmapIndex {
                 continue;
             }
             let Some(index_pos) = index.find(&id) else {
-                return Ok(None);
+                return Ok(Attempt::Done(None));
             };
             commit_tips.push((id, index_pos));
         }
@@ -745,7 +727,7 @@ impl BitmapIndex {
             None
         };
         if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
+            return Ok(Attempt::Done(None));
         }
         let mut later = Vec::new();
         if let Some(union) = union {
@@ -786,8 +768,8 @@ impl BitmapIndex {
         let mut plain_tips: Vec<ObjectId> = plain.iter().chain(&later).map(|&(id, _)| id).collect();
         plain_tips.sort_unstable();
         plain_tips.dedup();
-        let keep = taken.track && plain_tips.len() >= MEMO_MIN_TIPS;
-        let memo = if keep && look_up_memo {
+        let keep = taken.track;
+        let memo = if keep && use_memo {
             self.memo_for(&plain_tips)
         } else {
             None
@@ -820,7 +802,7 @@ impl BitmapIndex {
         let mut steps = 0;
         while let Some((_, id, index_pos)) = queue.pop() {
             if cancelled_at(&mut steps, cancel) {
-                return Ok(None);
+                return Ok(Attempt::Done(None));
             }
             if self.take_bitmap(&mut bits, &mut taken, index_pos, check_covered)? {
                 continue;
@@ -829,10 +811,10 @@ impl BitmapIndex {
                 unplaced.push(index_pos);
             } else {
                 if !self.set_bits(&mut bits, &mut unplaced)? {
-                    return Ok(None);
+                    return Ok(Attempt::Done(None));
                 }
                 match self.mark(&mut bits, index_pos)? {
-                    None => return Ok(None),
+                    None => return Ok(Attempt::Done(None)),
                     Some(false) => continue,
                     Some(true) => {}
                 }
@@ -846,7 +828,7 @@ impl BitmapIndex {
             for parent in commit.parents {
                 if seen.insert(parent) {
                     let Some(parent_pos) = index.find(&parent) else {
-                        return Ok(None);
+                        return Ok(Attempt::Done(None));
                     };
                     // A parent already covered is not read: on a host with many pull-request
                     // refs, most spikes sit on commits the main line's bitmap holds.
@@ -862,7 +844,7 @@ impl BitmapIndex {
             }
         }
         if !self.set_bits(&mut bits, &mut unplaced)? {
-            return Ok(None);
+            return Ok(Attempt::Done(None));
         }
         if let Some(memo) = &memo {
             // The kept answer holds only if this request's bitmaps (all taken by now) cover the
@@ -874,8 +856,7 @@ impl BitmapIndex {
                         memo.tips.len()
                     );
                     self.forget_memo(memo);
-                    *again = true;
-                    return Ok(None);
+                    return Ok(Attempt::MemoStale);
                 }
             }
         }
@@ -917,7 +898,7 @@ impl BitmapIndex {
             self.walk_trees(repo, &mut bits, &mut seen, roots, cancel)?
         };
         let Some(mut walked) = walked else {
-            return Ok(None);
+            return Ok(Attempt::Done(None));
         };
         if keep {
             let mut found = bits.clone();
@@ -941,7 +922,7 @@ impl BitmapIndex {
         if !tip_roots.is_empty() {
             match self.walk_trees(repo, &mut bits, &mut seen, tip_roots, cancel)? {
                 Some(more) => walked = walked + more,
-                None => return Ok(None),
+                None => return Ok(Attempt::Done(None)),
             }
         }
         let cache_after = repo.objects().cache_stats();
@@ -967,7 +948,7 @@ impl BitmapIndex {
             commits_done - tips_done,
             started.elapsed() - commits_done,
         );
-        Ok(Some(bits))
+        Ok(Attempt::Done(Some(bits)))
     }
 
     /// The kept answer with the most tips among `tips` (sorted), made the most recently used.
@@ -1169,40 +1150,24 @@ impl BitmapIndex {
         // side the client has goes first, and the wanted side starts from the walk it keeps
         // (see `WalkMemo`) rather than doing it again beside it. On a fresh server's first
         // mirror fetch of git/git after a push to a branch, the two walks side by side cost
-        // 1.6 s of CPU, more than git's 1.3 s.
-        let (wanted, had) = if include.is_empty() || exclude.is_empty() {
+        // 1.6 s of CPU, more than git's 1.3 s. (All tips are counted, not only those without
+        // bitmaps, which are known only once peeled: where bitmaps cover every ref, the two
+        // sides then merely lose their second thread.)
+        let sequential = include.is_empty()
+            || exclude.is_empty()
+            || (include.len() >= MEMO_MIN_TIPS && exclude.len() >= MEMO_MIN_TIPS);
+        let (wanted, had) = if sequential {
             let walker = Walker::new(repo);
+            let had = self.reach(repo, &walker, exclude, peeled, true, cancel)?;
             (
-                self.reach(repo, &walker, include, peeled, Reach::ALONE, cancel)?,
-                self.reach(repo, &walker, exclude, peeled, Reach::ALONE, cancel)?,
-            )
-        } else if include.len() >= MEMO_MIN_TIPS && exclude.len() >= MEMO_MIN_TIPS {
-            let walker = Walker::new(repo);
-            let had = self.reach(repo, &walker, exclude, peeled, Reach::ALONE, cancel)?;
-            (
-                self.reach(repo, &walker, include, peeled, Reach::ALONE, cancel)?,
+                self.reach(repo, &walker, include, peeled, true, cancel)?,
                 had,
             )
         } else {
             std::thread::scope(|scope| {
-                let excluded = scope.spawn(|| {
-                    self.reach(
-                        repo,
-                        &Walker::new(repo),
-                        exclude,
-                        peeled,
-                        Reach::BESIDE,
-                        cancel,
-                    )
-                });
-                let wanted = self.reach(
-                    repo,
-                    &Walker::new(repo),
-                    include,
-                    peeled,
-                    Reach::BESIDE,
-                    cancel,
-                );
+                let excluded = scope
+                    .spawn(|| self.reach(repo, &Walker::new(repo), exclude, peeled, false, cancel));
+                let wanted = self.reach(repo, &Walker::new(repo), include, peeled, false, cancel);
                 let had = excluded
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

@@ -164,25 +164,6 @@ pub(crate) struct Against<'a> {
     pub(crate) starts: Option<&'a [u32]>,
 }
 
-/// The length of the longest common prefix of `a` and `b`, eight bytes at a time.
-#[inline]
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
-        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        if x != y {
-            return i + ((x ^ y).trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while i < n && a[i] == b[i] {
-        i += 1;
-    }
-    i
-}
-
 /// Calls `f(id, kind, name)` for every entry of the tree `id` whose content is `data`, except
 /// gitlinks and except entries that are byte for byte an entry of the tree `base` (when
 /// `base` is `None`, for every entry but gitlinks). Writes to `starts` where each entry of
@@ -219,7 +200,7 @@ pub(crate) fn scan_tree_against(
     let mut k = 0usize;
     while at < data.len() {
         if p < base.len() {
-            let run = common_prefix(&data[at..], &base[p..]);
+            let run = packd_odb::delta::common_prefix_len(&data[at..], &base[p..]);
             let (at0, p0) = (at, p);
             let before = starts.len();
             if base_starts.is_some_and(|bs| bs.get(k) != Some(&(p as u32))) {

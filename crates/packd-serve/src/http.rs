@@ -827,19 +827,14 @@ impl ChannelWriter {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        let len = self.batch_bytes as u64 + self.batch_ranges;
         self.batch_bytes = 0;
         self.batch_ranges = 0;
-        self.send(batch)
+        self.send(batch, len)
     }
 
-    fn send(&mut self, chunk: Vec<Piece>) -> std::io::Result<()> {
-        let len = chunk
-            .iter()
-            .map(|piece| match piece {
-                Piece::Bytes(bytes) => bytes.len() as u64,
-                Piece::File(range) => range.len,
-            })
-            .sum::<u64>();
+    /// Hands `chunk` (`len` bytes) to the connection's task.
+    fn send(&mut self, chunk: Vec<Piece>, len: u64) -> std::io::Result<()> {
         let tx = self.tx.clone();
         let idle = self.idle;
         let sent = self

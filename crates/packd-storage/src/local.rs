@@ -239,8 +239,9 @@ impl LocalBlob {
         }
     }
 
-    /// Forgets which blocks were touched and drops the map's pages.
+    /// Forgets what was touched and drops the map's pages.
     fn release(&self) {
+        self.touched_pages.store(0, Ordering::Relaxed);
         for word in self.touched_blocks.iter() {
             word.store(0, Ordering::Relaxed);
         }
@@ -302,7 +303,6 @@ impl Blob for LocalBlob {
 
     fn release_pages(&self) {
         if self.file.is_some() {
-            self.touched_pages.store(0, Ordering::Relaxed);
             self.release();
         }
     }

@@ -342,14 +342,7 @@ fn a_clone_of_the_pack_then_what_was_pushed_is_kept() {
     let sb = Sandbox::new();
     let repo = big_enough(&sb);
     repo.git(&["repack", "-adbq"]);
-    let tree = repo.git_str(&["rev-parse", "main^{tree}"]);
-    let parent = repo.git_str(&["rev-parse", "main"]);
-    let pushed =
-        String::from_utf8(repo.git_stdin(&["commit-tree", &tree, "-p", &parent], b"pushed\n"))
-            .unwrap()
-            .trim()
-            .to_string();
-    repo.git(&["update-ref", "refs/heads/main", &pushed]);
+    repo.commit_on_main("pushed\n");
     assert_eq!(repo.loose_count(), 1, "the pushed commit is loose");
     let first = clone(&sb, &repo, "first.git", 2, "");
     let kept = cached(&repo, ".pack");
@@ -358,11 +351,8 @@ fn a_clone_of_the_pack_then_what_was_pushed_is_kept() {
     let received = serve_support::only_pack_of(&first);
     assert_same_bytes("the kept pack", &kept_bytes, &received);
     // The pack's entries as they are, then the commit.
-    let served = std::fs::read(only_pack(&repo).0).unwrap();
-    let entries_end = served.len() - 20;
-    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
-    assert_eq!(count(&received), count(&served) + 1);
-    assert!(received[12..entries_end] == served[12..entries_end]);
+    let served = serve_support::only_pack_of(&repo.path);
+    serve_support::assert_pack_then("the clone", &served, &received, 1);
     age(&kept[0]);
     let again = clone(&sb, &repo, "again.git", 2, "");
     assert!(recently_used(&kept[0]), "the kept pack was not used");

@@ -84,16 +84,7 @@ fn clone_over_git_protocol_v0_and_v2() {
 fn runs_from_two_packs_go_out_by_sendfile_over_git_protocol() {
     let f = Fixture::new();
     f.repack_whole();
-    let tip = f.repo.git_str(&["rev-parse", "main"]);
-    let mut fi = common::FastImport::with_time(1_850_000_000);
-    let mut rng = common::Rng::new(12);
-    fi.commit(
-        "refs/heads/main",
-        Some(&tip),
-        "big2\n",
-        &[common::inline("big2.bin", rng.bytes(256 << 10))],
-    );
-    f.repo.fast_import(&fi.finish());
+    f.commit_big_file("big2.bin", 12, 1_850_000_000);
     // fast-import leaves a few objects loose: `repack -d` (without `-a`) packs them apart.
     f.repo.git(&["repack", "-dq"]);
     assert_eq!(f.repo.packs().len(), 2);
@@ -110,28 +101,10 @@ fn runs_from_two_packs_go_out_by_sendfile_over_git_protocol() {
     assert!(runs >= 2, "one run in each pack at least:\n{log}");
 }
 
-/// `git clone --mirror` of `repo.git` over git:// with protocol `version` into NAME, checked by
-/// `git fsck --strict` and against the served refs.
+/// `git clone --mirror` of `repo.git` over git:// with protocol `version` into NAME, checked
+/// (see `Fixture::mirror_clone`).
 fn mirror_clone(f: &Fixture, server: &Server, version: &str, name: &str) -> std::path::PathBuf {
-    let dst = f.sandbox.path().join(name);
-    f.git(&[
-        "-c",
-        &format!("protocol.version={version}"),
-        "clone",
-        "--mirror",
-        &server.git_url("repo.git"),
-        dst.to_str().unwrap(),
-    ])
-    .assert_success();
-    f.sandbox
-        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-        .assert_success();
-    assert_eq!(
-        f.refs_of(&dst),
-        f.refs_of(&f.repo.path),
-        "refs after clone v{version}"
-    );
-    dst
+    f.mirror_clone(version, &server.git_url("repo.git"), name)
 }
 
 /// Sends a raw git:// request line and returns everything the server answers before closing.

@@ -5,7 +5,8 @@
 mod common;
 mod serve_support;
 
-use serve_support::{http, only_pack_of, pkt, Fixture, Server};
+use common::assert_same_bytes;
+use serve_support::{assert_pack_then, http, only_pack_of, pkt, Fixture, Server};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -31,44 +32,19 @@ fn ls_remote_matches_git_v0_v1_v2() {
     );
 }
 
-fn clone_and_check(f: &Fixture, server: &Server, version: &str) {
-    mirror_clone_checked(f, server, version, &format!("clone-v{version}.git"));
+fn clone_and_check(f: &Fixture, server: &Server, version: &str) -> std::path::PathBuf {
+    mirror_clone_checked(f, server, version, &format!("clone-v{version}.git"))
 }
 
-/// `git clone --mirror` of `repo.git` over HTTP with protocol `version` into NAME, checked by
-/// `git fsck --strict`, against the served refs and against git's count of their objects.
+/// `git clone --mirror` of `repo.git` over HTTP with protocol `version` into NAME, checked
+/// (see `Fixture::mirror_clone`).
 fn mirror_clone_checked(
     f: &Fixture,
     server: &Server,
     version: &str,
     name: &str,
 ) -> std::path::PathBuf {
-    let dst = f.sandbox.path().join(name);
-    let run = f.git(&[
-        "-c",
-        &format!("protocol.version={version}"),
-        "clone",
-        "--mirror",
-        &server.http_url("repo.git"),
-        dst.to_str().unwrap(),
-    ]);
-    run.assert_success();
-    f.sandbox
-        .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-        .assert_success();
-    assert_eq!(
-        f.refs_of(&dst),
-        f.refs_of(&f.repo.path),
-        "refs after clone v{version}"
-    );
-    let count = f
-        .sandbox
-        .git_run_in(&dst, &["rev-list", "--all", "--objects", "--count"], None);
-    let expected = f
-        .repo
-        .git_str(&["rev-list", "--all", "--objects", "--count"]);
-    assert_eq!(count.out().trim(), expected, "objects of {name}");
-    dst
+    f.mirror_clone(version, &server.http_url("repo.git"), name)
 }
 
 #[test]
@@ -101,11 +77,11 @@ fn whole_pack_clone_is_sent_from_the_file() {
     let mut server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
     hang_up_mid_clone(&f, &server);
     for version in ["0", "2"] {
-        clone_and_check(&f, &server, version);
-        let dst = f.sandbox.path().join(format!("clone-v{version}.git"));
-        assert!(
-            only_pack_of(&dst) == served,
-            "v{version}: the clone's pack is the served file"
+        let dst = clone_and_check(&f, &server, version);
+        assert_same_bytes(
+            &format!("v{version}: the clone's pack, against the served file"),
+            &served,
+            &only_pack_of(&dst),
         );
     }
     let log = server.log_text();
@@ -140,16 +116,9 @@ fn mirror_clone_after_a_push_sends_the_pack_then_what_was_pushed() {
         .git(&["tag", "-a", "-m", "pushed tag", "pushed-tag", &parent]);
     assert_eq!(f.repo.packs().len(), 1, "the pushed objects are loose");
     let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
-    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
-    let entries_end = served.len() - 20;
     for version in ["0", "2"] {
-        clone_and_check(&f, &server, version);
-        let got = only_pack_of(&f.sandbox.path().join(format!("clone-v{version}.git")));
-        assert_eq!(count(&got), count(&served) + 4, "v{version}: object count");
-        assert!(
-            got.len() > served.len() && got[12..entries_end] == served[12..entries_end],
-            "v{version}: the pack's entries as they are, then more"
-        );
+        let dst = clone_and_check(&f, &server, version);
+        assert_pack_then(&format!("v{version}"), &served, &only_pack_of(&dst), 4);
     }
     let log = server.log_text();
     assert_eq!(
@@ -181,8 +150,6 @@ fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
         .git(&["tag", "-a", "-m", "since the repack", "v2", "main~3"]);
     assert_eq!(f.repo.packs().len(), 1, "the tag object is loose");
     let server = f.pack_logging_server(&["--clone-cache-bytes", "0"]);
-    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
-    let entries_end = served.len() - 20;
     for version in ["0", "2"] {
         let dst = f.clone_main_with(
             version,
@@ -198,12 +165,8 @@ fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
             f.repo.git_str(&["rev-parse", "refs/tags/v2"]),
             "v{version}: the tag was followed"
         );
-        let got = only_pack_of(&dst);
-        assert_eq!(count(&got), count(&served) + 1, "v{version}: the tag after");
-        assert!(
-            got[12..entries_end] == served[12..entries_end],
-            "v{version}: the pack's entries as they are"
-        );
+        // The tag after the pack's entries.
+        assert_pack_then(&format!("v{version}"), &served, &only_pack_of(&dst), 1);
     }
     let log = server.log_text();
     assert_eq!(
@@ -233,14 +196,9 @@ fn mirror_clone_after_a_push_through_packd() {
         f.sandbox.git_run_in(&work, args, None).assert_success();
     }
     assert_eq!(f.repo.packs().len(), 2, "the push is kept as a pack");
-    clone_and_check(&f, &server, "2");
-    let got = only_pack_of(&f.sandbox.path().join("clone-v2.git"));
-    let count = |pack: &[u8]| u32::from_be_bytes(pack[8..12].try_into().unwrap());
-    assert_eq!(
-        count(&got),
-        count(&served) + 3,
-        "a commit, its tree and a blob"
-    );
+    let dst = clone_and_check(&f, &server, "2");
+    // A commit, its tree and a blob.
+    assert_pack_then("the clone", &served, &only_pack_of(&dst), 3);
     let log = server.log_text();
     assert!(
         log.contains("sent as it is, then 3 objects stored elsewhere"),
@@ -278,10 +236,11 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
         &["--clone-cache-bytes", "0"],
         "info,packd_pack=debug,packd_reach=debug",
     );
-    clone_and_check(&f, &server, "2");
-    assert!(
-        only_pack_of(&f.sandbox.path().join("clone-v2.git")) == served,
-        "the clone's pack is the served file"
+    let dst = clone_and_check(&f, &server, "2");
+    assert_same_bytes(
+        "the clone's pack, against the served file",
+        &served,
+        &only_pack_of(&dst),
     );
     let log = server.log_text();
     for line in [
@@ -382,11 +341,7 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     clone("second.git");
     assert_eq!(kept_walks(), 1, "{}", server.log_text());
     // A push to main (a loose commit): its walk stops at main's old tip.
-    let tree = f.repo.git_str(&["rev-parse", "main^{tree}"]);
-    let pushed = f
-        .repo
-        .git_str(&["commit-tree", "-p", "main", "-m", "pushed", &tree]);
-    f.repo.git(&["update-ref", "refs/heads/main", &pushed]);
+    f.commit_on_main("pushed\n");
     clone("after-push.git");
     assert_eq!(kept_walks(), 2, "{}", server.log_text());
     // The first mirror fetches (git sends the haves it negotiated, not every ref): the answer

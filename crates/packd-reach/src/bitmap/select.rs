@@ -164,7 +164,8 @@ impl Chosen {
 }
 
 /// Selects the commits to bitmap among those of `graph` (see the module documentation); with
-/// `every_tip`, every tip is treated as when there are few.
+/// `every_tip` (and at most [`MAX_EVERY_TIP`] distinct tips), every tip is treated as when
+/// there are few.
 pub(crate) fn select(graph: &CommitGraph, tips: &[Tip], every_tip: bool) -> Vec<(u32, Reason)> {
     let n = graph.len();
     let mut chosen = Chosen {

@@ -63,9 +63,9 @@ pub struct WriteOptions {
     /// The multi-pack-index's preferred pack (its `.pack` or `.idx` name); `None`: the pack
     /// with the most objects.
     pub preferred_pack: Option<String>,
-    /// Give every ref tip a bitmap, whatever the number of refs (see
-    /// `select::select`): a mirror clone, or any fetch of many refs, then takes bitmaps
-    /// and walks nothing.
+    /// Give every ref tip a bitmap, up to [`crate::bitmap::select::MAX_EVERY_TIP`] distinct
+    /// tips (see `select::select`): a mirror clone, or any fetch of many refs, then takes
+    /// bitmaps and walks nothing.
     pub every_tip: bool,
 }
 

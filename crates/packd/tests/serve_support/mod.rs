@@ -123,6 +123,30 @@ pub fn only_pack_of(git_dir: &Path) -> Vec<u8> {
     std::fs::read(&packs[0]).unwrap()
 }
 
+/// The object count a pack's header says.
+pub fn pack_object_count(pack: &[u8]) -> u32 {
+    assert!(pack.len() >= 32, "a pack of {} bytes", pack.len());
+    u32::from_be_bytes(pack[8..12].try_into().unwrap())
+}
+
+/// Asserts that `got` is the pack file `served`'s entries as they are, under a header that
+/// counts `extra` objects more, then those objects and a trailer: what a mirror clone after a
+/// push receives.
+pub fn assert_pack_then(what: &str, served: &[u8], got: &[u8], extra: u32) {
+    assert_eq!(
+        pack_object_count(got),
+        pack_object_count(served) + extra,
+        "{what}: object count"
+    );
+    let entries_end = served.len() - 20;
+    assert!(got.len() > entries_end, "{what}: {} bytes", got.len());
+    common::assert_same_bytes(
+        &format!("{what}: the pack's entries"),
+        &served[12..entries_end],
+        &got[12..entries_end],
+    );
+}
+
 /// A served root with `repo.git` (branches, annotated and lightweight tags, a packed history
 /// plus loose commits) in it.
 pub struct Fixture {
@@ -198,20 +222,57 @@ impl Fixture {
     /// whole, never sent from the file) and repacks with a bitmap: a mirror clone is then the
     /// one pack file as it is, whose bytes this returns.
     pub fn repack_whole(&self) -> Vec<u8> {
-        let tip = self.repo.git_str(&["rev-parse", "main"]);
-        let mut fi = FastImport::with_time(1_800_000_000);
-        let mut rng = common::Rng::new(11);
-        fi.commit(
-            "refs/heads/main",
-            Some(&tip),
-            "big\n",
-            &[common::inline("big.bin", rng.bytes(256 << 10))],
-        );
-        self.repo.fast_import(&fi.finish());
+        self.commit_big_file("big.bin", 11, 1_800_000_000);
         self.repo.git(&["repack", "-adbq"]);
         let packs = self.repo.packs();
         assert_eq!(packs.len(), 1);
         std::fs::read(&packs[0]).unwrap()
+    }
+
+    /// Commits on `main` a 256 KiB incompressible file `name` (random bytes from `seed`) at
+    /// `time`, by fast-import (which leaves it packed, with a few objects loose).
+    pub fn commit_big_file(&self, name: &str, seed: u64, time: u64) {
+        let tip = self.repo.git_str(&["rev-parse", "main"]);
+        let mut fi = FastImport::with_time(time);
+        let mut rng = common::Rng::new(seed);
+        fi.commit(
+            "refs/heads/main",
+            Some(&tip),
+            &format!("{name}\n"),
+            &[common::inline(name, rng.bytes(256 << 10))],
+        );
+        self.repo.fast_import(&fi.finish());
+    }
+
+    /// `git clone --mirror URL` with protocol `version` into the sandbox's NAME, checked by
+    /// `git fsck --strict`, against the served refs and against git's count of their objects:
+    /// its path.
+    pub fn mirror_clone(&self, version: &str, url: &str, name: &str) -> PathBuf {
+        let dst = self.sandbox.path().join(name);
+        self.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "clone",
+            "--mirror",
+            url,
+            dst.to_str().unwrap(),
+        ])
+        .assert_success();
+        self.sandbox
+            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(
+            self.refs_of(&dst),
+            self.refs_of(&self.repo.path),
+            "refs after clone v{version}"
+        );
+        let count = ["rev-list", "--all", "--objects", "--count"];
+        assert_eq!(
+            self.sandbox.git_run_in(&dst, &count, None).out().trim(),
+            self.repo.git_str(&count),
+            "objects of {name}"
+        );
+        dst
     }
 
     /// A `packd serve` of the root with `extra` options, logging the pack writer's debug lines
@@ -274,14 +335,7 @@ impl Fixture {
 
     /// A new commit on the served repository's `main` (same tree, `message`): its id.
     pub fn commit_on_main(&self, message: &str) -> String {
-        let tree = self.repo.git_str(&["rev-parse", "main^{tree}"]);
-        let parent = self.repo.git_str(&["rev-parse", "main"]);
-        let out = self
-            .repo
-            .git_stdin(&["commit-tree", &tree, "-p", &parent], message.as_bytes());
-        let new = String::from_utf8(out).unwrap().trim().to_string();
-        self.repo.git(&["update-ref", "refs/heads/main", &new]);
-        new
+        self.repo.commit_on_main(message)
     }
 
     /// `git -c protocol.version=VERSION ls-remote TARGET`, which must succeed: its output.
