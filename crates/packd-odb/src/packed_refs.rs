@@ -46,11 +46,29 @@ pub(crate) fn is_hidden(name: &str, skip: &[&str]) -> bool {
         .any(|p| name == *p || (name.starts_with(p) && name.as_bytes().get(p.len()) == Some(&b'/')))
 }
 
+/// What `packed-refs` says a ref peels to. git writes a `^` line after each annotated tag it
+/// packs, and its header's traits say for which refs a missing `^` line means "not a tag":
+/// `peeled` for those under `refs/tags/`, `fully-peeled` for all. An advertisement with
+/// thousands of refs then reads no object to peel them, as git's does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peeled {
+    /// The file does not say: the object must be read to know.
+    Unknown,
+    /// Not an annotated tag.
+    NotTag,
+    /// An annotated tag that peels, through every level of tags, to this object.
+    Tag(ObjectId),
+}
+
 /// A `packed-refs` file.
 #[derive(Debug)]
 pub struct PackedRefs {
     text: Text,
     sorted: bool,
+    /// The `peeled` trait: refs under `refs/tags/` without a `^` line are not tags.
+    peeled_tags: bool,
+    /// The `fully-peeled` trait: no ref without a `^` line is a tag.
+    fully_peeled: bool,
     /// Where the first ref line starts (after the header).
     first: usize,
 }
@@ -96,20 +114,48 @@ impl PackedRefs {
 
     fn new(text: Text) -> PackedRefs {
         let mut first = 0;
-        let mut sorted = false;
+        let (mut sorted, mut peeled_tags, mut fully_peeled) = (false, false, false);
         while text[first..].starts_with(b"#") {
             let end = line_end(&text, first);
             if let Some(traits) = text[first..end].strip_prefix(b"# pack-refs with:") {
-                sorted = traits
-                    .split(|&b| b == b' ' || b == b'\t' || b == b'\r')
-                    .any(|t| t == b"sorted");
+                for t in traits.split(|&b| b == b' ' || b == b'\t' || b == b'\r') {
+                    match t {
+                        b"sorted" => sorted = true,
+                        b"peeled" => peeled_tags = true,
+                        b"fully-peeled" => fully_peeled = true,
+                        _ => {}
+                    }
+                }
             }
             first = next_line(&text, first);
         }
         PackedRefs {
             text,
             sorted,
+            peeled_tags,
+            fully_peeled,
             first,
+        }
+    }
+
+    /// What the file says ref `name`, whose line starts at `s`, peels to: the `^` line after
+    /// it, else what the header's traits promise.
+    fn peel_after(&self, s: usize, name: &str) -> Peeled {
+        let next = next_line(&self.text, s);
+        if let Some(rest) = self.text[next..].strip_prefix(b"^") {
+            let hex = &rest[..rest
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+                .unwrap_or(rest.len())];
+            return match std::str::from_utf8(hex).ok().and_then(ObjectId::from_hex) {
+                Some(target) => Peeled::Tag(target),
+                None => Peeled::Unknown,
+            };
+        }
+        if self.fully_peeled || (self.peeled_tags && name.starts_with("refs/tags/")) {
+            Peeled::NotTag
+        } else {
+            Peeled::Unknown
         }
     }
 
@@ -183,13 +229,14 @@ impl PackedRefs {
         }
         self.entries("", &[])
             .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, id)| id)
+            .find(|(n, _, _)| n == name)
+            .map(|(_, id, _)| id)
     }
 
-    /// The refs under `prefix`, in file order, leaving out every ref under each of `skip`
-    /// (ref prefixes, matched at a `/`); in a sorted file the skipped ranges are not parsed.
-    pub fn entries(&self, prefix: &str, skip: &[&str]) -> Vec<(String, ObjectId)> {
+    /// The refs under `prefix`, sorted by name, with what the file says each peels to, leaving
+    /// out every ref under each of `skip` (ref prefixes, matched at a `/`); in a sorted file the
+    /// skipped ranges are not parsed.
+    pub fn entries(&self, prefix: &str, skip: &[&str]) -> Vec<(String, ObjectId, Peeled)> {
         let hidden = |name: &str| is_hidden(name, skip);
         let mut out = Vec::new();
         if !self.sorted {
@@ -198,7 +245,7 @@ impl PackedRefs {
                 if !self.text[s..].starts_with(b"^") && !self.text[s..].starts_with(b"#") {
                     if let Some((id, name)) = self.entry_at(s) {
                         if name.starts_with(prefix) && !hidden(name) {
-                            out.push((name.to_string(), id));
+                            out.push((name.to_string(), id, self.peel_after(s, name)));
                         }
                     }
                 }
@@ -233,54 +280,10 @@ impl PackedRefs {
                     break;
                 }
                 if !hidden(name) {
-                    out.push((name.to_string(), id));
+                    out.push((name.to_string(), id, self.peel_after(s, name)));
                 }
             }
             s = self.next_ref_line(s);
-        }
-        out
-    }
-
-    /// The refs under `prefix` with their peeled values, sorted by name: `Some(target)` for a
-    /// ref whose line is followed by a `^<target>` line (an annotated tag, and the object it
-    /// peels to through every level of tags), `None` otherwise. Callers use the peeled value to
-    /// skip reading the tag; git writes these lines for that purpose (`fully-peeled`) and reads
-    /// them for ref advertisements.
-    pub fn peeled_entries(&self, prefix: &str) -> Vec<(String, ObjectId, Option<ObjectId>)> {
-        let mut out: Vec<(String, ObjectId, Option<ObjectId>)> = Vec::new();
-        let mut s = if self.sorted && !prefix.is_empty() {
-            self.lower_bound(prefix)
-        } else {
-            self.first
-        };
-        // Whether the last ref line read is the last entry of `out` (a `^` line belongs to it).
-        let mut last_kept = false;
-        while s < self.text.len() {
-            let line = &self.text[s..line_end(&self.text, s)];
-            if let Some(hex) = line.strip_prefix(b"^") {
-                let hex = hex.strip_suffix(b"\r").unwrap_or(hex);
-                if last_kept {
-                    let peeled = std::str::from_utf8(hex).ok().and_then(ObjectId::from_hex);
-                    if let Some(last) = out.last_mut() {
-                        last.2 = peeled;
-                    }
-                }
-            } else if !line.starts_with(b"#") {
-                last_kept = false;
-                if let Some((id, name)) = self.entry_at(s) {
-                    if name.starts_with(prefix) {
-                        out.push((name.to_string(), id, None));
-                        last_kept = true;
-                    } else if self.sorted {
-                        // Sorted, and started at the prefix: past its range.
-                        break;
-                    }
-                }
-            }
-            s = next_line(&self.text, s);
-        }
-        if !self.sorted {
-            out.sort_by(|a, b| a.0.cmp(&b.0));
         }
         out
     }
@@ -360,7 +363,7 @@ impl FileKey {
 }
 
 /// Every packed ref of one `packed-refs` file, sorted by name.
-type Parsed = std::sync::Arc<[(Box<str>, ObjectId)]>;
+type Parsed = std::sync::Arc<[(Box<str>, ObjectId, Peeled)]>;
 
 /// A repository's `packed-refs`, parsed once and parsed again only when the file is replaced.
 ///
@@ -386,17 +389,18 @@ impl Default for PackedRefsCache {
 
 impl PackedRefsCache {
     /// The refs of `common_dir/packed-refs` under `prefix`, leaving out every ref under each
-    /// of `skip` (as [`PackedRefs::entries`]), sorted by name; empty when there is no file.
+    /// of `skip` (as [`PackedRefs::entries`]), sorted by name, with what each peels to; empty
+    /// when there is no file.
     pub fn entries(
         &self,
         common_dir: &Path,
         prefix: &str,
         skip: &[&str],
-    ) -> Result<Vec<(String, ObjectId)>> {
+    ) -> Result<Vec<(String, ObjectId, Peeled)>> {
         let Some(all) = self.all(common_dir)? else {
             return Ok(Vec::new());
         };
-        let below = |key: &str| all.partition_point(|(name, _)| &**name < key);
+        let below = |key: &str| all.partition_point(|(name, _, _)| &**name < key);
         let (from, to) = (below(prefix), below(&format!("{prefix}\u{10ffff}")));
         // As `PackedRefs::entries` does, each skipped prefix's range is jumped over, not
         // filtered ref by ref: `[p/, p0)` ('0' follows '/'), and `p` itself.
@@ -412,9 +416,9 @@ impl PackedRefsCache {
                 at = end;
                 continue;
             }
-            let (name, id) = &all[at];
+            let (name, id, peeled) = &all[at];
             if !skip.contains(&&**name) {
-                out.push((name.to_string(), *id));
+                out.push((name.to_string(), *id, *peeled));
             }
             at += 1;
         }
@@ -427,7 +431,7 @@ impl PackedRefsCache {
             return Ok(None);
         };
         Ok(all
-            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .binary_search_by(|(n, _, _)| (**n).cmp(name))
             .ok()
             .map(|i| all[i].1))
     }
@@ -465,7 +469,7 @@ impl PackedRefsCache {
         }
         let parsed: Parsed = all
             .into_iter()
-            .map(|(name, id)| (name.into_boxed_str(), id))
+            .map(|(name, id, peeled)| (name.into_boxed_str(), id, peeled))
             .collect();
         *self.lock() = (!key.is_recent(self.recent)).then(|| (key, parsed.clone()));
         Ok(Some(parsed))
@@ -522,7 +526,7 @@ mod tests {
         let visible: Vec<String> = packed
             .entries("refs/", &["refs/pull"])
             .into_iter()
-            .map(|(n, _)| n)
+            .map(|(n, _, _)| n)
             .collect();
         assert_eq!(
             visible,
@@ -543,27 +547,67 @@ mod tests {
         );
         assert_eq!(unsorted.entries("refs/", &["refs/pull"]).len(), 4);
 
-        // Peeled values: only the refs followed by a `^` line, sorted or not.
+        // Peeled values: the refs followed by a `^` line are tags; the header's
+        // `fully-peeled` says no other ref is, sorted or not.
         for file in [&packed, &unsorted] {
-            let peeled: Vec<(String, Option<String>)> = file
-                .peeled_entries("refs/")
+            let peeled: Vec<(String, Peeled)> = file
+                .entries("refs/", &[])
                 .into_iter()
-                .filter(|(_, _, p)| p.is_some())
-                .map(|(n, _, p)| (n, p.map(|p| p.to_hex())))
+                .filter(|(_, _, p)| *p != Peeled::NotTag)
+                .map(|(n, _, p)| (n, p))
                 .collect();
+            let tag = Peeled::Tag(ObjectId::from_hex(&id(9999)).unwrap());
             assert_eq!(
                 peeled,
                 vec![
-                    ("refs/pull/7/head".to_string(), Some(id(9999))),
-                    ("refs/tags/v1".to_string(), Some(id(9999)))
+                    ("refs/pull/7/head".to_string(), tag),
+                    ("refs/tags/v1".to_string(), tag)
                 ]
             );
-            assert_eq!(file.peeled_entries("refs/").len(), names.len());
-            let tags = file.peeled_entries("refs/tags/");
-            assert_eq!(tags.len(), 1);
-            assert_eq!(tags[0].2.map(|p| p.to_hex()), Some(id(9999)));
-            assert!(file.peeled_entries("refs/nothing/").is_empty());
+            assert_eq!(file.entries("refs/tags/", &[]).len(), 1);
+            assert!(file.entries("refs/nothing/", &[]).is_empty());
         }
+        // `peeled` alone promises only tags' lines; without a trait nothing is promised.
+        let tags_only = PackedRefs::from_text(text.replace("fully-peeled ", ""));
+        let no_traits = PackedRefs::from_text(text.replace("peeled fully-peeled ", ""));
+        for (n, promised) in [
+            ("refs/heads/main", Peeled::NotTag),
+            (
+                "refs/tags/v1",
+                Peeled::Tag(ObjectId::from_hex(&id(9999)).unwrap()),
+            ),
+        ] {
+            let of = |file: &PackedRefs| {
+                file.entries(n, &[])
+                    .into_iter()
+                    .find(|(name, _, _)| name == n)
+                    .map(|(_, _, p)| p)
+            };
+            assert_eq!(of(&packed), Some(promised), "{n}");
+            let tagged = matches!(promised, Peeled::Tag(_));
+            assert_eq!(
+                of(&tags_only),
+                Some(if tagged { promised } else { Peeled::Unknown }),
+                "{n}"
+            );
+            assert_eq!(
+                of(&no_traits),
+                Some(if tagged { promised } else { Peeled::Unknown }),
+                "{n}"
+            );
+        }
+        let untagged_tag = format!(
+            "# pack-refs with: peeled sorted \n{} refs/heads/a\n{} refs/tags/t\n",
+            id(1),
+            id(2)
+        );
+        let tags_only = PackedRefs::from_text(untagged_tag);
+        let peels: Vec<Peeled> = tags_only
+            .entries("", &[])
+            .into_iter()
+            .map(|(_, _, p)| p)
+            .collect();
+        assert_eq!(peels, [Peeled::Unknown, Peeled::NotTag]);
     }
 
     #[test]
@@ -591,7 +635,9 @@ mod tests {
             id(3),
             id(4)
         ));
-        let names = |v: Vec<(String, ObjectId)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        let names = |v: Vec<(String, ObjectId, Peeled)>| {
+            v.into_iter().map(|(n, _, _)| n).collect::<Vec<_>>()
+        };
         assert_eq!(
             names(cache.entries(dir.path(), "refs/", &["refs/pull"]).unwrap()),
             ["refs/heads/a", "refs/tags/v1"]

@@ -8,7 +8,7 @@
 //! ```
 
 use crate::hash::ObjectId;
-use crate::packed_refs::{PackedRefs, PackedRefsCache};
+use crate::packed_refs::{PackedRefs, PackedRefsCache, Peeled};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -24,6 +24,19 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
     ("refs/remotes/", ""),
     ("refs/remotes/", "/HEAD"),
 ];
+
+/// One ref as listed: what an advertisement needs to say of it without reading more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedRef {
+    /// The full name (`refs/heads/main`).
+    pub name: String,
+    /// The id it points at (symbolic refs followed).
+    pub id: ObjectId,
+    /// What `packed-refs` says it peels to ([`Peeled::Unknown`] for a loose ref).
+    pub peeled: Peeled,
+    /// Whether a loose file holds it: only such a ref can be a symbolic ref.
+    pub loose: bool,
+}
 
 /// Reads refs from a repository's directories: `git_dir` for HEAD and per-worktree refs,
 /// `common_dir` for everything else (they are the same outside linked worktrees).
@@ -171,6 +184,17 @@ impl<'a> RefReader<'a> {
     /// as hidden `refs/pull`): the packed ones are not even parsed, unless the repository keeps
     /// the file parsed (a server).
     pub fn list_skipping(&self, prefix: &str, skip: &[&str]) -> Result<Vec<(String, ObjectId)>> {
+        Ok(self
+            .list_refs(prefix, skip)?
+            .into_iter()
+            .map(|r| (r.name, r.id))
+            .collect())
+    }
+
+    /// Like [`RefReader::list_skipping`], with what `packed-refs` says each ref peels to and
+    /// which refs are loose files: an advertisement of thousands of packed refs then reads no
+    /// tag and opens no ref file to peel them or to look for symbolic refs.
+    pub fn list_refs(&self, prefix: &str, skip: &[&str]) -> Result<Vec<ListedRef>> {
         let hidden = |name: &str| crate::packed_refs::is_hidden(name, skip);
         let packed = match self.packed_cache {
             Some(cache) => cache.entries(self.common_dir, prefix, skip)?,
@@ -200,20 +224,31 @@ impl<'a> RefReader<'a> {
         let mut loose = Vec::with_capacity(loose_names.len());
         for name in loose_names {
             if let Some(id) = self.resolve_full(&name)? {
-                loose.push((name, id));
+                loose.push(ListedRef {
+                    name,
+                    id,
+                    peeled: Peeled::Unknown,
+                    loose: true,
+                });
             }
         }
         // Merge the two sorted lists; a loose ref replaces a packed one of the same name.
+        let listed = |(name, id, peeled)| ListedRef {
+            name,
+            id,
+            peeled,
+            loose: false,
+        };
         let mut out = Vec::with_capacity(packed.len() + loose.len());
         let mut packed = packed.into_iter().peekable();
-        for (name, id) in loose {
-            while let Some(p) = packed.next_if(|p| p.0 < name) {
-                out.push(p);
+        for r in loose {
+            while let Some(p) = packed.next_if(|p| p.0 < r.name) {
+                out.push(listed(p));
             }
-            packed.next_if(|p| p.0 == name);
-            out.push((name, id));
+            packed.next_if(|p| p.0 == r.name);
+            out.push(r);
         }
-        out.extend(packed);
+        out.extend(packed.map(listed));
         Ok(out)
     }
 
@@ -222,24 +257,17 @@ impl<'a> RefReader<'a> {
     /// loose refs and refs without a `^` line, whose kind the caller must find out itself.
     /// `rev-list --all` uses it to take a tag's target without reading the tag.
     pub fn list_peeled(&self, prefix: &str) -> Result<Vec<(String, ObjectId, Option<ObjectId>)>> {
-        let listed = self.list(prefix)?;
-        let packed = match PackedRefs::read(self.common_dir)? {
-            Some(p) => p.peeled_entries(prefix),
-            None => Vec::new(),
-        };
-        // Both sorted by name; a peeled value counts only when the listed value is the packed
-        // one (a loose ref of the same name wins).
-        let mut packed = packed.into_iter().peekable();
-        let mut out = Vec::with_capacity(listed.len());
-        for (name, id) in listed {
-            while packed.next_if(|p| p.0 < name).is_some() {}
-            let peeled = match packed.peek() {
-                Some((n, packed_id, peeled)) if *n == name && *packed_id == id => *peeled,
-                _ => None,
-            };
-            out.push((name, id, peeled));
-        }
-        Ok(out)
+        Ok(self
+            .list_refs(prefix, &[])?
+            .into_iter()
+            .map(|r| {
+                let peeled = match r.peeled {
+                    Peeled::Tag(target) => Some(target),
+                    Peeled::NotTag | Peeled::Unknown => None,
+                };
+                (r.name, r.id, peeled)
+            })
+            .collect())
     }
 
     /// The id a name as a user types it points at (`HEAD`, `main`, `v1.0`, `refs/heads/x`),

@@ -14,6 +14,7 @@
 use crate::walk;
 use crate::{FetchRequest, Filter, PackError, PackServer, ProgressSink};
 use packd_odb::pack::Pack;
+use packd_odb::packed_refs::Peeled;
 use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind};
 use packd_reach::ewah::Bitmap;
 use std::collections::HashMap;
@@ -203,6 +204,16 @@ const MAX_AFTER_WHOLE: usize = 4096;
 /// while it is compressed again).
 const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
 
+/// Whether `count` entries of `pack` are few enough to be found one by one (see
+/// [`Pack::entry_at_position`]) rather than by sorting every offset of the pack. Measured on
+/// git/git's pack (841,300 entries), in a fresh process: sorting took 33-43 ms of CPU; the
+/// rank index 11 ms, then about 0.9 µs an entry, so that a sixty-fourth of the pack (13,000
+/// entries) cost 20 ms and 30,000 cost 38 ms. A pack whose offsets are sorted already always
+/// takes them.
+pub(crate) fn is_few(count: u64, pack: &Pack) -> bool {
+    !pack.has_reverse_index() && count <= pack.len() as u64 / 64
+}
+
 fn missing(id: &ObjectId) -> PackError {
     PackError::BadRequest(format!("object {id} is missing from the repository"))
 }
@@ -286,9 +297,18 @@ impl PackServer {
                     }
                     let mut sorter = Sorter::new();
                     sorter.items.reserve(total as usize + outside.len());
-                    // One pack's bits are its entries in offset order: no lookups needed.
+                    // One pack's bits are its entries in offset order: no lookups needed once
+                    // its offsets are sorted. A few objects (a fetch) are found entry by entry
+                    // instead, when nothing has sorted them yet (a process per request).
                     let single = match index.single_pack() {
-                        Some(pack) => Some((pack, pack.sorted_offsets()?)),
+                        Some(pack) if is_few(total, pack) => {
+                            tracing::debug!(
+                                "{total} objects of {} found entry by entry (its offsets are not sorted)",
+                                pack.data_name()
+                            );
+                            Some((pack, None))
+                        }
+                        Some(pack) => Some((pack, Some(pack.sorted_offsets()?))),
                         None => None,
                     };
                     let no_object = |bit: u64| {
@@ -304,8 +324,15 @@ impl PackServer {
                             progress.update("Counting objects", n as u64, Some(total));
                         }
                         match single {
-                            Some((pack, offsets)) if bit + 1 < offsets.len() as u64 => {
+                            Some((pack, Some(offsets))) if bit + 1 < offsets.len() as u64 => {
                                 sorter.push_packed(pack, offsets[bit as usize])
+                            }
+                            Some((pack, None)) => {
+                                let position = u32::try_from(bit).map_err(|_| no_object(bit))?;
+                                let (offset, _) = pack
+                                    .entry_at_position(position)?
+                                    .ok_or_else(|| no_object(bit))?;
+                                sorter.push_packed(pack, offset)
                             }
                             Some(_) => return Err(no_object(bit)),
                             None => {
@@ -527,13 +554,22 @@ impl PackServer {
     ) -> Result<Vec<ObjectId>, PackError> {
         let walker = packd_reach::walk::Walker::new(&self.repo);
         let mut out = Vec::new();
-        for (_, id) in self.repo.refs().list("refs/tags/")? {
-            let header = self.repo.objects().header(&id)?;
-            if header.map(|h| h.kind) != Some(ObjectKind::Tag) {
-                continue;
+        for r in self.repo.refs().list_refs("refs/tags/", &[])? {
+            // What `packed-refs` says spares reading the tag, unless its target is sent: then
+            // the tags between the ref and its target (a tag of a tag) are read to send them.
+            match r.peeled {
+                Peeled::NotTag => continue,
+                Peeled::Tag(target) if !sent(&target)? => continue,
+                Peeled::Tag(_) => {}
+                Peeled::Unknown => {
+                    let header = self.repo.objects().header(&r.id)?;
+                    if header.map(|h| h.kind) != Some(ObjectKind::Tag) {
+                        continue;
+                    }
+                }
             }
             let mut chain = Vec::new();
-            let (target, _) = walker.peel(id, &mut chain)?;
+            let (target, _) = walker.peel(r.id, &mut chain)?;
             if sent(&target)? {
                 out.extend(chain);
             }

@@ -324,42 +324,81 @@ enum Send {
     Whole,
 }
 
-/// Finds entries of one pack in its offset order, for items that come in that order.
-struct Cursor<'a> {
-    rank: u32,
+/// One entry of a pack as the writer needs it.
+struct Found {
+    /// Where it ends: the next entry's offset, or the trailer's.
+    end: u64,
+    /// Its position in the pack's index.
+    index_pos: u32,
+    /// Its CRC-32 (`None`: the index has none).
+    crc: Option<u32>,
+}
+
+/// A pack's reverse index as the writer reads it: its offsets (the trailer's last), index
+/// positions and CRC-32s (`None`: the index has none), all in offset order.
+struct PackOrder<'a> {
     offsets: &'a [u64],
     positions: &'a [u32],
-    /// The CRC-32 of each entry in this order (`None`: the index has none).
     crcs: Option<&'a [u32]>,
+}
+
+/// Finds entries of one pack, for items that come in offset order: in the pack's reverse
+/// index, or entry by entry when the items are few and nothing has sorted the pack's offsets
+/// (see `count::is_few`).
+struct Cursor<'a> {
+    rank: u32,
+    /// The pack's reverse index; `None` to ask the pack entry by entry.
+    order: Option<PackOrder<'a>>,
     at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(rank: u32, pack: &'a Pack) -> Result<Cursor<'a>, PackError> {
-        Ok(Cursor {
-            rank,
-            offsets: pack.sorted_offsets()?,
-            positions: pack.positions_in_pack_order()?,
-            crcs: pack.crcs_in_pack_order()?,
-            at: 0,
-        })
+    fn new(rank: u32, pack: &'a Pack, items: u64) -> Result<Cursor<'a>, PackError> {
+        let order = if crate::count::is_few(items, pack) {
+            None
+        } else {
+            Some(PackOrder {
+                offsets: pack.sorted_offsets()?,
+                positions: pack.positions_in_pack_order()?,
+                crcs: pack.crcs_in_pack_order()?,
+            })
+        };
+        Ok(Cursor { rank, order, at: 0 })
     }
 
-    /// The pack position of the entry at `offset`, at or after the last one found.
-    fn seek(&mut self, pack: &Pack, offset: u64) -> Result<usize, PackError> {
-        let n = self.positions.len();
+    /// The entry at `offset`, at or after the last one found.
+    fn seek(&mut self, pack: &Pack, offset: u64) -> Result<Found, PackError> {
+        let Some(PackOrder {
+            offsets,
+            positions,
+            crcs,
+        }) = self.order
+        else {
+            let index_pos = pack.position_at(offset)?;
+            return Ok(Found {
+                end: pack.entry_end(offset)?,
+                index_pos,
+                crc: pack.index().crc32(index_pos),
+            });
+        };
+        let n = positions.len();
+        let found = |i: usize| Found {
+            end: offsets[i + 1],
+            index_pos: positions[i],
+            crc: crcs.and_then(|crcs| crcs.get(i).copied()),
+        };
         // Dense runs (a clone) ask for the entry after the last one.
         for i in [self.at, self.at + 1] {
-            if i < n && self.offsets[i] == offset {
+            if i < n && offsets[i] == offset {
                 self.at = i;
-                return Ok(i);
+                return Ok(found(i));
             }
         }
         let from = self.at.min(n);
-        let i = from + self.offsets[from..n].partition_point(|&o| o < offset);
-        if i < n && self.offsets[i] == offset {
+        let i = from + offsets[from..n].partition_point(|&o| o < offset);
+        if i < n && offsets[i] == offset {
             self.at = i;
-            Ok(i)
+            Ok(found(i))
         } else {
             Err(packd_odb::Error::corrupt(
                 pack.data_name(),
@@ -367,6 +406,17 @@ impl<'a> Cursor<'a> {
                 "no object of the index starts at this offset",
             )
             .into())
+        }
+    }
+
+    /// Where the entry at `offset` (an entry of the pack) ends.
+    fn end_of(&self, pack: &Pack, offset: u64) -> Result<u64, PackError> {
+        match self.order {
+            Some(PackOrder { offsets, .. }) => {
+                let k = offsets.partition_point(|&o| o <= offset);
+                Ok(offsets.get(k).copied().unwrap_or(offset))
+            }
+            None => Ok(pack.entry_end(offset)?),
         }
     }
 }
@@ -871,15 +921,18 @@ impl PackServer {
             }
             let pack = &plan.packs[item.rank as usize];
             if cursor.as_ref().is_none_or(|c| c.rank != item.rank) {
-                cursor = Some(Cursor::new(item.rank, pack)?);
+                let items = plan.items[i..].partition_point(|n| n.rank == item.rank);
+                cursor = Some(Cursor::new(item.rank, pack, items as u64)?);
             }
             let cursor = cursor.as_mut().expect("set above");
-            let at = cursor.seek(pack, item.offset)?;
-            let end = cursor.offsets[at + 1];
-            let index_pos = cursor.positions[at];
-            let expected_crc = cursor.crcs.and_then(|crcs| crcs.get(at).copied());
+            let Found {
+                end,
+                index_pos,
+                crc: expected_crc,
+            } = cursor.seek(pack, item.offset)?;
             // Where the entries to send that follow this one closely end: one read serves
             // them, skipping gaps shorter than a read costs, within a window's reach.
+            // (An entry whose end cannot be found ends the span: it is read on its own.)
             let ahead = || {
                 let mut span_end = end;
                 for n in &plan.items[i + 1..] {
@@ -889,8 +942,10 @@ impl PackServer {
                     {
                         break;
                     }
-                    let k = cursor.offsets.partition_point(|&o| o <= n.offset);
-                    span_end = cursor.offsets.get(k).copied().unwrap_or(span_end);
+                    match cursor.end_of(pack, n.offset) {
+                        Ok(n_end) => span_end = n_end.max(span_end),
+                        Err(_) => break,
+                    }
                 }
                 span_end
             };

@@ -15,21 +15,14 @@
 //! ```
 
 use crate::{pkt_line, Mode, ProtocolError, ProtocolVersion, UploadPack};
+use packd_odb::packed_refs::Peeled;
+use packd_odb::refs::ListedRef;
 use packd_odb::{ObjectId, ObjectKind, Repository};
 use std::io::Write;
 
 /// The agent string sent to clients.
 pub fn agent() -> String {
     format!("packd/{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// One ref as advertised.
-#[derive(Debug, Clone)]
-pub(crate) struct Ref {
-    /// Full name (`refs/heads/main`, or `HEAD`).
-    pub name: String,
-    /// The id it points at.
-    pub id: ObjectId,
 }
 
 /// The repository's refs, read once per advertisement or request.
@@ -39,8 +32,8 @@ pub(crate) struct RefSnapshot {
     pub head: Option<ObjectId>,
     /// What HEAD points at, when it is a symbolic ref (even an unborn branch).
     pub head_target: Option<String>,
-    /// Every ref under `refs/`, sorted by name.
-    pub refs: Vec<Ref>,
+    /// Every ref under `refs/`, sorted by name, with what `packed-refs` says it peels to.
+    pub refs: Vec<ListedRef>,
 }
 
 impl RefSnapshot {
@@ -49,11 +42,7 @@ impl RefSnapshot {
         let reader = repo.refs();
         let head = reader.resolve_full("HEAD")?;
         let head_target = reader.symref_target("HEAD")?;
-        let refs = reader
-            .list("refs/")?
-            .into_iter()
-            .map(|(name, id)| Ref { name, id })
-            .collect();
+        let refs = reader.list_refs("refs/", &[])?;
         Ok(RefSnapshot {
             head,
             head_target,
@@ -68,6 +57,16 @@ impl RefSnapshot {
         tips.sort_unstable();
         tips.dedup();
         tips
+    }
+}
+
+/// What listed ref `r` peels to (see [`peeled`]): from `packed-refs` when it says, else by
+/// reading the object.
+pub(crate) fn peeled_ref(repo: &Repository, r: &ListedRef) -> Option<ObjectId> {
+    match r.peeled {
+        Peeled::Tag(target) => Some(target),
+        Peeled::NotTag => None,
+        Peeled::Unknown => peeled(repo, &r.id),
     }
 }
 
@@ -122,18 +121,18 @@ impl UploadPack {
         }
         let symref = snapshot.head.and(snapshot.head_target.as_deref());
         let mut caps = Some(self.v0_capabilities(symref));
-        let mut lines: Vec<(String, ObjectId)> = Vec::new();
-        if let Some(head) = snapshot.head {
-            lines.push(("HEAD".to_string(), head));
-        }
-        lines.extend(snapshot.refs.iter().map(|r| (r.name.clone(), r.id)));
-        for (name, id) in &lines {
+        let head = snapshot.head.map(|id| ("HEAD", id, peeled(repo, &id)));
+        let refs = snapshot
+            .refs
+            .iter()
+            .map(|r| (r.name.as_str(), r.id, peeled_ref(repo, r)));
+        for (name, id, peeled) in head.into_iter().chain(refs) {
             let line = match caps.take() {
                 Some(c) => format!("{id} {name}\0{c}\n"),
                 None => format!("{id} {name}\n"),
             };
             pkt_line::write_text(out, &line)?;
-            if let Some(p) = peeled(repo, id) {
+            if let Some(p) = peeled {
                 pkt_line::write_text(out, &format!("{p} {name}^{{}}\n"))?;
             }
         }

@@ -10,7 +10,7 @@
 //!         "0000"
 //! ```
 
-use crate::advertise::{peeled, RefSnapshot};
+use crate::advertise::{peeled, peeled_ref, RefSnapshot};
 use crate::pkt_line::{self, show};
 use crate::{ProtocolError, UploadPack};
 use std::io::Write;
@@ -102,13 +102,14 @@ impl UploadPack {
                 continue;
             }
             let mut line = format!("{} {}", r.id, r.name);
-            if args.symrefs {
+            // Only a loose file can be a symbolic ref.
+            if args.symrefs && r.loose {
                 if let Some(t) = reader.symref_target(&r.name)? {
                     line.push_str(&format!(" symref-target:{t}"));
                 }
             }
             if args.peel {
-                if let Some(p) = peeled(repo, &r.id) {
+                if let Some(p) = peeled_ref(repo, r) {
                     line.push_str(&format!(" peeled:{p}"));
                 }
             }

@@ -32,6 +32,110 @@ fn ls_remote_matches_git_v0_v1_v2() {
     );
 }
 
+/// With the refs packed, packd takes what `packed-refs` says a ref peels to, and reads the
+/// object only where the file's traits promise nothing, as git does: `git ls-remote` (v0 and
+/// v2, with `--symref`) answers as git's own for the file as git wrote it, for one whose
+/// `fully-peeled` trait and the `^` line of a ref outside `refs/tags/` were removed (it points at an
+/// annotated tag, so it must still be peeled), and for one with no traits and no `^` line at
+/// all. A clone of `main` following tags gets the packed tags on `main` (and the tag of a tag
+/// among them), not the one on `side`.
+#[test]
+fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
+    let f = Fixture::new();
+    let repo = &f.repo;
+    repo.git(&["tag", "-a", "-m", "outer", "outer", "v1.0"]);
+    repo.git(&["tag", "-a", "-m", "on side", "side-tag", "side"]);
+    let tag = repo.git_str(&["rev-parse", "refs/tags/v1.0"]);
+    repo.git(&["update-ref", "refs/review/tagged", &tag]);
+    repo.git(&["pack-refs", "--all"]);
+    repo.git(&["symbolic-ref", "refs/heads/alias", "refs/heads/main"]);
+    let packed_refs = repo.path.join("packed-refs");
+    let written = std::fs::read_to_string(&packed_refs).unwrap();
+    assert!(
+        written.starts_with("# pack-refs with: peeled fully-peeled sorted"),
+        "{written}"
+    );
+    let tagged_line = format!("{tag} refs/review/tagged\n");
+    assert!(written.contains(&format!("{tagged_line}^")), "{written}");
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let local = repo.path.to_str().unwrap().to_string();
+    let ls_remote = |version: &str, target: &str| {
+        let run = f.git(&[
+            "-c",
+            &format!("protocol.version={version}"),
+            "ls-remote",
+            "--symref",
+            target,
+        ]);
+        run.assert_success();
+        run.out()
+    };
+    // Each file replaces the last as git replaces it: a new file renamed over the old one.
+    let replace = |text: &str| {
+        let new = repo.path.join("packed-refs.new");
+        std::fs::write(&new, text).unwrap();
+        std::fs::rename(&new, &packed_refs).unwrap();
+    };
+    let without_tagged_peel = {
+        let at = written.find(&tagged_line).unwrap() + tagged_line.len();
+        let peel_end = at + written[at..].find('\n').unwrap() + 1;
+        format!("{}{}", &written[..at], &written[peel_end..])
+            .replace("peeled fully-peeled sorted", "peeled sorted")
+    };
+    let bare: String = written
+        .lines()
+        .filter(|l| !l.starts_with('^') && !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (what, text) in [
+        ("as git wrote it", written.clone()),
+        ("peeled, a review ref's ^ line removed", without_tagged_peel),
+        ("no traits, no ^ lines", bare),
+    ] {
+        replace(&text);
+        for version in ["0", "2"] {
+            let expected = ls_remote(version, &local);
+            assert!(
+                expected.contains("refs/review/tagged^{}") && expected.contains("outer^{}"),
+                "{what}: {expected}"
+            );
+            assert_eq!(
+                ls_remote(version, &server.http_url("repo.git")),
+                expected,
+                "{what}, protocol v{version}"
+            );
+        }
+    }
+    replace(&written);
+    for version in ["0", "2"] {
+        let dst = f.clone_main_with(
+            version,
+            &server.http_url("repo.git"),
+            &format!("tags-v{version}.git"),
+            true,
+        );
+        let tags = f
+            .sandbox
+            .git_run_in(&dst, &["tag", "--list"], None)
+            .out()
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        assert_eq!(tags, ["light", "outer", "v1.0"], "v{version}");
+        for name in ["outer", "v1.0"] {
+            let r = format!("refs/tags/{name}");
+            assert_eq!(
+                f.sandbox
+                    .git_run_in(&dst, &["rev-parse", &r], None)
+                    .out()
+                    .trim(),
+                repo.git_str(&["rev-parse", &r]),
+                "v{version}: {r}"
+            );
+        }
+    }
+}
+
 fn clone_and_check(f: &Fixture, server: &Server, version: &str) -> std::path::PathBuf {
     mirror_clone_checked(f, server, version, &format!("clone-v{version}.git"))
 }

@@ -227,6 +227,75 @@ fn clones_equal_plain_git_clones_and_fetch_increments() {
     }
 }
 
+/// A fetch of a few objects out of a large pack, by a process that has sorted nothing (a
+/// process per request, as over ssh), finds each entry through the pack's rank index rather
+/// than sorting every offset of the pack: the client ends up with what git's own upload-pack
+/// gives it, deltas against objects it has included (the files shrink, so git's repack makes
+/// the newer versions deltas against the older).
+#[test]
+fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("src.git");
+    let mut fi = FastImport::new();
+    let mut last: Option<u32> = None;
+    for i in 0..400u32 {
+        let body: String = (0..2000 - i * 3).map(|j| format!("{j}\n")).collect();
+        let from = last.map(|m| format!(":{m}"));
+        let m = fi.commit(
+            "refs/heads/main",
+            from.as_deref(),
+            &format!("commit {i}\n"),
+            &[inline(&format!("d{}/f{}.txt", i % 5, i % 7), body)],
+        );
+        last = Some(m);
+        if i == 397 {
+            fi.reset("refs/heads/old", &format!(":{m}"));
+        }
+    }
+    repo.fast_import(&fi.finish());
+    repo.git(&["repack", "-adbfq"]);
+    let src = repo.path.to_str().unwrap();
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let mut stderr = String::new();
+    for (name, packd) in [("by-git", false), ("by-packd", true)] {
+        git_v(
+            &sb,
+            sb.path(),
+            2,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                "--no-local",
+                "--single-branch",
+                "--branch",
+                "old",
+                src,
+                name,
+            ],
+        )
+        .assert_success();
+        let dir = sb.path().join(name);
+        let mut cmd = sb.git_cmd(&dir);
+        cmd.env("PACKD_LOG", "packd_pack=debug");
+        cmd.args(["-c", "protocol.version=2", "fetch", "-q"]);
+        if packd {
+            cmd.arg(&up);
+        }
+        cmd.args(["origin", "main:refs/heads/main"]);
+        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+        run.assert_success();
+        if packd {
+            stderr = run.err();
+        }
+        fsck(&sb, &dir);
+    }
+    assert!(stderr.contains("found entry by entry"), "{stderr}");
+    let (by_git, by_packd) = (sb.path().join("by-git"), sb.path().join("by-packd"));
+    assert_eq!(objects_of(&sb, &by_packd), objects_of(&sb, &by_git));
+    assert_eq!(refs_of(&sb, &by_packd), refs_of(&sb, &by_git));
+}
+
 #[test]
 fn shallow_clones_and_deepening() {
     let sb = Sandbox::new();

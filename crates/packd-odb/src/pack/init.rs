@@ -146,17 +146,59 @@ impl Pack {
         Ok(&self.reverse_index()?.offsets)
     }
 
+    /// The pack's rank index, built on first use (see `rank.rs`), unless it has a reverse
+    /// index already or cannot have a rank index (over 4 GiB, or an entry placed outside the
+    /// entries): then `None`, and the reverse index answers.
+    fn rank_index(&self) -> Option<&super::rank::RankIndex> {
+        if self.has_reverse_index() {
+            return None;
+        }
+        // Threads asking at once wait for one build. A failure to build (an offset that cannot
+        // be read) leaves the exact reverse index to report it.
+        self.rank
+            .get_or_init(|| {
+                super::rank::RankIndex::build(&self.index, self.data.len() - 20)
+                    .ok()
+                    .flatten()
+            })
+            .as_ref()
+    }
+
+    fn no_entry_at(&self, offset: u64) -> Error {
+        Error::corrupt(
+            self.data.name(),
+            offset,
+            "no object of the index starts at this offset",
+        )
+    }
+
     /// The index position of the entry at `offset`.
     pub fn position_at(&self, offset: u64) -> Result<u32> {
+        if let Some(rank) = self.rank_index() {
+            return rank
+                .index_position(&self.index, offset)
+                .ok_or_else(|| self.no_entry_at(offset));
+        }
         let rev = self.reverse_index()?;
         match rev.offsets[..rev.positions.len()].binary_search(&offset) {
             Ok(i) => Ok(rev.positions[i]),
-            Err(_) => Err(Error::corrupt(
-                self.data.name(),
-                offset,
-                "no object of the index starts at this offset",
-            )),
+            Err(_) => Err(self.no_entry_at(offset)),
         }
+    }
+
+    /// The offset and index position of the entry at pack position `pos` (the bit that stands
+    /// for it in a bitmap); `None` past the last entry. Without a reverse index, the rank index
+    /// answers (a few hundred steps): callers that go through most of the pack should take
+    /// [`Pack::sorted_offsets`] instead.
+    pub fn entry_at_position(&self, pos: u32) -> Result<Option<(u64, u32)>> {
+        if let Some(rank) = self.rank_index() {
+            return Ok(rank.select(&self.index, pos));
+        }
+        let rev = self.reverse_index()?;
+        Ok(rev
+            .positions
+            .get(pos as usize)
+            .map(|&index_pos| (rev.offsets[pos as usize], index_pos)))
     }
 
     /// Whether the reverse index has been built (so that [`Pack::pack_position`] and
@@ -191,17 +233,8 @@ impl Pack {
             return Ok(None);
         }
         let offset = self.index.offset(index_pos)?;
-        if !self.has_reverse_index() {
-            // Threads asking at once wait for one build. A failure to build (an offset that
-            // cannot be read) leaves the exact reverse index to report it.
-            let rank = self.rank.get_or_init(|| {
-                super::rank::RankIndex::build(&self.index, self.data.len() - 20)
-                    .ok()
-                    .flatten()
-            });
-            if let Some(rank) = rank {
-                return Ok(rank.rank(offset));
-            }
+        if let Some(rank) = self.rank_index() {
+            return Ok(rank.rank(offset));
         }
         let rev = self.reverse_index()?;
         Ok(
@@ -212,9 +245,14 @@ impl Pack {
         )
     }
 
-    /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer). The
-    /// first call builds the reverse index.
+    /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer).
+    /// Without a reverse index, the rank index answers.
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
+        if let Some(rank) = self.rank_index() {
+            if rank.rank(offset).is_some() {
+                return Ok(rank.next_offset(offset).unwrap_or(self.data.len() - 20));
+            }
+        }
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
