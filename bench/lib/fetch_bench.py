@@ -311,6 +311,77 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
                 os.unlink(f"{tmp}/{f}")
 
 
+def mirror_fetch_by_git(packd, repo, tmp, runs):
+    """A mirror's `git fetch` of a push, by the real git client (protocol v2, which negotiates:
+    it sends haves from its refs, newest first, until the server is ready, where the
+    `after_push` row sends every ref as a have). A hard-linked copy of `repo` is the server;
+    another, with a mirror's fetch refspec, the client. Each round pushes a new commit on
+    HEAD's branch (loose, as receive-pack stores a small push) and resets the client's branch
+    to before it, then fetches it from git upload-pack and from `packd upload-pack` (each a
+    process per fetch, as over ssh; their CPU taken by `rusage_wrap.py`) and from a running
+    `packd serve` over HTTP (which served one such fetch first; CPU from /proc over 4 x `runs`
+    fetches). No pack bytes: the client keeps the few objects loose."""
+    server_copy, client = f"{tmp}/fetched.git", f"{tmp}/mirror.git"
+    for path in (server_copy, client):
+        shutil.rmtree(path, ignore_errors=True)
+        subprocess.run(["cp", "-al", repo, path], check=True)
+        shutil.rmtree(f"{path}/logs", ignore_errors=True)
+        git(path, "config", "core.logAllRefUpdates", "false")
+    git(client, "config", "remote.origin.fetch", "+refs/*:refs/*")
+    git(client, "config", "remote.origin.mirror", "true")
+    branch = git(server_copy, "symbolic-ref", "HEAD")
+    old_head = git(server_copy, "rev-parse", "HEAD")
+    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
+    wrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rusage_wrap.py")
+    log = f"{tmp}/rusage.log"
+    pushes = [0]
+
+    def fetch_push(url, upload_pack=None):
+        pushes[0] += 1
+        new = subprocess.run(["git", "-C", server_copy, "commit-tree", "-p", old_head, "-m",
+                              f"pushed {pushes[0]}", f"{old_head}^{{tree}}"], check=True,
+                             capture_output=True, text=True, env=env).stdout.strip()
+        git(server_copy, "update-ref", branch, new)
+        git(client, "update-ref", branch, old_head)
+        git(client, "config", "remote.origin.url", url)
+        args = ["git", "-C", client, "-c", "protocol.version=2", "fetch", "-q"]
+        if upload_pack:
+            args.append(f"--upload-pack={sys.executable} {wrap} {log} {upload_pack}")
+        subprocess.run(args + ["origin"], check=True)
+        if git(client, "rev-parse", branch) != new:
+            sys.exit("the mirror did not fetch the push")
+
+    server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
+    try:
+        cpu = {}
+        for label, upload_pack in (("git upload-pack", "git-upload-pack"),
+                                   ("packd upload-pack", f"{packd} upload-pack")):
+            open(log, "w").close()
+            for _ in range(runs):
+                fetch_push(f"file://{server_copy}", upload_pack)
+            cpu[label] = statistics.mean(float(x) for x in open(log).read().split())
+        url = f"http://127.0.0.1:{server.port}/fetched.git"
+        first = server.cpu()
+        fetch_push(url)
+        first = server.cpu() - first
+        # /proc counts in clock ticks (10 ms): more fetches make its rounding small.
+        before = server.cpu()
+        for _ in range(4 * runs):
+            fetch_push(url)
+        cpu["packd serve"] = (server.cpu() - before) / (4 * runs)
+        gc = cpu["git upload-pack"]
+        print(f"   {'':34} {'cpu s':>7} {'ratio':>6}")
+        for label in ("git upload-pack", "packd upload-pack", "packd serve"):
+            print(f"   {label:34} {cpu[label]:>7.4f} {cpu[label] / gc:>6.2f}")
+        print(f"   {'packd serve, its first such fetch':34} {first:>7.4f} {first / gc:>6.2f}",
+              flush=True)
+    finally:
+        server.stop()
+        for path in (server_copy, client):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def main():
     packd, repo, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
     mirror = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
@@ -385,6 +456,11 @@ def main():
     if every_tip:
         print(f"\n== after a push, {os.path.basename(every_tip)}:")
         after_push(packd, every_tip, tmp, runs, every_ref=True)
+    if mirror:
+        print(f"\n== a mirror of {os.path.basename(mirror)} fetches a push with `git fetch` "
+              "(protocol v2, negotiated haves; server CPU per fetch, the server's own process for "
+              "upload-pack, mean of RUNS)")
+        mirror_fetch_by_git(packd, mirror, tmp, runs)
 
     if os.environ.get("HTTP_CLONE", "1") == "1":
         print("\n== full clone over HTTP, end to end (`git clone --bare`, client index-pack included)")
