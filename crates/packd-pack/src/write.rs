@@ -35,6 +35,7 @@ use packd_odb::pack::data::{
 use packd_odb::pack::Pack;
 use packd_odb::{HashKind, ObjectId};
 use sha1::{Digest, Sha1};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -55,6 +56,21 @@ const MAX_SEARCHES: u32 = 256;
 
 /// Bases tried for each such object.
 const CANDIDATES: usize = 4;
+
+/// Name-hashes one request looks up by scanning the bitmap's name-hash cache rather than by
+/// building the table by name-hash (see `delta_against_known` and
+/// `BitmapIndex::objects_with_name_hash`): each scan costs a pass over 4 bytes an object, the
+/// table a pack position for every object.
+const SCANS_BEFORE_TABLE: usize = 16;
+
+/// The scans of one request, by name-hash: the objects with that name-hash, as (offset, index
+/// position) in pack order (`None`: no name-hash cache to scan).
+type NameScans = HashMap<u32, Option<Vec<(u64, u32)>>>;
+
+/// Objects of one name-hash a scan keeps on each side of the object to send, nearest in pack
+/// order first: enough for [`CANDIDATES`] of its kind that the client has or that went out
+/// before it, most of the time.
+const SCAN_NEAREST: usize = 256;
 
 /// Objects larger than this are not searched for a delta.
 const MAX_SEARCH_SIZE: usize = 16 << 20;
@@ -905,6 +921,7 @@ impl PackServer {
         // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a
         // fetch that needs many costs no more than sending them whole.
         let mut searches = MAX_SEARCHES;
+        let mut scans = NameScans::new();
         for (i, item) in plan.items.iter().enumerate() {
             if i % 1024 == 0 {
                 if cancel.load(Ordering::Relaxed) {
@@ -993,6 +1010,7 @@ impl PackServer {
                     if let Some((header, data)) = self.delta_against_known(
                         plan,
                         i,
+                        &mut scans,
                         &id(),
                         ofs_delta,
                         thin,
@@ -1209,6 +1227,7 @@ impl PackServer {
         &self,
         plan: &Planned,
         i: usize,
+        scans: &mut NameScans,
         id: &ObjectId,
         ofs_delta: bool,
         thin: bool,
@@ -1224,18 +1243,51 @@ impl PackServer {
         let Some(hash) = index.name_hash(bit)? else {
             return Ok(None);
         };
-        let by_hash = self.by_name_hash.get_or_init(|| {
-            // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a fresh
-            // server's clone of git/git (841,300 objects) for its 28 new deltas.
-            let mut keys = Vec::with_capacity(index.object_count() as usize);
-            for b in 0..index.object_count() as u64 {
-                if let Ok(Some(h)) = index.name_hash(b) {
-                    keys.push(((h as u64) << 32) | b);
+        // The first few name-hashes a request looks up, while no table by name-hash is built,
+        // are found by scanning the name-hash cache (a fetch that needs a few new deltas:
+        // building the table took 61% of the CPU of a fresh `packd upload-pack` 1 day behind
+        // on git/git, mostly to find every object's pack position).
+        let scan = self.by_name_hash.get().is_none()
+            && (scans.contains_key(&hash) || scans.len() < SCANS_BEFORE_TABLE);
+        let scanned: Option<Vec<u64>> = if scan {
+            let objects = match scans.entry(hash) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(index.objects_with_name_hash(hash)?)
                 }
+            };
+            match objects {
+                Some(objects) => Some(
+                    index
+                        .bits_near(objects, bit, SCAN_NEAREST)?
+                        .into_iter()
+                        .map(|b| ((hash as u64) << 32) | b)
+                        .collect(),
+                ),
+                None => None,
             }
-            packd_odb::pack::init::radix_sort_high_half(&mut keys);
-            keys
-        });
+        } else {
+            None
+        };
+        let by_hash: &[u64] = match &scanned {
+            Some(keys) => keys,
+            None => self.by_name_hash.get_or_init(|| {
+                // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a
+                // fresh server's clone of git/git (841,300 objects) for its 28 new deltas. Every
+                // object's pack position is needed: the pack's offsets are sorted first.
+                if let Some(pack) = index.single_pack() {
+                    let _ = pack.sorted_offsets();
+                }
+                let mut keys = Vec::with_capacity(index.object_count() as usize);
+                for b in 0..index.object_count() as u64 {
+                    if let Ok(Some(h)) = index.name_hash(b) {
+                        keys.push(((h as u64) << 32) | b);
+                    }
+                }
+                packd_odb::pack::init::radix_sort_high_half(&mut keys);
+                keys
+            }),
+        };
         let from = by_hash.partition_point(|&k| (k >> 32) < hash as u64);
         let to = from + by_hash[from..].partition_point(|&k| (k >> 32) == hash as u64);
         // Bits are the keys' low halves.

@@ -199,13 +199,13 @@ impl Bitmapped {
     pub(crate) fn position_at(&self, bit: u32) -> Option<u32> {
         match self {
             Bitmapped::Pack { rev: Some(rev), .. } => rev.index_position(bit),
+            // One by one while that costs less than sorting the pack's offsets.
             Bitmapped::Pack {
                 pack, rev: None, ..
             } => pack
-                .positions_in_pack_order()
+                .entry_at_position(bit)
                 .ok()?
-                .get(bit as usize)
-                .copied(),
+                .map(|(_, index_pos)| index_pos),
             Bitmapped::Midx { rev: Some(rev), .. } => rev.index_position(bit),
             Bitmapped::Midx {
                 midx, rev: None, ..

@@ -872,3 +872,58 @@ fn a_cancelled_bitmap_walk_answers_nothing() {
         );
     }
 }
+
+/// Objects of one name-hash near an object in pack order, found by scanning the name-hash cache
+/// without sorting the pack's offsets (`objects_with_name_hash`, `bits_near`), are the ones a
+/// table of every object's bit by name-hash gives: for every object, the `n` nearest on each
+/// side, the object itself left out. The repository has no `.rev`, so bits come one by one from
+/// the rank index until the reverse index takes over (past a sixty-fourth of the pack).
+#[test]
+fn objects_near_by_name_hash_match_a_table_of_every_bit() {
+    use packd_odb::{Repository, RepositoryOptions};
+    use packd_reach::bitmap_walk::BitmapIndex;
+
+    let repo = build_repo(300);
+    repack(&repo, true, true);
+    for rev in repo.dir.join("objects/pack").read_dir().unwrap() {
+        let path = rev.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rev") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
+    let index = BitmapIndex::open(&odb).unwrap().expect("a bitmap");
+    let count = index.object_count() as u64;
+    // The table, from each bit's name-hash.
+    let mut by_hash: HashMap<u32, Vec<u64>> = HashMap::new();
+    for bit in 0..count {
+        let hash = index.name_hash(bit).unwrap().expect("a name-hash cache");
+        by_hash.entry(hash).or_default().push(bit);
+    }
+    let mut scanned: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
+    let mut checked = 0;
+    for bit in 0..count {
+        let hash = index.name_hash(bit).unwrap().unwrap();
+        let objects = scanned
+            .entry(hash)
+            .or_insert_with(|| index.objects_with_name_hash(hash).unwrap().unwrap());
+        let same = &by_hash[&hash];
+        assert_eq!(objects.len(), same.len(), "name-hash {hash:08x}");
+        for n in [1, 3, 16] {
+            let at = same.partition_point(|&b| b < bit);
+            let mut expected: Vec<u64> = same[at.saturating_sub(n)..at].to_vec();
+            expected.extend(same[at..].iter().filter(|&&b| b != bit).take(n));
+            assert_eq!(
+                index.bits_near(objects, bit, n).unwrap(),
+                expected,
+                "bit {bit}, n {n}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+    assert!(
+        by_hash.values().any(|v| v.len() > 40),
+        "a name-hash many share"
+    );
+}

@@ -275,24 +275,30 @@ impl PackBitmap {
     /// Unlike the bits, the cache is in `.idx` (id) order: git writes it from the list of objects
     /// it has just sorted for the index, and reads it by index position.
     pub fn name_hash(&self, index_pos: u32) -> Result<Option<u32>, BitmapError> {
-        let Some(at) = self.hash_cache_at else {
-            return Ok(None);
-        };
         if index_pos >= self.object_count {
             return Ok(None);
         }
-        let cache = match self.hash_cache.get() {
-            Some(c) => c,
-            None => {
-                let bytes = self.blob.read(at..at + 4 * self.object_count as u64)?;
-                let _ = self.hash_cache.set(bytes);
-                self.hash_cache.get().expect("just set")
-            }
+        let Some(cache) = self.name_hashes()? else {
+            return Ok(None);
         };
         let i = 4 * index_pos as usize;
         Ok(Some(u32::from_be_bytes(
             cache[i..i + 4].try_into().expect("4 bytes"),
         )))
+    }
+
+    /// The name-hash cache: a big-endian `u32` for each object, in index (id) order, read whole
+    /// on first use; `None` without one.
+    pub fn name_hashes(&self) -> Result<Option<&[u8]>, BitmapError> {
+        let Some(at) = self.hash_cache_at else {
+            return Ok(None);
+        };
+        if let Some(c) = self.hash_cache.get() {
+            return Ok(Some(c));
+        }
+        let bytes = self.blob.read(at..at + 4 * self.object_count as u64)?;
+        let _ = self.hash_cache.set(bytes);
+        Ok(Some(self.hash_cache.get().expect("just set")))
     }
 
     /// Checks the file's trailing SHA-1 against its content (reads the whole file).
