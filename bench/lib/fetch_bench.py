@@ -11,6 +11,10 @@ least N days older than HEAD's commit date) fetches HEAD:
   POSTed to one long-running `packd serve`, whose CPU is read from /proc before and after RUNS
   requests (the server keeps its indexes loaded, which is the point of a server);
 - both packs are then completed by the client, `git index-pack --stdin --fix-thin`, timed.
+- then the same want and have as one protocol v2 request (with include-tag) on the stdin of
+  `git upload-pack --stateless-rpc` and of `packd upload-pack --stateless-rpc`: a process per
+  request, as over ssh, which loads its indexes each time (CPU of the process, median of RUNS;
+  columns `git up`, `packd up`).
 
 Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
 RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
@@ -29,6 +33,7 @@ own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 import http.client
 import filecmp
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -73,6 +78,25 @@ def git_pack_objects(repo, revs, out_path, include_tag=False):
     if code != 0:
         sys.exit("git pack-objects failed")
     return c, rss, wall
+
+
+def stateless_fetch(cmd, repo, want, have):
+    """One protocol v2 fetch (thin-pack, ofs-delta, include-tag, no-progress, done) of `want`
+    with `have`, given on stdin to `cmd --stateless-rpc repo` (git upload-pack, or packd's), a
+    process per request as over ssh. Returns (CPU seconds of the process, bytes it wrote)."""
+    body = pkt("command=fetch\n") + pkt("agent=packd-bench\n") + b"0001"
+    for line in ("thin-pack", "ofs-delta", "include-tag", "no-progress", f"want {want}",
+                 f"have {have}", "done"):
+        body += pkt(line + "\n")
+    body += b"0000"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([*cmd, "--stateless-rpc", repo], input=body, capture_output=True,
+                          env=dict(os.environ, GIT_PROTOCOL="version=2"))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return cpu, len(proc.stdout)
 
 
 def proc_cpu(pid):
@@ -406,7 +430,8 @@ def main():
         print("\n== incremental fetch: HEAD minus the newest commit N days older "
               "(server CPU per fetch, pack bytes, client index-pack --fix-thin wall)")
         print(f"{'N':>4} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
-              f"{'packd bytes':>11} {'ratio':>6}  {'ip git':>7} {'ip packd':>8}")
+              f"{'packd bytes':>11} {'ratio':>6}  {'ip git':>7} {'ip packd':>8}  "
+              f"{'git up':>7} {'packd up':>8} {'ratio':>6}")
         server.fetch(name, [head], [], f"{tmp}/warm.pack")  # opens the repository once
         for n in days:
             have = git(repo, "rev-list", "-1", f"--before={head_time - n * 86400}", "HEAD")
@@ -422,9 +447,15 @@ def main():
             gc = statistics.mean(git_cpu)
             ip_git = index_pack(client, f"{tmp}/git.pack")
             ip_packd = index_pack(client, f"{tmp}/packd.pack")
+            # The same fetch by a process per request (ssh): git upload-pack against packd's.
+            git_up = statistics.median(stateless_fetch(["git", "upload-pack"], repo, head,
+                                                       have)[0] for _ in range(runs))
+            packd_up = statistics.median(stateless_fetch([packd, "upload-pack"], repo, head,
+                                                         have)[0] for _ in range(runs))
             print(f"{n:>4} {gc:>9.4f} {packd_cpu:>9.4f} {packd_cpu / gc:>6.2f}  {git_bytes:>11} "
                   f"{packd_bytes:>11} {packd_bytes / git_bytes:>6.3f}  {ip_git:>7.3f} "
-                  f"{ip_packd:>8.3f}", flush=True)
+                  f"{ip_packd:>8.3f}  {git_up:>7.4f} {packd_up:>8.4f} "
+                  f"{packd_up / git_up:>6.2f}", flush=True)
     finally:
         server.stop()
 
