@@ -204,6 +204,10 @@ pub struct PackServer {
     /// ascending within a hash), built on first use: versions of one path, the candidates for
     /// a delta when an object's own delta base cannot be sent.
     by_name_hash: std::sync::OnceLock<Vec<u64>>,
+    /// Name-hashes looked up by scanning the bitmap's name-hash cache so far, instead of
+    /// building `by_name_hash`, and how many may be (see [`PackServer::for_one_request`]).
+    name_scans: std::sync::atomic::AtomicUsize,
+    scan_budget: usize,
     /// Where clone packs are kept, if they are.
     clone_cache: Option<clone_cache::CloneCacheConfig>,
 }
@@ -217,8 +221,20 @@ impl PackServer {
             repo,
             bitmap,
             by_name_hash: std::sync::OnceLock::new(),
+            name_scans: std::sync::atomic::AtomicUsize::new(0),
+            scan_budget: 0,
             clone_cache: None,
         })
+    }
+
+    /// Tunes this for a process that serves one request and exits (`packd upload-pack`, as
+    /// over ssh): what a long-lived server builds once and keeps for every request is then
+    /// avoided where a few lookups do. For now, the table of every object by name-hash (for
+    /// new deltas): the first name-hashes are found by scanning the bitmap's name-hash cache
+    /// (see `write::SCANS_BEFORE_TABLE`).
+    pub fn for_one_request(mut self) -> PackServer {
+        self.scan_budget = write::SCANS_BEFORE_TABLE;
+        self
     }
 
     /// Keeps the packs of clones in `cache`, so that an identical clone later is a file copy

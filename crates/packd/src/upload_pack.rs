@@ -148,6 +148,7 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
     let packs = Arc::new(
         PackServer::open(repo)
             .context("cannot open the repository's packs")?
+            .for_one_request()
             .with_clone_cache(cache),
     );
     let upload = UploadPack::new(packs, UploadPackOptions::default());
