@@ -95,6 +95,9 @@ def stateless_fetch(cmd, repo, want, have):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    # A whole answer: its pack section, ended by a flush (an ERR line would also exit 0).
+    if b"packfile\n" not in proc.stdout or not proc.stdout.endswith(b"0000"):
+        sys.exit(f"{cmd} sent no whole pack: {proc.stdout[:200]!r}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return cpu, len(proc.stdout)
 
@@ -384,7 +387,11 @@ def mirror_fetch_by_git(packd, repo, tmp, runs):
             open(log, "w").close()
             for _ in range(runs):
                 fetch_push(f"file://{server_copy}", upload_pack)
-            cpu[label] = statistics.mean(float(x) for x in open(log).read().split())
+            # One server process per fetch: a fetch that took two would halve the mean.
+            times = [float(x) for x in open(log).read().split()]
+            if len(times) != runs:
+                sys.exit(f"{label}: {len(times)} processes for {runs} fetches")
+            cpu[label] = statistics.mean(times)
         url = f"http://127.0.0.1:{server.port}/fetched.git"
         first = server.cpu()
         fetch_push(url)

@@ -66,13 +66,22 @@ const CANDIDATES: usize = 4;
 /// 0.13-0.41x with the table).
 pub(crate) const SCANS_BEFORE_TABLE: usize = 16;
 
-/// The scans of one request, by name-hash: the objects with that name-hash, as (offset, index
-/// position) in pack order (`None`: no name-hash cache to scan).
-type NameScans = HashMap<u32, Option<Vec<(u64, u32)>>>;
+/// The scans of one request, by name-hash: how many searches asked for it, and the objects
+/// with that name-hash, as (offset, index position), in index order until [`SORT_AFTER`]
+/// searches asked, then sorted by offset; `None`: no name-hash cache to scan.
+type NameScans = HashMap<u32, Option<(u32, Vec<(u64, u32)>)>>;
 
-/// Objects of one name-hash a scan keeps on each side of the object to send, nearest in pack
-/// order first: enough for [`CANDIDATES`] of its kind that the client has or that went out
-/// before it, most of the time.
+/// Searches for one scanned name-hash after which its objects are sorted by offset: a search
+/// in the unsorted list is a pass over it (27,726 objects for a common file name of git/git,
+/// 393,595 for root trees and commits), a sort costs a few such passes. Sorting at the second
+/// search made an 8-day fetch of git/git by a fresh process cost 0.065-0.067 s of CPU instead
+/// of 0.059-0.061 s (ad-hoc, two runs each).
+const SORT_AFTER: u32 = 16;
+
+/// Objects of one name-hash a scan keeps on each side of the object to send, the nearest in
+/// pack order: enough for [`CANDIDATES`] of its kind that the client has or that went out
+/// before it, most of the time. The table lets the search look at up to 8,192, so a process
+/// per request and a running server may choose other bases for the same request (both valid).
 const SCAN_NEAREST: usize = 256;
 
 /// Objects larger than this are not searched for a delta.
@@ -1254,21 +1263,26 @@ impl PackServer {
             && (scans.contains_key(&hash)
                 || self.name_scans.load(Ordering::Relaxed) < self.scan_budget);
         let scanned: Option<Vec<u64>> = if scan {
-            let objects = match scans.entry(hash) {
+            let scanned = match scans.entry(hash) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
                     self.name_scans.fetch_add(1, Ordering::Relaxed);
-                    e.insert(index.objects_with_name_hash(hash)?)
+                    e.insert(index.objects_with_name_hash(hash)?.map(|o| (0, o)))
                 }
             };
-            match objects {
-                Some(objects) => Some(
+            match scanned {
+                Some((searches, objects)) => Some({
+                    // Asked often: sorted once, then each search is two slices.
+                    *searches += 1;
+                    if *searches == SORT_AFTER {
+                        objects.sort_unstable();
+                    }
                     index
-                        .bits_near(objects, bit, SCAN_NEAREST)?
+                        .bits_near(objects, *searches >= SORT_AFTER, bit, SCAN_NEAREST)?
                         .into_iter()
                         .map(|b| ((hash as u64) << 32) | b)
-                        .collect(),
-                ),
+                        .collect()
+                }),
                 None => None,
             }
         } else {

@@ -35,8 +35,9 @@ const MANY_BITMAPS: usize = 256;
 /// request (see [`WalkMemo`]): a host's pull-request refs, not a fetch's few new commits.
 const MEMO_MIN_TIPS: usize = 64;
 
-/// Answers kept per bitmap index: one for the wanted side of mirror clones and fetches, one
-/// for the side a client has, when it says it has thousands of refs.
+/// Answers kept per bitmap index: one for mirror clones (whose walk has no haves to start
+/// from), one for the side a client has, when it says it has thousands of refs. A wanted side
+/// that starts from what the client has reaches only part of its tips' objects and is not kept.
 const MEMO_SLOTS: usize = 2;
 
 /// What one large fill-in walk found beyond the bitmaps it took, kept while the bitmap index
@@ -1247,11 +1248,19 @@ impl BitmapIndex {
     }
 
     /// Of `objects` (from [`BitmapIndex::objects_with_name_hash`]), the `n` nearest to bit `bit`
-    /// in pack order on each side, the object at `bit` left out: their bits, ascending. One pass
-    /// keeping the nearest in two heaps, rather than a sort: most name-hashes are looked up for
-    /// one or two objects (sorting the 393,595 objects of git/git's root trees and commits cost
-    /// a sixth of a small fetch).
-    pub fn bits_near(&self, objects: &[(u64, u32)], bit: u64, n: usize) -> Result<Vec<u64>> {
+    /// in pack order on each side, the object at `bit` left out: their bits, ascending.
+    ///
+    /// With `sorted` (the objects sorted by offset), two slices around the object's offset.
+    /// Otherwise one pass keeping the nearest in two heaps, rather than a sort: most name-hashes
+    /// are looked up for one or two objects (sorting the 393,595 objects of git/git's root trees
+    /// and commits cost a sixth of a small fetch); the caller sorts a list it asks again.
+    pub fn bits_near(
+        &self,
+        objects: &[(u64, u32)],
+        sorted: bool,
+        bit: u64,
+        n: usize,
+    ) -> Result<Vec<u64>> {
         let Some(pack) = self.objects.single_pack() else {
             return Ok(Vec::new());
         };
@@ -1263,6 +1272,21 @@ impl BitmapIndex {
         else {
             return Ok(Vec::new());
         };
+        let mut bits = Vec::with_capacity(2 * n);
+        if sorted {
+            let at = objects.partition_point(|&(offset, _)| offset < target);
+            let after = objects[at..]
+                .iter()
+                .filter(|&&(offset, _)| offset != target)
+                .take(n);
+            for &(_, index_pos) in objects[at.saturating_sub(n)..at].iter().chain(after) {
+                if let Some(b) = self.bit_of(index_pos)? {
+                    bits.push(b);
+                }
+            }
+            bits.sort_unstable();
+            return Ok(bits);
+        }
         // Each heap keeps its farthest on top: the lowest offset below, the highest above.
         let mut below: BinaryHeap<std::cmp::Reverse<(u64, u32)>> = BinaryHeap::with_capacity(n + 1);
         let mut above: BinaryHeap<(u64, u32)> = BinaryHeap::with_capacity(n + 1);
@@ -1288,7 +1312,6 @@ impl BitmapIndex {
             .map(|r| r.0)
             .chain(above)
             .map(|(_, index_pos)| index_pos);
-        let mut bits = Vec::with_capacity(2 * n);
         for index_pos in near {
             if let Some(b) = self.bit_of(index_pos)? {
                 bits.push(b);

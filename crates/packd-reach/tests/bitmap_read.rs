@@ -876,8 +876,9 @@ fn a_cancelled_bitmap_walk_answers_nothing() {
 /// Objects of one name-hash near an object in pack order, found by scanning the name-hash cache
 /// without sorting the pack's offsets (`objects_with_name_hash`, `bits_near`), are the ones a
 /// table of every object's bit by name-hash gives: for every object, the `n` nearest on each
-/// side, the object itself left out. The repository has no `.rev`, so bits come one by one from
-/// the rank index until the reverse index takes over (past a sixty-fourth of the pack).
+/// side, the object itself left out, from the list as scanned and sorted. The repository has no
+/// `.rev`, so the first answers come one by one from the rank index, and the reverse index takes
+/// over past a sixty-fourth of the pack.
 #[test]
 fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     use packd_odb::{Repository, RepositoryOptions};
@@ -891,39 +892,62 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
             std::fs::remove_file(path).unwrap();
         }
     }
+    // The table, from each bit's name-hash, by a repository opened for it alone (it sorts its
+    // pack's offsets on the way).
+    let table_odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
+    let table_index = BitmapIndex::open(&table_odb).unwrap().expect("a bitmap");
+    let count = table_index.object_count() as u64;
+    let mut by_hash: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut hash_of = Vec::new();
+    for bit in 0..count {
+        let hash = table_index
+            .name_hash(bit)
+            .unwrap()
+            .expect("a name-hash cache");
+        by_hash.entry(hash).or_default().push(bit);
+        hash_of.push(hash);
+    }
+    assert!(
+        by_hash.values().any(|v| v.len() > 40),
+        "a name-hash many share"
+    );
+    // The scans, by a fresh one: its first answers come one by one from the rank index, the
+    // later ones from the reverse index it then builds. Lists sorted and not.
     let odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
     let index = BitmapIndex::open(&odb).unwrap().expect("a bitmap");
-    let count = index.object_count() as u64;
-    // The table, from each bit's name-hash.
-    let mut by_hash: HashMap<u32, Vec<u64>> = HashMap::new();
-    for bit in 0..count {
-        let hash = index.name_hash(bit).unwrap().expect("a name-hash cache");
-        by_hash.entry(hash).or_default().push(bit);
-    }
+    let pack = index.single_pack().expect("one pack").clone();
     let mut scanned: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
-    let mut checked = 0;
+    let (mut checked, mut one_by_one) = (0, 0);
     for bit in 0..count {
-        let hash = index.name_hash(bit).unwrap().unwrap();
+        let hash = hash_of[bit as usize];
         let objects = scanned
             .entry(hash)
             .or_insert_with(|| index.objects_with_name_hash(hash).unwrap().unwrap());
         let same = &by_hash[&hash];
         assert_eq!(objects.len(), same.len(), "name-hash {hash:08x}");
+        let mut sorted_objects = objects.clone();
+        sorted_objects.sort_unstable();
         for n in [1, 3, 16] {
+            if !pack.has_reverse_index() {
+                one_by_one += 1;
+            }
             let at = same.partition_point(|&b| b < bit);
             let mut expected: Vec<u64> = same[at.saturating_sub(n)..at].to_vec();
             expected.extend(same[at..].iter().filter(|&&b| b != bit).take(n));
             assert_eq!(
-                index.bits_near(objects, bit, n).unwrap(),
+                index.bits_near(objects, false, bit, n).unwrap(),
                 expected,
                 "bit {bit}, n {n}"
+            );
+            assert_eq!(
+                index.bits_near(&sorted_objects, true, bit, n).unwrap(),
+                expected,
+                "bit {bit}, n {n}, sorted"
             );
             checked += 1;
         }
     }
     assert!(checked > 1000, "{checked}");
-    assert!(
-        by_hash.values().any(|v| v.len() > 40),
-        "a name-hash many share"
-    );
+    assert!(one_by_one > 10, "{one_by_one} answers one by one");
+    assert!(pack.has_reverse_index(), "the reverse index took over");
 }

@@ -238,8 +238,8 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
     let repo = sb.init_bare("src.git");
     let mut fi = FastImport::new();
     let mut last: Option<u32> = None;
-    for i in 0..400u32 {
-        let body: String = (0..2000 - i * 3).map(|j| format!("{j}\n")).collect();
+    for i in 0..1200u32 {
+        let body: String = (0..1300 - i).map(|j| format!("{j}\n")).collect();
         let from = last.map(|m| format!(":{m}"));
         let m = fi.commit(
             "refs/heads/main",
@@ -248,7 +248,7 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
             &[inline(&format!("d{}/f{}.txt", i % 5, i % 7), body)],
         );
         last = Some(m);
-        if i == 397 {
+        if i == 1197 {
             fi.reset("refs/heads/old", &format!(":{m}"));
         }
     }
