@@ -60,6 +60,16 @@ pub enum Peeled {
     Tag(ObjectId),
 }
 
+impl Peeled {
+    /// The object an annotated tag peels to; `None` for anything else or when unknown.
+    pub fn tag_target(self) -> Option<ObjectId> {
+        match self {
+            Peeled::Tag(target) => Some(target),
+            Peeled::NotTag | Peeled::Unknown => None,
+        }
+    }
+}
+
 /// A `packed-refs` file.
 #[derive(Debug)]
 pub struct PackedRefs {
@@ -233,9 +243,9 @@ impl PackedRefs {
             .map(|(_, id, _)| id)
     }
 
-    /// The refs under `prefix`, sorted by name, with what the file says each peels to, leaving
-    /// out every ref under each of `skip` (ref prefixes, matched at a `/`); in a sorted file the
-    /// skipped ranges are not parsed.
+    /// The refs under `prefix` with what the file says each peels to, leaving out every ref under
+    /// each of `skip` (ref prefixes, matched at a `/`): in file order when the file says it is
+    /// `sorted` (and the skipped ranges are not parsed), else sorted by name.
     pub fn entries(&self, prefix: &str, skip: &[&str]) -> Vec<(String, ObjectId, Peeled)> {
         let hidden = |name: &str| is_hidden(name, skip);
         let mut out = Vec::new();

@@ -260,13 +260,7 @@ impl<'a> RefReader<'a> {
         Ok(self
             .list_refs(prefix, &[])?
             .into_iter()
-            .map(|r| {
-                let peeled = match r.peeled {
-                    Peeled::Tag(target) => Some(target),
-                    Peeled::NotTag | Peeled::Unknown => None,
-                };
-                (r.name, r.id, peeled)
-            })
+            .map(|r| (r.name, r.id, r.peeled.tag_target()))
             .collect())
     }
 

@@ -37,8 +37,10 @@ fn ls_remote_matches_git_v0_v1_v2() {
 /// v2, with `--symref`) answers as git's own for the file as git wrote it, for one whose
 /// `fully-peeled` trait and the `^` line of a ref outside `refs/tags/` were removed (it points at an
 /// annotated tag, so it must still be peeled), and for one with no traits and no `^` line at
-/// all. A clone of `main` following tags gets the packed tags on `main` (and the tag of a tag
-/// among them), not the one on `side`.
+/// all; and the other way, for a file that promises a peeled line it lacks (git trusts the
+/// promise) and for a loose ref over a packed tag (whose `^` line no longer counts). A clone of
+/// `main` following tags gets the packed tags on `main` (and the tag of a tag among them), not
+/// the one on `side`.
 #[test]
 fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
     let f = Fixture::new();
@@ -106,7 +108,37 @@ fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
             );
         }
     }
-    replace(&written);
+    // A file that promises more than it holds (`fully-peeled`, and the review ref's `^` line
+    // gone): git trusts it and gives that ref no peeled line, and so must packd, which would
+    // give one if it read the object. Then a loose ref over a packed tag: its packed `^` line
+    // no longer counts.
+    let at = written.find(&tagged_line).unwrap() + tagged_line.len();
+    let peel_end = at + written[at..].find('\n').unwrap() + 1;
+    replace(&format!("{}{}", &written[..at], &written[peel_end..]));
+    let commit = repo.git_str(&["rev-parse", "main~1"]);
+    for step in [
+        "a promise the file does not keep",
+        "a loose ref over a packed tag",
+    ] {
+        if step == "a loose ref over a packed tag" {
+            replace(&written);
+            repo.git(&["update-ref", "refs/tags/v1.0", &commit]);
+        }
+        for version in ["0", "2"] {
+            let expected = ls_remote(version, &local);
+            let unpeeled = match step {
+                "a loose ref over a packed tag" => "refs/tags/v1.0^{}",
+                _ => "refs/review/tagged^{}",
+            };
+            assert!(!expected.contains(unpeeled), "{step}: {expected}");
+            assert_eq!(
+                ls_remote(version, &server.http_url("repo.git")),
+                expected,
+                "{step}, protocol v{version}"
+            );
+        }
+    }
+    repo.git(&["update-ref", "refs/tags/v1.0", &tag]);
     for version in ["0", "2"] {
         let dst = f.clone_main_with(
             version,

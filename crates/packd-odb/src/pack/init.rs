@@ -165,17 +165,23 @@ impl Pack {
             .as_ref()
     }
 
-    /// The rank index, for finding one more entry one by one: `None` once a sixty-fourth of the
-    /// pack's entries were found that way (the caller then builds the reverse index, which
-    /// costs less than finding many more: on git/git's 841,300 entries, sorting took 33-43 ms
-    /// of CPU, the rank index 11 ms, then 0.9 µs an entry). Callers that go through most of the
-    /// pack thus pay at most that sixty-fourth before the sort.
+    /// The rank index, for one more lookup of an entry one by one: `None` once as many lookups
+    /// as a sixty-fourth of the pack's entries were made that way (the caller then builds the
+    /// reverse index, which costs less than many more: on git/git's 841,300 entries, sorting
+    /// took 33-43 ms of CPU, the rank index 11 ms, then 0.9 µs a lookup). Callers that go
+    /// through most of the pack thus pay at most that many lookups before the sort.
     fn rank_index_one_by_one(&self) -> Option<&super::rank::RankIndex> {
         let rank = self.rank_index()?;
-        let used = self
-            .one_by_one
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        (used <= self.index.len() / 64).then_some(rank)
+        let limit = self.index.len() / 64;
+        // Counted up to the limit only, so that it never wraps.
+        self.one_by_one
+            .fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |used| (used < limit).then_some(used + 1),
+            )
+            .ok()
+            .map(|_| rank)
     }
 
     fn no_entry_at(&self, offset: u64) -> Error {
@@ -280,11 +286,7 @@ impl Pack {
                     self.data.len() - 20
                 ),
             )),
-            _ => Err(Error::corrupt(
-                self.data.name(),
-                offset,
-                "no object of the index starts at this offset",
-            )),
+            _ => Err(self.no_entry_at(offset)),
         }
     }
 }
