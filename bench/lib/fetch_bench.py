@@ -33,7 +33,6 @@ own smart HTTP (git http-backend behind bench/lib/http_backend.py).
 import http.client
 import filecmp
 import os
-import resource
 import shutil
 import socket
 import statistics
@@ -50,11 +49,11 @@ def git(repo, *args, **kw):
                           text=True, **kw).stdout.strip()
 
 
-def run_rusage(cmd, stdin_data=b"", stdout=subprocess.DEVNULL, cwd=None):
+def run_rusage(cmd, stdin_data=b"", stdout=subprocess.DEVNULL, cwd=None, env=None):
     """Runs cmd; returns (cpu seconds, peak rss MB, wall seconds, exit code)."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE,
-                            cwd=cwd)
+                            cwd=cwd, env=env)
     proc.stdin.write(stdin_data)
     proc.stdin.close()
     err = proc.stderr.read()
@@ -80,26 +79,50 @@ def git_pack_objects(repo, revs, out_path, include_tag=False):
     return c, rss, wall
 
 
-def stateless_fetch(cmd, repo, want, have):
-    """One protocol v2 fetch (thin-pack, ofs-delta, include-tag, no-progress, done) of `want`
-    with `have`, given on stdin to `cmd --stateless-rpc repo` (git upload-pack, or packd's), a
-    process per request as over ssh. Returns (CPU seconds of the process, bytes it wrote)."""
+def fetch_body(wants, haves, include_tag):
+    """A protocol v2 fetch request (thin-pack, ofs-delta, no-progress, done)."""
     body = pkt("command=fetch\n") + pkt("agent=packd-bench\n") + b"0001"
-    for line in ("thin-pack", "ofs-delta", "include-tag", "no-progress", f"want {want}",
-                 f"have {have}", "done"):
-        body += pkt(line + "\n")
-    body += b"0000"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([*cmd, "--stateless-rpc", repo], input=body, capture_output=True,
-                          env=dict(os.environ, GIT_PROTOCOL="version=2"))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        sys.exit(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    body += pkt("thin-pack\n") + pkt("ofs-delta\n") + pkt("no-progress\n")
+    if include_tag:
+        body += pkt("include-tag\n")
+    body += b"".join(pkt(f"want {w}\n") for w in wants)
+    body += b"".join(pkt(f"have {h}\n") for h in haves)
+    return body + pkt("done\n") + b"0000"
+
+
+def stateless_fetch(cmd, repo, want, have, out_path):
+    """One protocol v2 fetch (`fetch_body`, with include-tag) of `want` with `have`, given on
+    stdin to `cmd --stateless-rpc repo` (git upload-pack, or packd's), a process per request
+    as over ssh, its answer written to out_path. Returns the CPU seconds of the process."""
+    with open(out_path, "wb") as out:
+        cpu, _, _, code = run_rusage([*cmd, "--stateless-rpc", repo],
+                                     fetch_body([want], [have], True), stdout=out,
+                                     env=dict(os.environ, GIT_PROTOCOL="version=2"))
+    answer = open(out_path, "rb").read()
     # A whole answer: its pack section, ended by a flush (an ERR line would also exit 0).
-    if b"packfile\n" not in proc.stdout or not proc.stdout.endswith(b"0000"):
-        sys.exit(f"{cmd} sent no whole pack: {proc.stdout[:200]!r}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return cpu, len(proc.stdout)
+    if code != 0 or b"packfile\n" not in answer or not answer.endswith(b"0000"):
+        sys.exit(f"{cmd} sent no whole pack: {answer[:200]!r}")
+    return cpu
+
+
+def linked_copy(repo, path):
+    """A copy of `repo` at `path` whose files are hard links: git replaces files by renaming new
+    ones over them, so the links stay the original's; reflogs are appended to in place, so the
+    copy has none and writes none."""
+    shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["cp", "-al", repo, path], check=True)
+    shutil.rmtree(f"{path}/logs", ignore_errors=True)
+    git(path, "config", "core.logAllRefUpdates", "false")
+
+
+def commit_on(repo, parent, message):
+    """A new commit in `repo` with `parent`'s tree and `message` (a push's loose commit): its
+    id."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
+    return subprocess.run(["git", "-C", repo, "commit-tree", "-p", parent, "-m", message,
+                           f"{parent}^{{tree}}"], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
 
 
 def proc_cpu(pid):
@@ -149,13 +172,7 @@ class Packd:
 
     def fetch(self, name, wants, haves, out_path, include_tag=False):
         """A v2 fetch with done; writes the pack to out_path and returns its size."""
-        body = pkt("command=fetch\n") + pkt("agent=packd-bench\n") + b"0001"
-        body += pkt("thin-pack\n") + pkt("ofs-delta\n") + pkt("no-progress\n")
-        if include_tag:
-            body += pkt("include-tag\n")
-        body += b"".join(pkt(f"want {w}\n") for w in wants)
-        body += b"".join(pkt(f"have {h}\n") for h in haves)
-        body += pkt("done\n") + b"0000"
+        body = fetch_body(wants, haves, include_tag)
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
         conn.request("POST", f"/{name}/git-upload-pack", body=body, headers={
             "Content-Type": "application/x-git-upload-pack-request",
@@ -280,12 +297,7 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     file as it is: for a mirror clone its entries go out as they are, checked against the
     index's CRC-32, under a new header, then the pushed commit, then a new trailer)."""
     copy = f"{tmp}/pushed.git"
-    shutil.rmtree(copy, ignore_errors=True)
-    # Git replaces files by renaming new ones over them, so the links stay the original's;
-    # reflogs are appended to in place, so the copy has none and writes none.
-    subprocess.run(["cp", "-al", repo, copy], check=True)
-    shutil.rmtree(f"{copy}/logs", ignore_errors=True)
-    git(copy, "config", "core.logAllRefUpdates", "false")
+    linked_copy(repo, copy)
     branch = git(copy, "symbolic-ref", "HEAD")
     old_head = git(copy, "rev-parse", "HEAD")
     patterns = [] if every_ref else ["refs/heads", "refs/tags"]
@@ -294,11 +306,7 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
         before_push = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)",
                                      *patterns).split()))
         server.fetch("pushed.git", before_push, [], f"{tmp}/packd.pack", include_tag=True)
-        env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
-                   GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
-        new = subprocess.run(["git", "-C", copy, "commit-tree", "-p", old_head, "-m", "pushed",
-                              f"{old_head}^{{tree}}"], check=True, capture_output=True, text=True,
-                             env=env).stdout.strip()
+        new = commit_on(copy, old_head, "pushed")
         git(copy, "update-ref", branch, new, old_head)
         head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
         have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
@@ -350,25 +358,18 @@ def mirror_fetch_by_git(packd, repo, tmp, runs):
     fetches). No pack bytes: the client keeps the few objects loose."""
     server_copy, client = f"{tmp}/fetched.git", f"{tmp}/mirror.git"
     for path in (server_copy, client):
-        shutil.rmtree(path, ignore_errors=True)
-        subprocess.run(["cp", "-al", repo, path], check=True)
-        shutil.rmtree(f"{path}/logs", ignore_errors=True)
-        git(path, "config", "core.logAllRefUpdates", "false")
+        linked_copy(repo, path)
     git(client, "config", "remote.origin.fetch", "+refs/*:refs/*")
     git(client, "config", "remote.origin.mirror", "true")
     branch = git(server_copy, "symbolic-ref", "HEAD")
     old_head = git(server_copy, "rev-parse", "HEAD")
-    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.com",
-               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com")
     wrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rusage_wrap.py")
     log = f"{tmp}/rusage.log"
     pushes = [0]
 
     def fetch_push(url, upload_pack=None):
         pushes[0] += 1
-        new = subprocess.run(["git", "-C", server_copy, "commit-tree", "-p", old_head, "-m",
-                              f"pushed {pushes[0]}", f"{old_head}^{{tree}}"], check=True,
-                             capture_output=True, text=True, env=env).stdout.strip()
+        new = commit_on(server_copy, old_head, f"pushed {pushes[0]}")
         git(server_copy, "update-ref", branch, new)
         git(client, "update-ref", branch, old_head)
         git(client, "config", "remote.origin.url", url)
@@ -455,10 +456,11 @@ def main():
             ip_git = index_pack(client, f"{tmp}/git.pack")
             ip_packd = index_pack(client, f"{tmp}/packd.pack")
             # The same fetch by a process per request (ssh): git upload-pack against packd's.
+            answer = f"{tmp}/stateless.out"
             git_up = statistics.median(stateless_fetch(["git", "upload-pack"], repo, head,
-                                                       have)[0] for _ in range(runs))
+                                                       have, answer) for _ in range(runs))
             packd_up = statistics.median(stateless_fetch([packd, "upload-pack"], repo, head,
-                                                         have)[0] for _ in range(runs))
+                                                         have, answer) for _ in range(runs))
             print(f"{n:>4} {gc:>9.4f} {packd_cpu:>9.4f} {packd_cpu / gc:>6.2f}  {git_bytes:>11} "
                   f"{packd_bytes:>11} {packd_bytes / git_bytes:>6.3f}  {ip_git:>7.3f} "
                   f"{ip_packd:>8.3f}  {git_up:>7.4f} {packd_up:>8.4f} "

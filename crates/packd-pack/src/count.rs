@@ -208,10 +208,11 @@ const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
 /// [`Pack::entry_at_position`]) rather than by sorting every offset of the pack. Measured on
 /// git/git's pack (841,300 entries), in a fresh process: sorting took 33-43 ms of CPU; the
 /// rank index 11 ms, then about 0.9 µs an entry, so that a sixty-fourth of the pack (13,000
-/// entries) cost 20 ms and 30,000 cost 38 ms. The pack finds at most a sixty-fourth one by one
-/// before it sorts, and an entry sent costs about four such lookups (counting, where it
-/// starts and ends, and the span read with it): hence a two-hundred-fifty-sixth. A pack whose
-/// offsets are sorted already always takes them.
+/// entries) cost 20 ms and 30,000 cost 38 ms. The pack makes at most a sixty-fourth of its
+/// entries' number of lookups one by one before it sorts, and an entry sent costs three
+/// (counting it, its span, and its end when read along with the entry before it), with some
+/// more for delta bases: hence a two-hundred-fifty-sixth. A pack whose offsets are sorted
+/// already always takes them.
 pub(crate) fn is_few(count: u64, pack: &Pack) -> bool {
     !pack.has_reverse_index() && count <= pack.len() as u64 / 256
 }

@@ -204,10 +204,8 @@ pub struct PackServer {
     /// ascending within a hash), built on first use: versions of one path, the candidates for
     /// a delta when an object's own delta base cannot be sent.
     by_name_hash: std::sync::OnceLock<Vec<u64>>,
-    /// Name-hashes looked up by scanning the bitmap's name-hash cache so far, instead of
-    /// building `by_name_hash`, and how many may be (see [`PackServer::for_one_request`]).
-    name_scans: std::sync::atomic::AtomicUsize,
-    scan_budget: usize,
+    /// Whether this serves one request and exits (see [`PackServer::for_one_request`]).
+    one_request: bool,
     /// Where clone packs are kept, if they are.
     clone_cache: Option<clone_cache::CloneCacheConfig>,
 }
@@ -221,8 +219,7 @@ impl PackServer {
             repo,
             bitmap,
             by_name_hash: std::sync::OnceLock::new(),
-            name_scans: std::sync::atomic::AtomicUsize::new(0),
-            scan_budget: 0,
+            one_request: false,
             clone_cache: None,
         })
     }
@@ -233,7 +230,7 @@ impl PackServer {
     /// new deltas): the first name-hashes are found by scanning the bitmap's name-hash cache
     /// (see `write::SCANS_BEFORE_TABLE`).
     pub fn for_one_request(mut self) -> PackServer {
-        self.scan_budget = write::SCANS_BEFORE_TABLE;
+        self.one_request = true;
         self
     }
 

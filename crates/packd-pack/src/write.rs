@@ -64,7 +64,7 @@ const CANDIDATES: usize = 4;
 /// builds the table at its first search and keeps it: when it scanned instead, it paid for the
 /// scans in every fetch (0.42-0.59x git's CPU 1 to 128 days behind on git/git, against
 /// 0.13-0.41x with the table).
-pub(crate) const SCANS_BEFORE_TABLE: usize = 16;
+const SCANS_BEFORE_TABLE: usize = 16;
 
 /// The scans of one request, by name-hash: how many searches asked for it, and the objects
 /// with that name-hash, as (offset, index position), in index order until [`SORT_AFTER`]
@@ -402,9 +402,9 @@ impl<'a> Cursor<'a> {
             crcs,
         }) = self.order
         else {
-            let index_pos = pack.position_at(offset)?;
+            let (index_pos, end) = pack.entry_span(offset)?;
             return Ok(Found {
-                end: pack.entry_end(offset)?,
+                end,
                 index_pos,
                 crc: pack.index().crc32(index_pos),
             });
@@ -1261,12 +1261,11 @@ impl PackServer {
         // on git/git, mostly to find every object's pack position).
         let scan = self.by_name_hash.get().is_none()
             && (scans.contains_key(&hash)
-                || self.name_scans.load(Ordering::Relaxed) < self.scan_budget);
+                || (self.one_request && scans.len() < SCANS_BEFORE_TABLE));
         let scanned: Option<Vec<u64>> = if scan {
             let scanned = match scans.entry(hash) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    self.name_scans.fetch_add(1, Ordering::Relaxed);
                     e.insert(index.objects_with_name_hash(hash)?.map(|o| (0, o)))
                 }
             };

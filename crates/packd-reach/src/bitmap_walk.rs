@@ -587,8 +587,8 @@ impl BitmapIndex {
     /// a bitmapped commit on the main line is reached, and its bits taken, before the walk goes
     /// down the side branches it already covers. A tip with a bitmap is taken without reading
     /// the commit. Trees of the commits that needed walking come after, skipping every subtree
-    /// already set; with `split` (no other walk runs beside this one) and many of them, on two
-    /// threads. With many tips without bitmaps, the walk starts from what an earlier walk kept
+    /// already set; with many of them, on two threads (the sides of a fetch are walked one after
+    /// the other, so a second core is free). With many tips without bitmaps, the walk starts from what an earlier walk kept
     /// (unless told not to), and keeps its own answer (see [`WalkMemo`]).
     ///
     /// With `seed` (objects known to be reached, a set closed under reachability: what a
@@ -602,14 +602,13 @@ impl BitmapIndex {
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
         seed: Option<&Bitmap>,
-        split: bool,
         cancel: &AtomicBool,
     ) -> Result<Option<Bitmap>> {
-        match self.reach_once(repo, walker, tips, peeled, seed, split, true, cancel)? {
+        match self.reach_once(repo, walker, tips, peeled, seed, true, cancel)? {
             Attempt::Done(bits) => Ok(bits),
             // The first attempt's sets are dropped by now.
             Attempt::MemoStale => {
-                match self.reach_once(repo, walker, tips, peeled, seed, split, false, cancel)? {
+                match self.reach_once(repo, walker, tips, peeled, seed, false, cancel)? {
                     Attempt::Done(bits) => Ok(bits),
                     Attempt::MemoStale => unreachable!("no kept answer was used"),
                 }
@@ -627,7 +626,6 @@ impl BitmapIndex {
         tips: &[ObjectId],
         peeled: &IdMap<ObjectId>,
         seed: Option<&Bitmap>,
-        split: bool,
         use_memo: bool,
         cancel: &AtomicBool,
     ) -> Result<Attempt> {
@@ -774,10 +772,16 @@ impl BitmapIndex {
             // A fill-in walk: it will need pack positions.
             self.objects.warm_positions();
         }
-        // A kept answer for some of these tips: start from what it found (see `WalkMemo`).
-        let mut plain_tips: Vec<ObjectId> = plain.iter().chain(&later).map(|&(id, _)| id).collect();
-        plain_tips.sort_unstable();
-        plain_tips.dedup();
+        // A kept answer for some of these tips: start from what it found (see `WalkMemo`). The
+        // tips are listed only when an answer may be used or kept.
+        let plain_tips: Vec<ObjectId> = if taken.track {
+            let mut tips: Vec<ObjectId> = plain.iter().chain(&later).map(|&(id, _)| id).collect();
+            tips.sort_unstable();
+            tips.dedup();
+            tips
+        } else {
+            Vec::new()
+        };
         let keep = taken.track && seed.is_none();
         let memo = if taken.track && use_memo {
             self.memo_for(&plain_tips)
@@ -886,12 +890,12 @@ impl BitmapIndex {
                 roots.push((id, kind));
             }
         }
-        // Many roots and a core to spare (the caller walks one side only): the older half of
+        // Many roots (and a core to spare: the sides of a fetch are walked in turn): the older half of
         // the walk's trees goes to a second thread with its own copy of the bits and the
         // objects met, and the two sets of bits are joined after. Objects both halves meet are
         // looked up twice; the trees of neighbouring commits share most of them, which is why
         // the halves are the newer and the older commits, not every other one.
-        let walked = if split && roots.len() >= SPLIT_ROOTS {
+        let walked = if roots.len() >= SPLIT_ROOTS {
             let older = roots.split_off(roots.len() / 2);
             let mut other_bits = bits.clone();
             let mut other_seen = seen.clone();
@@ -1167,12 +1171,11 @@ impl BitmapIndex {
         // `git fetch` whose 16 haves all had bitmaps). The two walks once ran side by side, on
         // two threads, which cost more CPU for a shorter wait.
         let walker = Walker::new(repo);
-        let Some(had) = self.reach(repo, &walker, exclude, peeled, None, true, cancel)? else {
+        let Some(had) = self.reach(repo, &walker, exclude, peeled, None, cancel)? else {
             return Ok(None);
         };
         let seed = (!exclude.is_empty()).then_some(&had);
-        let Some(mut wanted) = self.reach(repo, &walker, include, peeled, seed, true, cancel)?
-        else {
+        let Some(mut wanted) = self.reach(repo, &walker, include, peeled, seed, cancel)? else {
             return Ok(None);
         };
         wanted.and_not_assign(&had);

@@ -155,15 +155,7 @@ fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
             .collect::<Vec<_>>();
         assert_eq!(tags, ["light", "outer", "v1.0"], "v{version}");
         for name in ["outer", "v1.0"] {
-            let r = format!("refs/tags/{name}");
-            assert_eq!(
-                f.sandbox
-                    .git_run_in(&dst, &["rev-parse", &r], None)
-                    .out()
-                    .trim(),
-                repo.git_str(&["rev-parse", &r]),
-                "v{version}: {r}"
-            );
+            f.assert_same_tag(&dst, name, &format!("v{version}"));
         }
     }
 }
@@ -293,14 +285,7 @@ fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
             &format!("followed-v{version}.git"),
             true,
         );
-        let tag = f
-            .sandbox
-            .git_run_in(&dst, &["rev-parse", "refs/tags/v2"], None);
-        assert_eq!(
-            tag.out().trim(),
-            f.repo.git_str(&["rev-parse", "refs/tags/v2"]),
-            "v{version}: the tag was followed"
-        );
+        f.assert_same_tag(&dst, "v2", &format!("v{version}: the tag was followed"));
         // The tag after the pack's entries.
         assert_pack_then(&format!("v{version}"), &served, &only_pack_of(&dst), 1);
     }
@@ -486,9 +471,7 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     f.sandbox
         .git_run_in(&first, &["-c", "protocol.version=2", "fetch", "-q"], None)
         .assert_success();
-    f.sandbox
-        .git_run_in(&first, &["fsck", "--strict", "--no-dangling"], None)
-        .assert_success();
+    f.fsck(&first);
     assert_eq!(
         f.refs_of(&first),
         f.refs_of(&f.repo.path),

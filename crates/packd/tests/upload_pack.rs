@@ -48,6 +48,25 @@ fn git_v(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
     run_cmd(cmd, None, GIT_TIMEOUT)
 }
 
+/// [`git_v`] with the pack writer's debug lines of the packd it runs on its stderr (which say
+/// how each pack went out).
+fn git_v_logged(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
+    let mut cmd = sb.git_cmd(cwd);
+    cmd.env("PACKD_LOG", "packd_pack=debug")
+        .arg("-c")
+        .arg(format!("protocol.version={version}"))
+        .args(args);
+    run_cmd(cmd, None, GIT_TIMEOUT)
+}
+
+/// Commits a file `name` of `len` random bytes (from `seed`) on the current branch of `repo`.
+fn commit_random_file(repo: &Repo, name: &str, seed: u64, len: usize) {
+    let mut rng = Rng::new(seed);
+    std::fs::write(repo.path.join(name), rng.bytes(len)).unwrap();
+    repo.git(&["add", name]);
+    repo.git(&["commit", "-q", "-m", name]);
+}
+
 /// `packd upload-pack ARGS` with GIT_PROTOCOL and stdin.
 fn packd_upload_pack(sb: &Sandbox, protocol: Option<&str>, args: &[&str], stdin: &[u8]) -> Run {
     let mut cmd = Command::new(PACKD);
@@ -276,14 +295,12 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
         )
         .assert_success();
         let dir = sb.path().join(name);
-        let mut cmd = sb.git_cmd(&dir);
-        cmd.env("PACKD_LOG", "packd_pack=debug");
-        cmd.args(["-c", "protocol.version=2", "fetch", "-q"]);
+        let mut args = vec!["fetch", "-q"];
         if packd {
-            cmd.arg(&up);
+            args.push(&up);
         }
-        cmd.args(["origin", "main:refs/heads/main"]);
-        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+        args.extend(["origin", "main:refs/heads/main"]);
+        let run = git_v_logged(&sb, &dir, 2, &args);
         run.assert_success();
         if packd {
             stderr = run.err();
@@ -452,10 +469,7 @@ fn a_whole_pack_goes_out_from_the_file() {
     let sb = Sandbox::new();
     let repo = history(&sb);
     // A pack of more than 64 KiB (smaller files are read whole, never sent from the file).
-    let mut rng = Rng::new(5);
-    std::fs::write(repo.path.join("big.bin"), rng.bytes(256 << 10)).unwrap();
-    repo.git(&["add", "big.bin"]);
-    repo.git(&["commit", "-q", "-m", "big"]);
+    commit_random_file(&repo, "big.bin", 5, 256 << 10);
     repo.git(&["repack", "-adbq"]);
     let packs = repo.packs();
     assert_eq!(packs.len(), 1);
@@ -464,12 +478,12 @@ fn a_whole_pack_goes_out_from_the_file() {
     let up = format!("--upload-pack={}", upload_pack_cmd());
     for version in [0u8, 2] {
         let name = format!("whole-{version}.git");
-        let mut cmd = sb.git_cmd(sb.path());
-        cmd.env("PACKD_LOG", "packd_pack=debug")
-            .arg("-c")
-            .arg(format!("protocol.version={version}"))
-            .args(["clone", "-q", "--mirror", &up, &url, &name]);
-        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+        let run = git_v_logged(
+            &sb,
+            sb.path(),
+            version,
+            &["clone", "-q", "--mirror", &up, &url, &name],
+        );
         run.assert_success();
         assert!(
             run.err().contains("sent as file ranges"),
@@ -499,11 +513,8 @@ fn a_whole_pack_goes_out_from_the_file() {
 fn runs_of_entries_go_out_from_the_file_to_stdout() {
     let sb = Sandbox::new();
     let repo = history(&sb);
-    let mut rng = Rng::new(6);
     // Larger than the writer's 1 MiB window: its entry goes out in pieces.
-    std::fs::write(repo.path.join("big.bin"), rng.bytes(1536 << 10)).unwrap();
-    repo.git(&["add", "big.bin"]);
-    repo.git(&["commit", "-q", "-m", "big"]);
+    commit_random_file(&repo, "big.bin", 6, 1536 << 10);
     let branch = repo.git_str(&["symbolic-ref", "--short", "HEAD"]);
     repo.git(&["checkout", "-q", "-b", "other"]);
     std::fs::write(repo.path.join("other.txt"), "only on other\n").unwrap();
@@ -515,11 +526,11 @@ fn runs_of_entries_go_out_from_the_file_to_stdout() {
     let up = format!("--upload-pack={}", upload_pack_cmd());
     for version in [0u8, 2] {
         let name = format!("one-branch-{version}.git");
-        let mut cmd = sb.git_cmd(sb.path());
-        cmd.env("PACKD_LOG", "packd_pack=debug")
-            .arg("-c")
-            .arg(format!("protocol.version={version}"))
-            .args([
+        let run = git_v_logged(
+            &sb,
+            sb.path(),
+            version,
+            &[
                 "clone",
                 "-q",
                 "--bare",
@@ -528,8 +539,8 @@ fn runs_of_entries_go_out_from_the_file_to_stdout() {
                 &up,
                 &url,
                 &name,
-            ]);
-        let run = run_cmd(cmd, None, GIT_TIMEOUT);
+            ],
+        );
         run.assert_success();
         assert!(
             run.err().contains("runs of reused entries"),

@@ -206,6 +206,24 @@ impl Pack {
         }
     }
 
+    /// The index position of the entry at `offset` and where it ends: [`Pack::position_at`] and
+    /// [`Pack::entry_end`] in one lookup (one of the rank index's one-by-one lookups when the
+    /// reverse index is not built).
+    pub fn entry_span(&self, offset: u64) -> Result<(u32, u64)> {
+        let trailer = self.data.len() - 20;
+        if let Some(rank) = self.rank_index_one_by_one() {
+            let index_pos = rank
+                .index_position(&self.index, offset)
+                .ok_or_else(|| self.no_entry_at(offset))?;
+            return Ok((index_pos, rank.next_offset(offset).unwrap_or(trailer)));
+        }
+        let rev = self.reverse_index()?;
+        match rev.offsets[..rev.positions.len()].binary_search(&offset) {
+            Ok(i) => Ok((rev.positions[i], rev.offsets[i + 1])),
+            Err(_) => Err(self.no_entry_at(offset)),
+        }
+    }
+
     /// The offset and index position of the entry at pack position `pos` (the bit that stands
     /// for it in a bitmap); `None` past the last entry. Without a reverse index, the rank index
     /// answers (a few hundred steps), for as long as that costs less than sorting every offset

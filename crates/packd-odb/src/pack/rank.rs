@@ -106,6 +106,14 @@ impl RankIndex {
         Some(*self.starts.get(b)? as usize..*self.starts.get(b + 1)? as usize)
     }
 
+    /// Where `offset` falls: its bucket's number and slots, and its key within the bucket.
+    fn locate(&self, offset: u64) -> Option<(usize, std::ops::Range<usize>, u16)> {
+        let offset = u32::try_from(offset).ok()?;
+        let b = (offset >> self.shift) as usize;
+        let low = (offset & ((1u32 << self.shift) - 1)) as u16;
+        Some((b, self.bucket(b)?, low))
+    }
+
     /// The offset bucket `b`'s key `k` stands for.
     fn offset_of(&self, b: usize, k: u16) -> u64 {
         ((b as u64) << self.shift) | k as u64
@@ -114,9 +122,7 @@ impl RankIndex {
     /// The index position of the entry at `offset`, or `None` when no entry starts there.
     /// `index` is the index this was built from.
     pub(crate) fn index_position(&self, index: &PackIndex, offset: u64) -> Option<u32> {
-        let offset = u32::try_from(offset).ok()?;
-        let slots = self.bucket((offset >> self.shift) as usize)?;
-        let low = (offset & ((1u32 << self.shift) - 1)) as u16;
+        let (_, slots, low) = self.locate(offset)?;
         let at = self.keys[slots.clone()].iter().position(|&k| k == low)?;
         Some(self.positions(index)[slots.start + at])
     }
@@ -147,10 +153,7 @@ impl RankIndex {
     /// The offset of the first entry after `offset`, or `None` when none follows (the entry at
     /// `offset` ends at the trailer).
     pub(crate) fn next_offset(&self, offset: u64) -> Option<u64> {
-        let offset = u32::try_from(offset).ok()?;
-        let mut b = (offset >> self.shift) as usize;
-        let low = (offset & ((1u32 << self.shift) - 1)) as u16;
-        let slots = self.bucket(b)?;
+        let (mut b, slots, low) = self.locate(offset)?;
         if let Some(k) = self.keys[slots].iter().copied().filter(|&k| k > low).min() {
             return Some(self.offset_of(b, k));
         }
@@ -170,17 +173,13 @@ impl RankIndex {
     /// rank here, where the exact reverse index sets one aside; bitmaps of such a pack are not
     /// to be trusted either way.
     pub(crate) fn rank(&self, offset: u64) -> Option<u32> {
-        let offset = u32::try_from(offset).ok()?;
-        let b = (offset >> self.shift) as usize;
-        let (start, end) = (*self.starts.get(b)?, *self.starts.get(b + 1)?);
-        let bucket = &self.keys[start as usize..end as usize];
-        let low = (offset & ((1u32 << self.shift) - 1)) as u16;
+        let (_, slots, low) = self.locate(offset)?;
         let (mut below, mut equal) = (0u32, 0u32);
-        for &k in bucket {
+        for &k in &self.keys[slots.clone()] {
             below += (k < low) as u32;
             equal += (k == low) as u32;
         }
-        (equal > 0).then_some(start + below)
+        (equal > 0).then_some(slots.start as u32 + below)
     }
 }
 

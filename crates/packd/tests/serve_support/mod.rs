@@ -258,21 +258,46 @@ impl Fixture {
             dst.to_str().unwrap(),
         ])
         .assert_success();
-        self.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
+        self.fsck(&dst);
         assert_eq!(
             self.refs_of(&dst),
             self.refs_of(&self.repo.path),
             "refs after clone v{version}"
         );
-        let count = ["rev-list", "--all", "--objects", "--count"];
-        assert_eq!(
-            self.sandbox.git_run_in(&dst, &count, None).out().trim(),
-            self.repo.git_str(&count),
-            "objects of {name}"
-        );
+        self.assert_same_count(&dst, "--all", &format!("objects of {name}"));
         dst
+    }
+
+    /// Asserts that tag `name` of the sandbox's repository `dst` names what the served one's does
+    /// (a tag followed by a clone).
+    pub fn assert_same_tag(&self, dst: &Path, name: &str, what: &str) {
+        let tag = format!("refs/tags/{name}");
+        assert_eq!(
+            self.sandbox
+                .git_run_in(dst, &["rev-parse", &tag], None)
+                .out()
+                .trim(),
+            self.repo.git_str(&["rev-parse", &tag]),
+            "{what}: {tag}"
+        );
+    }
+
+    /// `git fsck --strict --no-dangling` of the sandbox's repository `dst`, which must pass.
+    pub fn fsck(&self, dst: &Path) {
+        self.sandbox
+            .git_run_in(dst, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+    }
+
+    /// Asserts that `dst` holds as many objects reachable from `revs` (`--all`, or a branch) as
+    /// the served repository.
+    pub fn assert_same_count(&self, dst: &Path, revs: &str, what: &str) {
+        let count = ["rev-list", "--objects", "--count", revs];
+        assert_eq!(
+            self.sandbox.git_run_in(dst, &count, None).out().trim(),
+            self.repo.git_str(&count),
+            "{what}"
+        );
     }
 
     /// A `packd serve` of the root with `extra` options, logging the pack writer's debug lines
@@ -321,14 +346,11 @@ impl Fixture {
         }
         args.extend([url, dst.to_str().unwrap()]);
         self.git(&args).assert_success();
-        self.sandbox
-            .git_run_in(&dst, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        let count = ["rev-list", "--objects", "--count", "main"];
-        assert_eq!(
-            self.sandbox.git_run_in(&dst, &count, None).out().trim(),
-            self.repo.git_str(&count),
-            "objects of main after a v{version} clone"
+        self.fsck(&dst);
+        self.assert_same_count(
+            &dst,
+            "main",
+            &format!("objects of main after a v{version} clone"),
         );
         dst
     }
