@@ -105,6 +105,38 @@ def stateless_fetch(cmd, repo, want, have, out_path):
     return cpu
 
 
+def ref_listing(packd, repo, runs, tmp):
+    """The refs listed by a process per request, as `git ls-remote` over ssh does: protocol v2
+    `ls-refs` (peel, symrefs) and the v0 advertisement, from git upload-pack and from packd's.
+    Prints the CPU of each (median of at least 15 processes) and whether the refs listed are
+    the same (the v0 capability lists differ by design: git's first line is left out)."""
+    v2 = pkt("command=ls-refs\n") + pkt("agent=git/2.39\n") + b"0001" + pkt("peel\n") \
+        + pkt("symrefs\n") + b"0000"
+    env2 = dict(os.environ, GIT_PROTOCOL="version=2")
+    env0 = {k: v for k, v in os.environ.items() if k != "GIT_PROTOCOL"}
+    cases = [("v2 ls-refs", ["--stateless-rpc"], v2, env2), ("v0 advertisement", [], b"0000", env0)]
+    print(f"   {'':18} {'git ms':>8} {'packd ms':>8} {'ratio':>6}  same refs")
+    for label, flags, request, env in cases:
+        answers, cpus = {}, {}
+        for who, cmd in (("git", ["git", "upload-pack"]), ("packd", [packd, "upload-pack"])):
+            runs_cpu = []
+            for _ in range(max(runs, 15)):
+                with open(f"{tmp}/refs.out", "wb") as out:
+                    cpu, _, _, code = run_rusage([*cmd, *flags, repo], request, stdout=out, env=env)
+                if code != 0:
+                    sys.exit(f"{who} upload-pack failed to list refs")
+                runs_cpu.append(cpu)
+            cpus[who] = statistics.median(runs_cpu)
+            answers[who] = open(f"{tmp}/refs.out", "rb").read()
+        os.unlink(f"{tmp}/refs.out")
+        if label.startswith("v0"):
+            same = answers["git"].split(b"\n", 1)[1] == answers["packd"].split(b"\n", 1)[1]
+        else:
+            same = answers["git"] == answers["packd"]
+        print(f"   {label:18} {cpus['git'] * 1000:>8.2f} {cpus['packd'] * 1000:>8.2f} "
+              f"{cpus['packd'] / cpus['git']:>6.2f}  {same}", flush=True)
+
+
 def linked_copy(repo, path):
     """A copy of `repo` at `path` whose files are hard links: git replaces files by renaming new
     ones over them, so the links stay the original's; reflogs are appended to in place, so the
@@ -467,6 +499,13 @@ def main():
                   f"{packd_up / git_up:>6.2f}", flush=True)
     finally:
         server.stop()
+
+    print("\n== refs listed by a process per request (`git ls-remote` over ssh): CPU per process")
+    for listed in (repo, mirror):
+        if listed:
+            print(f"   {os.path.basename(listed)}: "
+                  f"{git(listed, 'for-each-ref', '--format=x').count(chr(10)) + 1} refs")
+            ref_listing(packd, listed, runs, tmp)
 
     print("\n== full clone (every branch and tag, include-tag): server side")
     refs = git(repo, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags").split()

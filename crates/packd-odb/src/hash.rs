@@ -50,15 +50,24 @@ impl ObjectId {
 
     /// An id from its full hexadecimal spelling.
     pub fn from_hex(hex: &str) -> Option<ObjectId> {
-        let hex = hex.as_bytes();
+        ObjectId::from_hex_bytes(hex.as_bytes())
+    }
+
+    /// [`ObjectId::from_hex`] of bytes not known to be text (a line of a file being parsed).
+    pub fn from_hex_bytes(hex: &[u8]) -> Option<ObjectId> {
         if hex.len() != 40 {
             return None;
         }
         let mut out = [0u8; 20];
-        for (i, pair) in hex.chunks_exact(2).enumerate() {
-            out[i] = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+        // Any digit that is not one leaves its high bit set in `bad`: one test at the end
+        // instead of one per digit.
+        let mut bad = 0u8;
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let (hi, lo) = (HEX_VALUES[pair[0] as usize], HEX_VALUES[pair[1] as usize]);
+            bad |= hi | lo;
+            *o = (hi << 4) | (lo & 0x0f);
         }
-        Some(ObjectId(out))
+        (bad & 0x80 == 0).then_some(ObjectId(out))
     }
 
     /// The raw bytes.
@@ -111,8 +120,22 @@ impl ObjectId {
 #[error("the content carries a SHA-1 collision attack")]
 pub struct CollisionDetected;
 
+/// The value of each byte as a hexadecimal digit (upper or lower case), or 0x80 for a byte
+/// that is not one.
+const HEX_VALUES: [u8; 256] = {
+    let mut table = [0x80u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        if let Some(v) = hex_value(i as u8) {
+            table[i] = v;
+        }
+        i += 1;
+    }
+    table
+};
+
 /// The value of one hexadecimal digit, upper or lower case.
-pub(crate) fn hex_value(c: u8) -> Option<u8> {
+pub(crate) const fn hex_value(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
@@ -199,6 +222,36 @@ mod tests {
         let id = ObjectId::compute(ObjectKind::Blob, b"hello\n").unwrap();
         assert_eq!(id.to_hex(), "ce013625030ba8dba906f756967f9e9ca394464a");
         assert_eq!(ObjectId::from_hex(&id.to_hex()), Some(id));
+    }
+
+    #[test]
+    fn reads_hex_like_the_digit_by_digit_rule() {
+        let id = ObjectId::from_hex("ce013625030ba8dba906f756967f9e9ca394464a").unwrap();
+        assert_eq!(
+            ObjectId::from_hex("CE013625030BA8DBA906F756967F9E9CA394464A"),
+            Some(id),
+            "upper case"
+        );
+        assert_eq!(id.to_hex(), "ce013625030ba8dba906f756967f9e9ca394464a");
+        // Every byte in every place: accepted exactly when it is a hex digit.
+        let good = *b"ce013625030ba8dba906f756967f9e9ca394464a";
+        for at in [0, 1, 20, 39] {
+            for b in 0..=255u8 {
+                let mut hex = good;
+                hex[at] = b;
+                let expected = hex_value(b).is_some();
+                assert_eq!(
+                    ObjectId::from_hex_bytes(&hex).is_some(),
+                    expected,
+                    "{b:#x} at {at}"
+                );
+            }
+        }
+        assert_eq!(ObjectId::from_hex_bytes(&good[..39]), None, "too short");
+        assert_eq!(
+            ObjectId::from_hex("ce013625030ba8dba906f756967f9e9ca394464a0"),
+            None
+        );
     }
 
     #[test]

@@ -153,11 +153,13 @@ impl PackedRefs {
     fn peel_after(&self, s: usize, name: &str) -> Peeled {
         let next = next_line(&self.text, s);
         if let Some(rest) = self.text[next..].strip_prefix(b"^") {
-            let hex = &rest[..rest
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-                .unwrap_or(rest.len())];
-            return match std::str::from_utf8(hex).ok().and_then(ObjectId::from_hex) {
+            // The id, then the end of the line (or of the file).
+            let whole = matches!(rest.get(40), None | Some(b'\n' | b'\r'));
+            return match rest
+                .get(..40)
+                .filter(|_| whole)
+                .and_then(ObjectId::from_hex_bytes)
+            {
                 Some(target) => Peeled::Tag(target),
                 None => Peeled::Unknown,
             };
@@ -171,9 +173,14 @@ impl PackedRefs {
 
     /// The ref line starting at `s`: (id, name), `None` for a malformed line.
     fn entry_at(&self, s: usize) -> Option<(ObjectId, &str)> {
-        let line = std::str::from_utf8(&self.text[s..line_end(&self.text, s)]).ok()?;
-        let (hex, name) = line.split_once(' ')?;
-        Some((ObjectId::from_hex(hex)?, name.trim_end_matches('\r')))
+        let line = &self.text[s..line_end(&self.text, s)];
+        // The id, a space, the name.
+        if line.get(40) != Some(&b' ') {
+            return None;
+        }
+        let id = ObjectId::from_hex_bytes(&line[..40])?;
+        let name = std::str::from_utf8(&line[41..]).ok()?;
+        Some((id, name.trim_end_matches('\r')))
     }
 
     fn name_at(&self, s: usize) -> &[u8] {
@@ -300,17 +307,11 @@ impl PackedRefs {
 }
 
 fn line_end(text: &[u8], s: usize) -> usize {
-    text[s..]
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(text.len(), |i| s + i)
+    memchr::memchr(b'\n', &text[s..]).map_or(text.len(), |i| s + i)
 }
 
 fn next_line(text: &[u8], s: usize) -> usize {
-    text[s..]
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(text.len(), |i| s + i + 1)
+    memchr::memchr(b'\n', &text[s..]).map_or(text.len(), |i| s + i + 1)
 }
 
 /// What tells one `packed-refs` file from another: git replaces the file by renaming a new

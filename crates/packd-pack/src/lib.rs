@@ -198,8 +198,10 @@ pub struct PackStats {
 /// Pack generation for one repository, kept loaded between requests.
 pub struct PackServer {
     repo: Arc<Repository>,
-    /// The repository's bitmap index, if it has a usable one.
-    bitmap: Option<BitmapIndex>,
+    /// The repository's bitmap index, if it has a usable one: loaded by the first request that
+    /// counts objects (see [`PackServer::bitmap`]), so that a process that only lists refs
+    /// (`git ls-remote` over ssh) does not read it.
+    bitmap: std::sync::OnceLock<Option<BitmapIndex>>,
     /// Every bit of the bitmap index with a name-hash, as `hash << 32 | bit`, sorted (bits
     /// ascending within a hash), built on first use: versions of one path, the candidates for
     /// a delta when an object's own delta base cannot be sent.
@@ -211,13 +213,13 @@ pub struct PackServer {
 }
 
 impl PackServer {
-    /// Opens pack generation over `repo`, loading its bitmap index if it has one (a bitmap
-    /// that cannot be used is skipped with a warning: counting then walks).
+    /// Opens pack generation over `repo`. Its bitmap index, if it has one, is loaded when
+    /// first needed (a bitmap that cannot be used is then skipped with a warning: counting
+    /// walks).
     pub fn open(repo: Arc<Repository>) -> Result<PackServer, PackError> {
-        let bitmap = BitmapIndex::open(&repo)?;
         Ok(PackServer {
             repo,
-            bitmap,
+            bitmap: std::sync::OnceLock::new(),
             by_name_hash: std::sync::OnceLock::new(),
             one_request: false,
             clone_cache: None,
@@ -246,9 +248,19 @@ impl PackServer {
         &self.repo
     }
 
-    /// Whether counting can use a bitmap index.
-    pub fn has_bitmap(&self) -> bool {
-        self.bitmap.is_some()
+    /// Whether counting can use a bitmap index (loading it if it is not yet).
+    pub fn has_bitmap(&self) -> Result<bool, PackError> {
+        Ok(self.bitmap()?.is_some())
+    }
+
+    /// The repository's bitmap index, loaded on first use. Two requests that race here may
+    /// both read it; one copy is kept.
+    fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
+        if let Some(loaded) = self.bitmap.get() {
+            return Ok(loaded.as_ref());
+        }
+        let loaded = BitmapIndex::open(&self.repo)?;
+        Ok(self.bitmap.get_or_init(|| loaded).as_ref())
     }
 
     /// The shallow boundary changes a shallow request makes (`deepen*` lines and the client's

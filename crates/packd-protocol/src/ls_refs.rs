@@ -97,24 +97,34 @@ impl UploadPack {
                 _ => {}
             }
         }
+        // Each line is put together in one buffer: thousands of refs are common.
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        let mut hex = [0u8; 40];
         for r in &snapshot.refs {
             if !args.matches(&r.name) {
                 continue;
             }
-            let mut line = format!("{} {}", r.id, r.name);
+            line.clear();
+            r.id.write_hex(&mut hex);
+            line.extend_from_slice(&hex);
+            line.push(b' ');
+            line.extend_from_slice(r.name.as_bytes());
             // Only a loose file can be a symbolic ref.
             if args.symrefs && r.loose {
                 if let Some(t) = reader.symref_target(&r.name)? {
-                    line.push_str(&format!(" symref-target:{t}"));
+                    line.extend_from_slice(b" symref-target:");
+                    line.extend_from_slice(t.as_bytes());
                 }
             }
             if args.peel {
                 if let Some(p) = peeled_ref(repo, r) {
-                    line.push_str(&format!(" peeled:{p}"));
+                    p.write_hex(&mut hex);
+                    line.extend_from_slice(b" peeled:");
+                    line.extend_from_slice(&hex);
                 }
             }
-            line.push('\n');
-            pkt_line::write_text(out, &line)?;
+            line.push(b'\n');
+            pkt_line::write_packet(out, &line)?;
         }
         pkt_line::write_flush(out)?;
         Ok(())

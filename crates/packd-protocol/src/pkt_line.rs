@@ -238,11 +238,33 @@ pub fn write_packet(out: &mut dyn Write, payload: &[u8]) -> std::io::Result<()> 
             format!("a pkt-line of {} bytes is too long", payload.len()),
         ));
     }
-    let header = format!("{:04x}", payload.len() + 4);
+    let header = length_header(payload.len() + 4);
+    // One write per packet, whatever `out` is: a small packet (a ref line) is put together
+    // on the stack, a large one in a buffer.
+    if payload.len() <= SMALL_PACKET {
+        let mut packet = [0u8; SMALL_PACKET + 4];
+        packet[..4].copy_from_slice(&header);
+        packet[4..4 + payload.len()].copy_from_slice(payload);
+        return out.write_all(&packet[..4 + payload.len()]);
+    }
     let mut packet = Vec::with_capacity(payload.len() + 4);
-    packet.extend_from_slice(header.as_bytes());
+    packet.extend_from_slice(&header);
     packet.extend_from_slice(payload);
     out.write_all(&packet)
+}
+
+/// Payloads up to this size are written from a stack buffer by [`write_packet`].
+const SMALL_PACKET: usize = 512;
+
+/// A packet's four-digit hexadecimal length (`len` includes the four digits).
+fn length_header(len: usize) -> [u8; 4] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [
+        DIGITS[(len >> 12) & 0xf],
+        DIGITS[(len >> 8) & 0xf],
+        DIGITS[(len >> 4) & 0xf],
+        DIGITS[len & 0xf],
+    ]
 }
 
 /// Writes `text` as one data packet (the caller includes the newline).
