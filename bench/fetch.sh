@@ -24,6 +24,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib/setup.sh"
 
 repo=$(bitmapped_copy "$1" true)
+# The same repository with a `.rev` (as git 2.41 and later write), for the process-per-request
+# columns.
+export REV_COPY
+REV_COPY=$(rev_copy "$repo")
 mirror=()
 if [[ ${MIRROR:-1} == 1 ]]; then
   full=$(full_copy "$1")

@@ -93,3 +93,27 @@ every_tip_copy() {
   fi
   echo "$dest"
 }
+
+# A copy of REPO (hard links) whose pack has a `.rev` that git wrote (`git index-pack
+# --rev-index`): git 2.41 and later write one on every repack, and a process that reads it
+# need not sort the pack's offsets (git 2.39 reads it too). Prints its path.
+rev_copy() {
+  local src=$1 name
+  name=$(basename "$src" .git)
+  local dest=$data/$name-rev.git
+  local fingerprint
+  fingerprint="$(refs_fingerprint "$src") $(cd "$src/objects/pack" && ls ./*.pack)"
+  if [[ $(cat "$dest/.rev-done" 2>/dev/null) != "$fingerprint" ]]; then
+    rm -rf "$dest"
+    cp -al "$src" "$dest"
+    rm -f "$dest"/.*-done
+    local pack
+    for pack in "$dest"/objects/pack/*.pack; do
+      # index-pack writes the .idx again (the same bytes) and the .rev beside it.
+      rm -f "${pack%.pack}.idx" "${pack%.pack}.rev"
+      git index-pack --rev-index "$pack" > /dev/null
+    done
+    echo "$fingerprint" > "$dest/.rev-done"
+  fi
+  echo "$dest"
+}

@@ -14,7 +14,9 @@ least N days older than HEAD's commit date) fetches HEAD:
 - then the same want and have as one protocol v2 request (with include-tag) on the stdin of
   `git upload-pack --stateless-rpc` and of `packd upload-pack --stateless-rpc`: a process per
   request, as over ssh, which loads its indexes each time (CPU of the process, median of RUNS;
-  columns `git up`, `packd up`).
+  columns `git up`, `packd up`); and with REV_COPY (the same repository with a `.rev` that git
+  wrote, as git 2.41 and later do on every repack) the same again on that copy (columns
+  `git .rev`, `packd .rev`).
 
 Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
 RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
@@ -469,9 +471,11 @@ def main():
     try:
         print("\n== incremental fetch: HEAD minus the newest commit N days older "
               "(server CPU per fetch, pack bytes, client index-pack --fix-thin wall)")
+        rev_copy = os.environ.get("REV_COPY")
         print(f"{'N':>4} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
               f"{'packd bytes':>11} {'ratio':>6}  {'ip git':>7} {'ip packd':>8}  "
-              f"{'git up':>7} {'packd up':>8} {'ratio':>6}")
+              f"{'git up':>7} {'packd up':>8} {'ratio':>6}"
+              + (f"  {'git .rev':>8} {'packd .rev':>9} {'ratio':>6}" if rev_copy else ""))
         server.fetch(name, [head], [], f"{tmp}/warm.pack")  # opens the repository once
         for n in days:
             have = git(repo, "rev-list", "-1", f"--before={head_time - n * 86400}", "HEAD")
@@ -493,10 +497,18 @@ def main():
                                                        have, answer) for _ in range(runs))
             packd_up = statistics.median(stateless_fetch([packd, "upload-pack"], repo, head,
                                                          have, answer) for _ in range(runs))
+            rev_cols = ""
+            if rev_copy:
+                git_rev = statistics.median(stateless_fetch(["git", "upload-pack"], rev_copy, head,
+                                                            have, answer) for _ in range(runs))
+                packd_rev = statistics.median(stateless_fetch([packd, "upload-pack"], rev_copy,
+                                                              head, have, answer)
+                                              for _ in range(runs))
+                rev_cols = f"  {git_rev:>8.4f} {packd_rev:>9.4f} {packd_rev / git_rev:>6.2f}"
             print(f"{n:>4} {gc:>9.4f} {packd_cpu:>9.4f} {packd_cpu / gc:>6.2f}  {git_bytes:>11} "
                   f"{packd_bytes:>11} {packd_bytes / git_bytes:>6.3f}  {ip_git:>7.3f} "
                   f"{ip_packd:>8.3f}  {git_up:>7.4f} {packd_up:>8.4f} "
-                  f"{packd_up / git_up:>6.2f}", flush=True)
+                  f"{packd_up / git_up:>6.2f}{rev_cols}", flush=True)
     finally:
         server.stop()
 

@@ -248,11 +248,6 @@ impl PackServer {
         &self.repo
     }
 
-    /// Whether counting can use a bitmap index (loading it if it is not yet).
-    pub fn has_bitmap(&self) -> Result<bool, PackError> {
-        Ok(self.bitmap()?.is_some())
-    }
-
     /// The repository's bitmap index, loaded on first use. Two requests that race here may
     /// both read it; one copy is kept.
     fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
