@@ -14,7 +14,9 @@
 # bench/data/full-<name>.git with every ref except the few that reach objects the snapshot
 # lacks (bench/lib/broken_refs.py; about 6 minutes the first time), and a hard-linked copy of
 # that whose bitmaps `packd write-bitmap --every-tip` wrote (every ref tip has one; git reads
-# them too). Run by hand, never in CI.
+# them too); and to bench/data/reach-<name>-true-rev.git, a hard-linked copy whose pack has a
+# `.rev` that `git index-pack --rev-index` wrote, for the process-per-request columns. Run by
+# hand, never in CI.
 # Targets: pack bytes <= git's and server CPU <= 0.5x git's for every N; full-clone server CPU
 # <= 0.25x git's and peak memory under 100 MB.
 set -euo pipefail

@@ -105,13 +105,14 @@ rev_copy() {
   fingerprint="$(refs_fingerprint "$src") $(cd "$src/objects/pack" && ls ./*.pack)"
   if [[ $(cat "$dest/.rev-done" 2>/dev/null) != "$fingerprint" ]]; then
     rm -rf "$dest"
-    cp -al "$src" "$dest"
+    # Called as $(rev_copy ...), where `set -e` does not stop a function: each step says.
+    cp -al "$src" "$dest" || return 1
     rm -f "$dest"/.*-done
     local pack
     for pack in "$dest"/objects/pack/*.pack; do
       # index-pack writes the .idx again (the same bytes) and the .rev beside it.
       rm -f "${pack%.pack}.idx" "${pack%.pack}.rev"
-      git index-pack --rev-index "$pack" > /dev/null
+      git index-pack --rev-index "$pack" > /dev/null || return 1
     done
     echo "$fingerprint" > "$dest/.rev-done"
   fi

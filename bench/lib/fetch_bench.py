@@ -17,6 +17,7 @@ least N days older than HEAD's commit date) fetches HEAD:
   columns `git up`, `packd up`); and with REV_COPY (the same repository with a `.rev` that git
   wrote, as git 2.41 and later do on every repack) the same again on that copy (columns
   `git .rev`, `packd .rev`).
+- then the refs listed by a process per request, as `git ls-remote` over ssh (`ref_listing`).
 
 Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
 RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
@@ -111,7 +112,8 @@ def ref_listing(packd, repo, runs, tmp):
     """The refs listed by a process per request, as `git ls-remote` over ssh does: protocol v2
     `ls-refs` (peel, symrefs) and the v0 advertisement, from git upload-pack and from packd's.
     Prints the CPU of each (median of at least 15 processes) and whether the refs listed are
-    the same (the v0 capability lists differ by design: git's first line is left out)."""
+    the same (the v0 capability lists differ by design: the first line of each answer, HEAD
+    with the capabilities, is left out of the comparison)."""
     v2 = pkt("command=ls-refs\n") + pkt("agent=git/2.39\n") + b"0001" + pkt("peel\n") \
         + pkt("symrefs\n") + b"0000"
     env2 = dict(os.environ, GIT_PROTOCOL="version=2")
@@ -475,7 +477,7 @@ def main():
         print(f"{'N':>4} {'git cpu':>9} {'packd cpu':>9} {'ratio':>6}  {'git bytes':>11} "
               f"{'packd bytes':>11} {'ratio':>6}  {'ip git':>7} {'ip packd':>8}  "
               f"{'git up':>7} {'packd up':>8} {'ratio':>6}"
-              + (f"  {'git .rev':>8} {'packd .rev':>9} {'ratio':>6}" if rev_copy else ""))
+              + (f"  {'git .rev':>8} {'packd .rev':>10} {'ratio':>6}" if rev_copy else ""))
         server.fetch(name, [head], [], f"{tmp}/warm.pack")  # opens the repository once
         for n in days:
             have = git(repo, "rev-list", "-1", f"--before={head_time - n * 86400}", "HEAD")
@@ -504,7 +506,7 @@ def main():
                 packd_rev = statistics.median(stateless_fetch([packd, "upload-pack"], rev_copy,
                                                               head, have, answer)
                                               for _ in range(runs))
-                rev_cols = f"  {git_rev:>8.4f} {packd_rev:>9.4f} {packd_rev / git_rev:>6.2f}"
+                rev_cols = f"  {git_rev:>8.4f} {packd_rev:>10.4f} {packd_rev / git_rev:>6.2f}"
             print(f"{n:>4} {gc:>9.4f} {packd_cpu:>9.4f} {packd_cpu / gc:>6.2f}  {git_bytes:>11} "
                   f"{packd_bytes:>11} {packd_bytes / git_bytes:>6.3f}  {ip_git:>7.3f} "
                   f"{ip_packd:>8.3f}  {git_up:>7.4f} {packd_up:>8.4f} "
@@ -516,7 +518,7 @@ def main():
     for listed in (repo, mirror):
         if listed:
             print(f"   {os.path.basename(listed)}: "
-                  f"{git(listed, 'for-each-ref', '--format=x').count(chr(10)) + 1} refs")
+                  f"{len(git(listed, 'for-each-ref', '--format=x').splitlines())} refs")
             ref_listing(packd, listed, runs, tmp)
 
     print("\n== full clone (every branch and tag, include-tag): server side")

@@ -213,17 +213,18 @@ pub struct PackServer {
 }
 
 impl PackServer {
-    /// Opens pack generation over `repo`. Its bitmap index, if it has one, is loaded when
-    /// first needed (a bitmap that cannot be used is then skipped with a warning: counting
-    /// walks).
-    pub fn open(repo: Arc<Repository>) -> Result<PackServer, PackError> {
-        Ok(PackServer {
+    /// Pack generation over `repo`. Its bitmap index, if it has one, is loaded by the first
+    /// request that counts with it: a bitmap that cannot be used is then skipped with a
+    /// warning (counting walks); one that cannot be read fails that request, before anything
+    /// is sent, and is tried again by the next.
+    pub fn open(repo: Arc<Repository>) -> PackServer {
+        PackServer {
             repo,
             bitmap: std::sync::OnceLock::new(),
             by_name_hash: std::sync::OnceLock::new(),
             one_request: false,
             clone_cache: None,
-        })
+        }
     }
 
     /// Tunes this for a process that serves one request and exits (`packd upload-pack`, as
@@ -248,14 +249,21 @@ impl PackServer {
         &self.repo
     }
 
-    /// The repository's bitmap index, loaded on first use. Two requests that race here may
-    /// both read it; one copy is kept.
+    /// The repository's bitmap index, loaded on first use (by counting). Two requests that
+    /// race here may both read it; one copy is kept.
     fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
         if let Some(loaded) = self.bitmap.get() {
             return Ok(loaded.as_ref());
         }
         let loaded = BitmapIndex::open(&self.repo)?;
         Ok(self.bitmap.get_or_init(|| loaded).as_ref())
+    }
+
+    /// The bitmap index if counting loaded it. Writing uses this: a plan whose haves are bits
+    /// ([`count::Had::Bits`]) was counted with the bitmap, so it is there, and a walked plan
+    /// (a shallow fetch) must not load it in the middle of the pack.
+    fn loaded_bitmap(&self) -> Option<&BitmapIndex> {
+        self.bitmap.get().and_then(Option::as_ref)
     }
 
     /// The shallow boundary changes a shallow request makes (`deepen*` lines and the client's

@@ -1190,7 +1190,7 @@ impl PackServer {
     fn client_has(&self, plan: &Planned, id: &ObjectId) -> Result<bool, PackError> {
         Ok(match &plan.had {
             Had::Ids(ids) => ids.contains(id),
-            Had::Bits(bits) => match self.bitmap()? {
+            Had::Bits(bits) => match self.loaded_bitmap() {
                 Some(index) => index.bit_of_id(id)?.is_some_and(|b| bits.get(b)),
                 None => false,
             },
@@ -1246,7 +1246,7 @@ impl PackServer {
         new_offsets: &[u64],
         compressor: &mut libdeflater::Compressor,
     ) -> Result<Option<NewEntry>, PackError> {
-        let (Some(index), Had::Bits(had)) = (self.bitmap()?, &plan.had) else {
+        let (Some(index), Had::Bits(had)) = (self.loaded_bitmap(), &plan.had) else {
             return Ok(None);
         };
         let Some(bit) = index.bit_of_id(id)? else {

@@ -336,7 +336,7 @@ mod tests {
         git(&["update-ref", "refs/heads/main", &tip]);
         git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
         let repo = Repository::open(dir.path(), &RepositoryOptions::default()).unwrap();
-        let packs = PackServer::open(Arc::new(repo)).unwrap();
+        let packs = PackServer::open(Arc::new(repo));
         let up = UploadPack::new(Arc::new(packs), options);
         (dir, up, tip, parent)
     }

@@ -300,6 +300,27 @@ pub fn write_err(out: &mut dyn Write, message: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn writes_packets_of_every_size_whole() {
+        // Both sides of the stack buffer's limit, and the largest packet.
+        for n in [
+            0,
+            1,
+            SMALL_PACKET - 1,
+            SMALL_PACKET,
+            SMALL_PACKET + 1,
+            MAX_PAYLOAD,
+        ] {
+            let payload: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut out = Vec::new();
+            write_packet(&mut out, &payload).unwrap();
+            assert_eq!(&out[..4], format!("{:04x}", n + 4).as_bytes(), "{n} bytes");
+            assert_eq!(&out[4..], &payload[..], "{n} bytes");
+        }
+        let too_long = vec![0u8; MAX_PAYLOAD + 1];
+        assert!(write_packet(&mut Vec::new(), &too_long).is_err());
+    }
+
     fn read_all(input: &[u8]) -> Result<Vec<Line>, ProtocolError> {
         let mut input = input;
         let mut reader = PktReader::new(&mut input);

@@ -24,9 +24,6 @@ pub enum OpenError {
     /// Reading the repository failed.
     #[error(transparent)]
     Odb(#[from] packd_odb::Error),
-    /// Loading pack generation (bitmaps) failed.
-    #[error(transparent)]
-    Pack(#[from] packd_pack::PackError),
 }
 
 /// What the files that decide whether a repository must be reopened looked like.
@@ -139,7 +136,7 @@ impl RepoCache {
         // requests to one repository may both open it; the later insert wins, which is harmless.
         let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
-        let packs = Arc::new(PackServer::open(repo)?.with_clone_cache(cache));
+        let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
         let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
         let mut inner = self.inner.lock();
         inner.tick += 1;

@@ -101,7 +101,7 @@ pub fn run(repo: Repository, args: &Args) -> Result<ExitCode> {
             None => request.wants.push(resolve(&repo, line)?),
         }
     }
-    let server = PackServer::open(Arc::new(repo))?.for_one_request();
+    let server = PackServer::open(Arc::new(repo)).for_one_request();
     let cancel = AtomicBool::new(false);
     let mut progress = StderrProgress {
         terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),

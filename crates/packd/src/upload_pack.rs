@@ -147,7 +147,6 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
     let cache = CloneCacheConfig::in_repository(&repo, args.clone_cache_bytes);
     let packs = Arc::new(
         PackServer::open(repo)
-            .context("cannot open the repository's packs")?
             .for_one_request()
             .with_clone_cache(cache),
     );

@@ -152,6 +152,48 @@ fn ls_remote_equals_gits() {
     }
 }
 
+/// A process that only lists refs (`git ls-remote` over ssh) does not read the bitmap index;
+/// one that counts objects does. Seen through a bitmap that cannot be used: reading it warns.
+#[test]
+fn listing_refs_does_not_read_the_bitmap() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    repo.git(&["repack", "-adbq"]);
+    let pack_dir = repo.path.join(".git/objects/pack");
+    let bitmap = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "bitmap"))
+        .expect("repack -adb wrote a bitmap");
+    std::fs::remove_file(&bitmap).unwrap();
+    std::fs::create_dir(&bitmap).unwrap();
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for version in [0u8, 2] {
+        let listed = git_v(&sb, sb.path(), version, &["ls-remote", &up, &url]);
+        listed.assert_success();
+        assert!(
+            listed.out().contains("refs/tags/v1"),
+            "v{version}: {}",
+            listed.out()
+        );
+        assert!(
+            !listed.err().contains("bitmap"),
+            "v{version}: listing refs read the bitmap: {}",
+            listed.err()
+        );
+        let dir = format!("clone-{version}");
+        let cloned = git_v(&sb, sb.path(), version, &["clone", "-q", &up, &url, &dir]);
+        cloned.assert_success();
+        assert!(
+            cloned.err().contains("ignoring the bitmap"),
+            "v{version}: the clone did not count with the bitmap: {}",
+            cloned.err()
+        );
+        fsck(&sb, &sb.path().join(&dir));
+    }
+}
+
 #[test]
 fn an_empty_repository_is_advertised_and_cloned() {
     let sb = Sandbox::new();
