@@ -271,24 +271,14 @@ impl PackedRefs {
             out.sort_by(|a, b| a.0.cmp(&b.0));
             return out;
         }
-        // Ranges to skip: [start of `p/`, start of `p0`) ('0' follows '/').
-        let mut ranges: Vec<(usize, usize)> = skip
-            .iter()
-            .map(|p| {
-                (
-                    self.lower_bound(&format!("{p}/")),
-                    self.lower_bound(&format!("{p}0")),
-                )
-            })
-            .collect();
-        ranges.sort_unstable();
+        let ranges = SkippedRanges::new(skip, |key| self.lower_bound(key));
         let mut s = if prefix.is_empty() {
             self.first
         } else {
             self.lower_bound(prefix)
         };
         while s < self.text.len() {
-            if let Some(&(_, end)) = ranges.iter().find(|(a, b)| *a <= s && s < *b) {
+            if let Some(end) = ranges.end_of(s) {
                 s = end;
                 continue;
             }
@@ -303,6 +293,31 @@ impl PackedRefs {
             s = self.next_ref_line(s);
         }
         out
+    }
+}
+
+/// Where the refs under each skipped prefix lie in a list sorted by name (a sorted file, or
+/// the parsed refs): `[start of p/, start of p0)`, '0' following '/'. A walk over the list
+/// jumps over them instead of filtering ref by ref.
+struct SkippedRanges(Vec<(usize, usize)>);
+
+impl SkippedRanges {
+    /// The ranges of `skip`, given where the first name not below a key starts.
+    fn new(skip: &[&str], lower_bound: impl Fn(&str) -> usize) -> SkippedRanges {
+        let mut ranges: Vec<(usize, usize)> = skip
+            .iter()
+            .map(|p| (lower_bound(&format!("{p}/")), lower_bound(&format!("{p}0"))))
+            .collect();
+        ranges.sort_unstable();
+        SkippedRanges(ranges)
+    }
+
+    /// Where the skipped range holding `at` ends, if one does.
+    fn end_of(&self, at: usize) -> Option<usize> {
+        self.0
+            .iter()
+            .find(|&&(a, b)| a <= at && at < b)
+            .map(|&(_, end)| end)
     }
 }
 
@@ -413,17 +428,12 @@ impl PackedRefsCache {
         };
         let below = |key: &str| all.partition_point(|(name, _, _)| &**name < key);
         let (from, to) = (below(prefix), below(&format!("{prefix}\u{10ffff}")));
-        // As `PackedRefs::entries` does, each skipped prefix's range is jumped over, not
-        // filtered ref by ref: `[p/, p0)` ('0' follows '/'), and `p` itself.
-        let mut ranges: Vec<(usize, usize)> = skip
-            .iter()
-            .map(|p| (below(&format!("{p}/")), below(&format!("{p}0"))))
-            .collect();
-        ranges.sort_unstable();
+        // As `PackedRefs::entries` does; `p` itself is left out below.
+        let ranges = SkippedRanges::new(skip, below);
         let mut out = Vec::new();
         let mut at = from;
         while at < to {
-            if let Some(&(_, end)) = ranges.iter().find(|(a, b)| *a <= at && at < *b) {
+            if let Some(end) = ranges.end_of(at) {
                 at = end;
                 continue;
             }

@@ -204,19 +204,6 @@ const MAX_AFTER_WHOLE: usize = 4096;
 /// while it is compressed again).
 const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
 
-/// Whether `count` entries of `pack` are few enough to be found one by one (see
-/// [`Pack::entry_at_position`]) rather than by sorting every offset of the pack. Measured on
-/// git/git's pack (841,300 entries), in a fresh process: sorting took 33-43 ms of CPU; the
-/// rank index 11 ms, then about 0.9 µs an entry, so that a sixty-fourth of the pack (13,000
-/// entries) cost 20 ms and 30,000 cost 38 ms. The pack makes at most a sixty-fourth of its
-/// entries' number of lookups one by one before it sorts, and an entry sent costs three
-/// (counting it, its span, and its end when read along with the entry before it), with some
-/// more for delta bases: hence a two-hundred-fifty-sixth. A pack whose offsets are sorted
-/// already always takes them.
-pub(crate) fn is_few(count: u64, pack: &Pack) -> bool {
-    !pack.has_reverse_index() && count <= pack.len() as u64 / 256
-}
-
 fn missing(id: &ObjectId) -> PackError {
     PackError::BadRequest(format!("object {id} is missing from the repository"))
 }
@@ -304,7 +291,7 @@ impl PackServer {
                     // its offsets are sorted. A few objects (a fetch) are found entry by entry
                     // instead, when nothing has sorted them yet (a process per request).
                     let single = match index.single_pack() {
-                        Some(pack) if is_few(total, pack) => {
+                        Some(pack) if pack.few_enough_one_by_one(total) => {
                             tracing::debug!(
                                 "{total} objects of {} found entry by entry (its offsets are not sorted)",
                                 pack.data_name()

@@ -249,9 +249,10 @@ impl PackServer {
         &self.repo
     }
 
-    /// The repository's bitmap index, loaded on first use (by counting). Two requests that
-    /// race here may both read it; one copy is kept.
-    fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
+    /// The repository's bitmap index, loaded on first use (by counting, or by upload-pack's
+    /// reachability checks): one copy for every request. Two requests that race here may both
+    /// read it; one copy is kept.
+    pub fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
         if let Some(loaded) = self.bitmap.get() {
             return Ok(loaded.as_ref());
         }

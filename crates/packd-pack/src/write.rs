@@ -84,6 +84,37 @@ const SORT_AFTER: u32 = 16;
 /// per request and a running server may choose other bases for the same request (both valid).
 const SCAN_NEAREST: usize = 256;
 
+/// The objects of name-hash `hash` nearest to bit `bit` (see [`SCAN_NEAREST`]), as
+/// `hash << 32 | bit` keys like the table's, found by a scan kept in `scans`; `None` without a
+/// name-hash cache to scan.
+fn scan_near(
+    index: &packd_reach::bitmap_walk::BitmapIndex,
+    scans: &mut NameScans,
+    hash: u32,
+    bit: u64,
+) -> Result<Option<Vec<u64>>, PackError> {
+    let scanned = match scans.entry(hash) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(index.objects_with_name_hash(hash)?.map(|o| (0, o)))
+        }
+    };
+    let Some((searches, objects)) = scanned else {
+        return Ok(None);
+    };
+    // Asked often: sorted once, then each search is two slices.
+    *searches += 1;
+    if *searches == SORT_AFTER {
+        objects.sort_unstable();
+    }
+    let bits = index.bits_near(objects, *searches >= SORT_AFTER, bit, SCAN_NEAREST)?;
+    Ok(Some(
+        bits.into_iter()
+            .map(|b| ((hash as u64) << 32) | b)
+            .collect(),
+    ))
+}
+
 /// Objects larger than this are not searched for a delta.
 const MAX_SEARCH_SIZE: usize = 16 << 20;
 
@@ -372,7 +403,7 @@ struct PackOrder<'a> {
 
 /// Finds entries of one pack, for items that come in offset order: in the pack's reverse
 /// index, or entry by entry when the items are few and nothing has sorted the pack's offsets
-/// (see `count::is_few`).
+/// (see [`Pack::few_enough_one_by_one`]).
 struct Cursor<'a> {
     rank: u32,
     /// The pack's reverse index; `None` to ask the pack entry by entry.
@@ -382,7 +413,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn new(rank: u32, pack: &'a Pack, items: u64) -> Result<Cursor<'a>, PackError> {
-        let order = if crate::count::is_few(items, pack) {
+        let order = if pack.few_enough_one_by_one(items) {
             None
         } else {
             Some(PackOrder {
@@ -1262,28 +1293,8 @@ impl PackServer {
         let scan = self.by_name_hash.get().is_none()
             && (scans.contains_key(&hash)
                 || (self.one_request && scans.len() < SCANS_BEFORE_TABLE));
-        let scanned: Option<Vec<u64>> = if scan {
-            let scanned = match scans.entry(hash) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(index.objects_with_name_hash(hash)?.map(|o| (0, o)))
-                }
-            };
-            match scanned {
-                Some((searches, objects)) => Some({
-                    // Asked often: sorted once, then each search is two slices.
-                    *searches += 1;
-                    if *searches == SORT_AFTER {
-                        objects.sort_unstable();
-                    }
-                    index
-                        .bits_near(objects, *searches >= SORT_AFTER, bit, SCAN_NEAREST)?
-                        .into_iter()
-                        .map(|b| ((hash as u64) << 32) | b)
-                        .collect()
-                }),
-                None => None,
-            }
+        let scanned = if scan {
+            scan_near(index, scans, hash, bit)?
         } else {
             None
         };

@@ -39,7 +39,7 @@ use packd_pack::{PackServer, PackSink};
 use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Why a conversation with a client failed.
 #[derive(Debug, thiserror::Error)]
@@ -150,9 +150,6 @@ pub struct ServeStats {
 pub struct UploadPack {
     packs: Arc<PackServer>,
     options: UploadPackOptions,
-    /// A bitmap index for checking that wanted trees and blobs are reachable, opened on first
-    /// need (`None` inside: the repository has none).
-    bitmap: OnceLock<Option<BitmapIndex>>,
 }
 
 /// Counts the bytes written through it.
@@ -192,24 +189,19 @@ impl Write for CountingWriter<'_> {
 impl UploadPack {
     /// upload-pack serving `packs`' repository.
     pub fn new(packs: Arc<PackServer>, options: UploadPackOptions) -> UploadPack {
-        UploadPack {
-            packs,
-            options,
-            bitmap: OnceLock::new(),
-        }
+        UploadPack { packs, options }
     }
 
-    /// The repository's bitmap index, opened on first use.
+    /// The repository's bitmap index, for checking that wanted trees and blobs are reachable:
+    /// the one counting uses, loaded once for both.
     fn bitmap(&self) -> Option<&BitmapIndex> {
-        self.bitmap
-            .get_or_init(|| match BitmapIndex::open(self.packs.repository()) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!("reachability checks walk: the bitmap cannot be read: {e}");
-                    None
-                }
-            })
-            .as_ref()
+        match self.packs.bitmap() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("reachability checks walk: the bitmap cannot be read: {e}");
+                None
+            }
+        }
     }
 
     /// The pack generator (and through it the repository) served.

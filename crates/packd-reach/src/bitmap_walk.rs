@@ -588,8 +588,9 @@ impl BitmapIndex {
     /// down the side branches it already covers. A tip with a bitmap is taken without reading
     /// the commit. Trees of the commits that needed walking come after, skipping every subtree
     /// already set; with many of them, on two threads (the sides of a fetch are walked one after
-    /// the other, so a second core is free). With many tips without bitmaps, the walk starts from what an earlier walk kept
-    /// (unless told not to), and keeps its own answer (see [`WalkMemo`]).
+    /// the other, so a second core is free). With many tips without bitmaps, the walk starts
+    /// from what an earlier walk kept (unless told not to), and keeps its own answer (see
+    /// [`WalkMemo`]).
     ///
     /// With `seed` (objects known to be reached, a set closed under reachability: what a
     /// client has), the walk starts from it and stops wherever it enters it, so the answer is
@@ -890,9 +891,9 @@ impl BitmapIndex {
                 roots.push((id, kind));
             }
         }
-        // Many roots (and a core to spare: the sides of a fetch are walked in turn): the older half of
-        // the walk's trees goes to a second thread with its own copy of the bits and the
-        // objects met, and the two sets of bits are joined after. Objects both halves meet are
+        // Many roots (and a core to spare: the sides of a fetch are walked in turn): the older
+        // half of the walk's trees goes to a second thread with its own copy of the bits and
+        // the objects met, and the two sets of bits are joined after. Objects both halves meet are
         // looked up twice; the trees of neighbouring commits share most of them, which is why
         // the halves are the newer and the older commits, not every other one.
         let walked = if roots.len() >= SPLIT_ROOTS {
@@ -1275,20 +1276,23 @@ impl BitmapIndex {
         else {
             return Ok(Vec::new());
         };
-        let mut bits = Vec::with_capacity(2 * n);
+        // The bits of the objects chosen, ascending (those the order does not place left out).
+        let bits_of = |near: &mut dyn Iterator<Item = u32>| -> Result<Vec<u64>> {
+            let mut bits = Vec::with_capacity(2 * n);
+            for index_pos in near {
+                bits.extend(self.bit_of(index_pos)?);
+            }
+            bits.sort_unstable();
+            Ok(bits)
+        };
         if sorted {
             let at = objects.partition_point(|&(offset, _)| offset < target);
             let after = objects[at..]
                 .iter()
                 .filter(|&&(offset, _)| offset != target)
                 .take(n);
-            for &(_, index_pos) in objects[at.saturating_sub(n)..at].iter().chain(after) {
-                if let Some(b) = self.bit_of(index_pos)? {
-                    bits.push(b);
-                }
-            }
-            bits.sort_unstable();
-            return Ok(bits);
+            let near = objects[at.saturating_sub(n)..at].iter().chain(after);
+            return bits_of(&mut near.map(|&(_, index_pos)| index_pos));
         }
         // Each heap keeps its farthest on top: the lowest offset below, the highest above.
         let mut below: BinaryHeap<std::cmp::Reverse<(u64, u32)>> = BinaryHeap::with_capacity(n + 1);
@@ -1310,18 +1314,8 @@ impl BitmapIndex {
                 }
             }
         }
-        let near = below
-            .into_iter()
-            .map(|r| r.0)
-            .chain(above)
-            .map(|(_, index_pos)| index_pos);
-        for index_pos in near {
-            if let Some(b) = self.bit_of(index_pos)? {
-                bits.push(b);
-            }
-        }
-        bits.sort_unstable();
-        Ok(bits)
+        let near = below.into_iter().map(|r| r.0).chain(above);
+        bits_of(&mut near.map(|(_, index_pos)| index_pos))
     }
 
     /// The pack whose objects the bits number, when they are one pack's (not a

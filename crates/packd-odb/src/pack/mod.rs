@@ -32,9 +32,9 @@ pub struct Pack {
     reverse: OnceLock<ReverseIndex>,
     /// Pack positions without a full sort, built on first use when `reverse` is not there yet.
     rank: OnceLock<Option<rank::RankIndex>>,
-    /// Lookups of entries one by one through `rank` (see [`Pack::entry_at_position`]): past as
-    /// many as a sixty-fourth of the pack's entries, sorting every offset costs less than going
-    /// on.
+    /// Lookups of entries one by one through `rank` (see [`Pack::entry_at_position`]): past a
+    /// share of the pack's entries (`init::ONE_BY_ONE_SHARE`), sorting every offset costs less
+    /// than going on.
     one_by_one: std::sync::atomic::AtomicU32,
     /// The index's CRC-32s in pack order (`None`: a v1 index has none), built on first use.
     crcs: OnceLock<Option<Vec<u32>>>,
