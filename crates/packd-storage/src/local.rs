@@ -287,6 +287,12 @@ impl Blob for LocalBlob {
         if self.file.is_none() {
             return self.read(range);
         }
+        #[cfg(unix)]
+        if range.end.saturating_sub(range.start) >= WINDOW_MIN {
+            check_range(&self.name, &range, self.len())?;
+            let bytes = self.bytes.slice(range.start as usize..range.end as usize);
+            return Ok(Bytes::from_owner(MappedWindow::new(bytes)));
+        }
         let mut buf = Vec::new();
         self.read_copy_into(range, &mut buf)?;
         Ok(Bytes::from(buf))
@@ -321,6 +327,68 @@ impl Blob for LocalBlob {
             },
         )
     }
+}
+
+/// Ranges of at least this many bytes that [`Blob::read_copy`] asks for are handed out as a
+/// [`MappedWindow`] rather than copied.
+#[cfg(unix)]
+const WINDOW_MIN: u64 = 256 * 1024;
+
+/// A range of a file's map that a reader streams through once (a pack sent to a client): its
+/// pages are mapped in one call when it is made, and dropped from the process when it is
+/// dropped, so that they count toward the server's resident memory only while in use.
+///
+/// Copying the range instead (`pread`) cost a quarter of the CPU of a branch-and-tag clone of
+/// git/git, whose 318 MB pass through here to be hashed.
+#[cfg(unix)]
+struct MappedWindow {
+    bytes: Bytes,
+}
+
+#[cfg(unix)]
+impl MappedWindow {
+    fn new(bytes: Bytes) -> MappedWindow {
+        let (start, len) = page_cover(&bytes);
+        // SAFETY: the pages cover only bytes of the blob's read-only shared file map, which
+        // `bytes` keeps alive; populating page tables changes no content. An old kernel
+        // without MADV_POPULATE_READ refuses it, and the pages fault in as they are read.
+        unsafe {
+            libc::madvise(start, len, libc::MADV_POPULATE_READ);
+        }
+        MappedWindow { bytes }
+    }
+}
+
+#[cfg(unix)]
+impl Drop for MappedWindow {
+    fn drop(&mut self) {
+        let (start, len) = page_cover(&self.bytes);
+        // SAFETY: as in `LocalBlob::drop_pages`: the pages belong to the read-only shared file
+        // map that `self.bytes` still keeps alive; dropping them changes no content, and a
+        // reader of a neighbouring range maps the same file pages again.
+        unsafe {
+            libc::madvise(start, len, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+#[cfg(unix)]
+impl AsRef<[u8]> for MappedWindow {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The whole pages that hold `bytes`, a part of a page-aligned map: their start and length.
+/// (Where pages are larger than 4 KiB the start may be unaligned; madvise then refuses, which
+/// only costs the speed-up.)
+#[cfg(unix)]
+fn page_cover(bytes: &[u8]) -> (*mut libc::c_void, usize) {
+    const PAGE: usize = 4096;
+    let addr = bytes.as_ptr() as usize;
+    let start = addr & !(PAGE - 1);
+    let end = (addr + bytes.len()).div_ceil(PAGE) * PAGE;
+    (start as *mut libc::c_void, end - start)
 }
 
 /// Reads `len` bytes at `offset` into `buf` (emptied first) without zeroing the buffer
@@ -477,5 +545,28 @@ mod tests {
         for (at, bytes) in slices {
             assert_eq!(&bytes[..], &big[at as usize..at as usize + 5_000]);
         }
+    }
+
+    #[test]
+    fn large_copies_read_the_same_bytes_after_overlapping_ones_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        let blob = LocalStorage::new(dir.path()).open("big").unwrap();
+        let whole = |r: std::ops::Range<u64>| big[r.start as usize..r.end as usize].to_vec();
+        // Unaligned ranges that share pages: dropping one drops the shared pages from the
+        // process, and the other must still read the file's bytes.
+        let first = blob.read_copy(1_001..1_000_001).unwrap();
+        let held = first.slice(500_000..600_000);
+        let second = blob.read_copy(999_999..2_500_003).unwrap();
+        assert_eq!(&first[..], &whole(1_001..1_000_001)[..]);
+        drop(first);
+        assert_eq!(&second[..], &whole(999_999..2_500_003)[..]);
+        assert_eq!(&held[..], &whole(501_001..601_001)[..]);
+        drop(second);
+        assert_eq!(&held[..], &whole(501_001..601_001)[..]);
+        let mapped = blob.read(999_000..1_001_000).unwrap();
+        assert_eq!(&mapped[..], &whole(999_000..1_001_000)[..]);
+        assert!(blob.read_copy(2_999_000..3_000_001).is_err());
     }
 }
