@@ -66,10 +66,13 @@ const CANDIDATES: usize = 4;
 /// 0.13-0.41x with the table).
 const SCANS_BEFORE_TABLE: usize = 16;
 
-/// The scans of one request, by name-hash: how many searches asked for it, and the objects
-/// with that name-hash, as (offset, index position), in index order until [`SORT_AFTER`]
-/// searches asked, then sorted by offset; `None`: no name-hash cache to scan.
-type NameScans = HashMap<u32, Option<(u32, Vec<(u64, u32)>)>>;
+/// The scans of one request, by name-hash.
+type NameScans = HashMap<u32, Scanned>;
+
+/// What the scans of one name-hash found: how many searches asked for it, and the objects
+/// with that name-hash, in index order until [`SORT_AFTER`] searches asked, then sorted in pack
+/// order; `None`: no name-hash cache to scan.
+type Scanned = Option<(u32, packd_reach::bitmap_walk::SameName)>;
 
 /// Searches for one scanned name-hash after which its objects are sorted by offset: a search
 /// in the unsorted list is a pass over it (27,726 objects for a common file name of git/git,
@@ -93,6 +96,11 @@ fn scan_near(
     hash: u32,
     bit: u64,
 ) -> Result<Option<Vec<u64>>, PackError> {
+    let keys = |bits: Vec<u64>| {
+        bits.into_iter()
+            .map(|b| ((hash as u64) << 32) | b)
+            .collect()
+    };
     let scanned = match scans.entry(hash) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
@@ -105,14 +113,10 @@ fn scan_near(
     // Asked often: sorted once, then each search is two slices.
     *searches += 1;
     if *searches == SORT_AFTER {
-        objects.sort_unstable();
+        objects.objects.sort_unstable();
     }
     let bits = index.bits_near(objects, *searches >= SORT_AFTER, bit, SCAN_NEAREST)?;
-    Ok(Some(
-        bits.into_iter()
-            .map(|b| ((hash as u64) << 32) | b)
-            .collect(),
-    ))
+    Ok(Some(keys(bits)))
 }
 
 /// Objects larger than this are not searched for a delta.

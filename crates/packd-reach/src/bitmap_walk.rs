@@ -181,6 +181,67 @@ pub struct WithOutside {
     pub outside: Vec<(ObjectId, ObjectKind)>,
 }
 
+/// Objects that share one name-hash (see [`BitmapIndex::objects_with_name_hash`]), each as a
+/// key that orders them as the pack does and its index position.
+#[derive(Debug, Clone)]
+pub struct SameName {
+    /// Whether the keys are pack positions (bits); else they are entry offsets.
+    pub by_position: bool,
+    /// (key, index position) of each object.
+    pub objects: Vec<(u64, u32)>,
+}
+
+/// The `n` objects nearest to a target key on each side (keys as in [`SameName`]), offered
+/// one by one: each heap keeps its farthest on top (the lowest key below, the highest above).
+struct Nearest {
+    target: u64,
+    n: usize,
+    below: BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
+    above: BinaryHeap<(u64, u32)>,
+}
+
+impl Nearest {
+    fn new(target: u64, n: usize) -> Nearest {
+        Nearest {
+            target,
+            n,
+            below: BinaryHeap::with_capacity(n + 1),
+            above: BinaryHeap::with_capacity(n + 1),
+        }
+    }
+
+    /// Keeps (key, index position) if it is among the nearest so far; the target's own key
+    /// is left out.
+    fn offer(&mut self, key: u64, index_pos: u32) {
+        let n = self.n;
+        if key < self.target {
+            if self.below.len() < n || self.below.peek().is_some_and(|far| key > far.0 .0) {
+                self.below.push(std::cmp::Reverse((key, index_pos)));
+                if self.below.len() > n {
+                    self.below.pop();
+                }
+            }
+        } else if key > self.target
+            && (self.above.len() < n || self.above.peek().is_some_and(|&(far, _)| key < far))
+        {
+            self.above.push((key, index_pos));
+            if self.above.len() > n {
+                self.above.pop();
+            }
+        }
+    }
+
+    /// The bits of the objects kept, by `bit_of` (those it cannot place left out), ascending.
+    fn bits(self, bit_of: impl Fn(u64, u32) -> Result<Option<u64>>) -> Result<Vec<u64>> {
+        let mut bits = Vec::with_capacity(self.below.len() + self.above.len());
+        for (key, index_pos) in self.below.into_iter().map(|r| r.0).chain(self.above) {
+            bits.extend(bit_of(key, index_pos)?);
+        }
+        bits.sort_unstable();
+        Ok(bits)
+    }
+}
+
 /// Objects outside the bitmapped objects that some tips reach, and the bitmapped objects
 /// where that walk entered them.
 #[derive(Default)]
@@ -230,8 +291,8 @@ impl BitmapIndex {
                 && crate::bitmap::bitmap_name(pack.name()).is_some_and(|name| storage.exists(&name))
             {
                 let objects = Bitmapped::pack(storage.as_ref(), pack)?;
-                // With a `.rev`, positions are searched in it until a walk needs the rank
-                // index: building it for a query that turns out to need no walk only costs.
+                // With a `.rev`, positions are searched in it until a walk needs its inverse:
+                // building that for a query that turns out to need no walk only costs.
                 if !objects.has_rev_file() {
                     objects.warm_positions();
                 }
@@ -1219,16 +1280,17 @@ impl BitmapIndex {
             .map_err(|e| packd_odb::Error::BadName(format!("{}: {e}", self.bitmap.name())))
     }
 
-    /// The objects whose name-hash is `hash`, as (offset, index position), in index order;
-    /// `None` without a name-hash cache, or when the bits number a multi-pack-index's objects.
+    /// The objects whose name-hash is `hash`, in index order; `None` without a name-hash cache,
+    /// or when the bits number a multi-pack-index's objects.
     ///
-    /// One pass over the name-hash cache, which is in index order; the index gives each
-    /// match's offset, so no pack position is needed until [`BitmapIndex::bits_near`] picks a
-    /// few. A table of every object by name-hash needs every object's bit, which a fresh
-    /// process must sort the pack's offsets for: on git/git, that table took 61% of the CPU of a
-    /// `packd upload-pack` 1 day behind, for two new deltas (a root tree, whose name-hash
-    /// 393,595 objects share, and a file's, 27,726).
-    pub fn objects_with_name_hash(&self, hash: u32) -> Result<Option<Vec<(u64, u32)>>> {
+    /// One pass over the name-hash cache, which is in index order. Each match is keyed by its
+    /// pack position when the pack's `.rev` gave them all (see `Pack::built_pack_positions`),
+    /// else by its offset from the index, so that no pack position is needed until
+    /// [`BitmapIndex::bits_near`] picks a few. A table of every object by name-hash needs every
+    /// object's bit, which a fresh process must sort the pack's offsets for: on git/git, that
+    /// table took 61% of the CPU of a `packd upload-pack` 1 day behind, for two new deltas (a
+    /// root tree, whose name-hash 393,595 objects share, and a file's, 27,726).
+    pub fn objects_with_name_hash(&self, hash: u32) -> Result<Option<SameName>> {
         let Some(pack) = self.objects.single_pack() else {
             return Ok(None);
         };
@@ -1241,81 +1303,89 @@ impl BitmapIndex {
         };
         // Compared as they are stored (big-endian), four bytes at a time.
         let want = u32::from_ne_bytes(hash.to_be_bytes());
+        let matches = |h: &[u8]| u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == want;
+        // Counted first, so that the list is allocated once: listing git/git's 393,595 root
+        // trees and commits into a growing vector was a sixth of a `packd upload-pack` 1 day
+        // behind, in its copies and page faults.
+        let count = hashes.chunks_exact(4).filter(|h| matches(h)).count();
         let index = pack.index();
-        let mut out = Vec::new();
+        let positions = pack.built_pack_positions();
+        let mut objects = Vec::with_capacity(count);
         for (i, h) in hashes.chunks_exact(4).enumerate() {
-            if u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == want {
-                out.push((index.offset(i as u32)?, i as u32));
+            if matches(h) {
+                let key = match positions {
+                    Some(positions) => match positions.get(i) {
+                        Some(&p) => p as u64,
+                        None => continue,
+                    },
+                    None => index.offset(i as u32)?,
+                };
+                objects.push((key, i as u32));
             }
         }
-        Ok(Some(out))
+        Ok(Some(SameName {
+            by_position: positions.is_some(),
+            objects,
+        }))
     }
 
-    /// Of `objects` (from [`BitmapIndex::objects_with_name_hash`]), the `n` nearest to bit `bit`
-    /// in pack order on each side, the object at `bit` left out: their bits, ascending.
-    ///
-    /// With `sorted` (the objects sorted by offset), two slices around the object's offset.
-    /// Otherwise one pass keeping the nearest in two heaps, rather than a sort: most name-hashes
-    /// are looked up for one or two objects (sorting the 393,595 objects of git/git's root trees
-    /// and commits cost a sixth of a small fetch); the caller sorts a list it asks again.
-    pub fn bits_near(
-        &self,
-        objects: &[(u64, u32)],
-        sorted: bool,
-        bit: u64,
-        n: usize,
-    ) -> Result<Vec<u64>> {
+    /// The key of bit `bit` in the order of [`SameName`]'s keys: the bit itself when keys are
+    /// pack positions, else its entry's offset; `None` when the bit names no entry.
+    fn order_key(&self, by_position: bool, bit: u64) -> Result<Option<u64>> {
+        if by_position {
+            return Ok(Some(bit));
+        }
         let Some(pack) = self.objects.single_pack() else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        let Some((target, _)) = u32::try_from(bit)
+        Ok(u32::try_from(bit)
             .ok()
             .map(|b| pack.entry_at_position(b))
             .transpose()?
             .flatten()
-        else {
+            .map(|(offset, _)| offset))
+    }
+
+    /// The bit of an object picked by its key: the key itself when keys are pack positions.
+    fn chosen_bit(&self, by_position: bool, key: u64, index_pos: u32) -> Result<Option<u64>> {
+        if by_position {
+            Ok(Some(key))
+        } else {
+            self.bit_of(index_pos)
+        }
+    }
+
+    /// Of `same` (from [`BitmapIndex::objects_with_name_hash`]), the `n` nearest to bit `bit`
+    /// in pack order on each side, the object at `bit` left out: their bits, ascending.
+    ///
+    /// With `sorted` (the objects sorted by key), two slices around the object's key.
+    /// Otherwise one pass keeping the nearest, rather than a sort: most name-hashes are looked
+    /// up for one or two objects (sorting the 393,595 objects of git/git's root trees and
+    /// commits cost a sixth of a small fetch); the caller sorts a list it asks again.
+    pub fn bits_near(&self, same: &SameName, sorted: bool, bit: u64, n: usize) -> Result<Vec<u64>> {
+        let Some(target) = self.order_key(same.by_position, bit)? else {
             return Ok(Vec::new());
         };
-        // The bits of the objects chosen, ascending (those the order does not place left out).
-        let bits_of = |near: &mut dyn Iterator<Item = u32>| -> Result<Vec<u64>> {
-            let mut bits = Vec::with_capacity(2 * n);
-            for index_pos in near {
-                bits.extend(self.bit_of(index_pos)?);
-            }
-            bits.sort_unstable();
-            Ok(bits)
-        };
+        let chosen = |key, index_pos| self.chosen_bit(same.by_position, key, index_pos);
+        let objects = &same.objects[..];
         if sorted {
-            let at = objects.partition_point(|&(offset, _)| offset < target);
+            let at = objects.partition_point(|&(key, _)| key < target);
             let after = objects[at..]
                 .iter()
-                .filter(|&&(offset, _)| offset != target)
+                .filter(|&&(key, _)| key != target)
                 .take(n);
-            let near = objects[at.saturating_sub(n)..at].iter().chain(after);
-            return bits_of(&mut near.map(|&(_, index_pos)| index_pos));
-        }
-        // Each heap keeps its farthest on top: the lowest offset below, the highest above.
-        let mut below: BinaryHeap<std::cmp::Reverse<(u64, u32)>> = BinaryHeap::with_capacity(n + 1);
-        let mut above: BinaryHeap<(u64, u32)> = BinaryHeap::with_capacity(n + 1);
-        for &(offset, i) in objects {
-            if offset < target {
-                if below.len() < n || below.peek().is_some_and(|far| offset > far.0 .0) {
-                    below.push(std::cmp::Reverse((offset, i)));
-                    if below.len() > n {
-                        below.pop();
-                    }
-                }
-            } else if offset > target
-                && (above.len() < n || above.peek().is_some_and(|&(far, _)| offset < far))
-            {
-                above.push((offset, i));
-                if above.len() > n {
-                    above.pop();
-                }
+            let mut bits = Vec::with_capacity(2 * n);
+            for &(key, index_pos) in objects[at.saturating_sub(n)..at].iter().chain(after) {
+                bits.extend(chosen(key, index_pos)?);
             }
+            bits.sort_unstable();
+            return Ok(bits);
         }
-        let near = below.into_iter().map(|r| r.0).chain(above);
-        bits_of(&mut near.map(|(_, index_pos)| index_pos))
+        let mut nearest = Nearest::new(target, n);
+        for &(key, index_pos) in objects {
+            nearest.offer(key, index_pos);
+        }
+        nearest.bits(chosen)
     }
 
     /// The pack whose objects the bits number, when they are one pack's (not a

@@ -18,8 +18,8 @@ use packd_odb::{Error, Location, ObjectId, Result};
 use packd_storage::Storage;
 use std::sync::Arc;
 
-/// Position lookups answered from a pack's `.rev` before its rank index is built, when no walk
-/// started the build on its own thread (see [`Bitmapped::bit_of`]).
+/// Position lookups answered by searching a pack's `.rev` before its position index is built,
+/// when no walk started the build on its own thread (see [`Bitmapped::bit_of`]).
 const REV_LOOKUPS: u32 = 256;
 
 /// The objects of a bitmap, and the map between their id order and their pack order.
@@ -89,6 +89,9 @@ impl Bitmapped {
             )?,
             None => None,
         };
+        if let Some(rev) = &rev {
+            pack.set_pack_order(Arc::new(rev.clone()));
+        }
         Ok(Bitmapped::Pack {
             pack: pack.clone(),
             rev,
@@ -222,8 +225,9 @@ impl Bitmapped {
         }
     }
 
-    /// Starts building the pack's position index (its rank index: one pass over the `.idx`
-    /// offsets, a few milliseconds on git.git) on a thread of its own, once: a fill-in walk
+    /// Starts building the pack's position index (the inverse of its `.rev`, one pass over it,
+    /// or without one its rank index: one pass over the `.idx` offsets, a few milliseconds on
+    /// git.git; see `Pack::pack_position`) on a thread of its own, once: a fill-in walk
     /// that is about to ask many positions then finds it ready, or waits for the build already
     /// under way, instead of building it on the walk's own thread in the middle of the walk.
     /// Meanwhile lookups search the `.rev` if there is one. Nothing to do for a
@@ -246,8 +250,14 @@ impl Bitmapped {
             let _ = std::thread::Builder::new()
                 .name("pack-positions".into())
                 .spawn(move || {
+                    let started = std::time::Instant::now();
                     let _ = pack.pack_position(0);
                     warmed.store(true, std::sync::atomic::Ordering::Release);
+                    tracing::debug!(
+                        "{}: position index built in {:?}",
+                        pack.data_name(),
+                        started.elapsed()
+                    );
                 });
         }
     }
@@ -292,13 +302,15 @@ impl Bitmapped {
     /// The pack position (bit) of the object at id-order position `pos`; `None` when the order
     /// does not place it. With a reverse index at hand, a binary search over it, as git does.
     pub(crate) fn bit_of(&self, pos: u32) -> Result<Option<u64>> {
-        // One pack: a search over the `.rev` reads two index entries per step; the rank index
-        // costs one bucketing pass (a few milliseconds on git/git), then a short scan per
-        // lookup. A query whose tips have bitmaps asks a handful of positions, a fill-in walk
-        // hundreds to thousands. A walk starts the rank index's build on another thread
-        // (`warm_positions`) and searches the `.rev`, if any, until the index is ready
+        // One pack: a search over the `.rev` reads two index entries per step; the position
+        // index costs one pass (over the `.rev`, or the rank index's over every offset), then
+        // a lookup each. A query whose tips have bitmaps asks a handful of positions, a fill-in
+        // walk hundreds to thousands. A walk starts the position index's build on another thread
+        // (`warm_positions`), and its lookups wait for it rather than search the `.rev`
         // (measured on git.git: searching the `.rev` for all of a walk's 1,400 lookups cost
-        // more than the build); without a walk, the first [`REV_LOOKUPS`] search the `.rev`.
+        // more than the build; on git/git 1 day behind, a fresh process searched for most of
+        // its 4,500 lookups while the build ran, 3.9 ms of CPU); without a walk, the first
+        // [`REV_LOOKUPS`] search the `.rev`.
         if let Bitmapped::Pack {
             pack,
             rev,
@@ -309,9 +321,10 @@ impl Bitmapped {
         {
             let n = lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let rank = warmed.load(std::sync::atomic::Ordering::Acquire)
-                || (n >= REV_LOOKUPS && !warming.load(std::sync::atomic::Ordering::Relaxed));
+                || warming.load(std::sync::atomic::Ordering::Relaxed)
+                || n >= REV_LOOKUPS;
             return match rev {
-                Some(rev) if !rank => rev_search(pack, rev, pos),
+                Some(_) if !rank => Ok(pack.pack_position_by_search(pos)?.map(u64::from)),
                 _ => Ok(pack.pack_position(pos)?.map(u64::from)),
             };
         }
@@ -330,76 +343,4 @@ impl Bitmapped {
         }
         Ok((self.position_at(lo) == Some(pos)).then_some(lo as u64))
     }
-}
-
-/// The pack position of index position `pos` by a search over the `.rev` (pack positions in
-/// offset order): interpolation on the offsets first (entry offsets grow roughly evenly with
-/// pack position, so a few steps land next to it, each touching two cold pages where a binary
-/// search touches ~19 pairs), then bisection of what is left.
-fn rev_search(pack: &Pack, rev: &RevIndex, pos: u32) -> Result<Option<u64>> {
-    let n = pack.len();
-    if n == 0 {
-        return Ok(None);
-    }
-    let want = pack.index().offset(pos)?;
-    let offset_at = |p: u32| -> Result<Option<u64>> {
-        match rev.index_position(p) {
-            Some(i) => Ok(Some(pack.index().offset(i)?)),
-            None => Ok(None),
-        }
-    };
-    let found = |p: u32| Ok((rev.index_position(p) == Some(pos)).then_some(p as u64));
-    let (mut lo, mut hi) = (0u32, n - 1);
-    let (Some(mut lo_off), Some(mut hi_off)) = (offset_at(lo)?, offset_at(hi)?) else {
-        return Ok(None);
-    };
-    for _ in 0..8 {
-        if want < lo_off || want > hi_off {
-            return Ok(None);
-        }
-        if want == lo_off {
-            return found(lo);
-        }
-        if want == hi_off || hi - lo < 2 {
-            break;
-        }
-        // lo_off < want < hi_off here, so the guess lies strictly inside (lo, hi].
-        let guess =
-            lo + ((want - lo_off) as u128 * (hi - lo) as u128 / (hi_off - lo_off) as u128) as u32;
-        let guess = guess.clamp(lo + 1, hi - 1);
-        let Some(at) = offset_at(guess)? else {
-            return Ok(None);
-        };
-        match at.cmp(&want) {
-            std::cmp::Ordering::Equal => return found(guess),
-            std::cmp::Ordering::Less => {
-                lo = guess;
-                lo_off = at;
-            }
-            std::cmp::Ordering::Greater => {
-                hi = guess;
-                hi_off = at;
-            }
-        }
-    }
-    if want == hi_off {
-        return found(hi);
-    }
-    // Bisection over [lo, hi]: the first position whose offset is not below `want`.
-    let (mut a, mut b) = (lo, hi + 1);
-    while a < b {
-        let mid = a + (b - a) / 2;
-        let Some(at) = offset_at(mid)? else {
-            return Ok(None);
-        };
-        if at < want {
-            a = mid + 1;
-        } else {
-            b = mid;
-        }
-    }
-    if a >= n || offset_at(a)? != Some(want) {
-        return Ok(None);
-    }
-    found(a)
 }

@@ -211,6 +211,15 @@ impl RevIndex {
     }
 }
 
+/// A pack's order for the pack itself to find entries by (see [`Pack::set_pack_order`]).
+///
+/// [`Pack::set_pack_order`]: packd_odb::pack::Pack::set_pack_order
+impl packd_odb::pack::order::PackOrder for RevIndex {
+    fn positions_be(&self) -> &[u8] {
+        &self.bytes[HEADER..HEADER + 4 * self.count as usize]
+    }
+}
+
 /// Checks the signature, version, hash id and recorded pack checksum of a `.rev` of the right
 /// size for `object_count` objects.
 fn check_header(

@@ -882,7 +882,7 @@ fn a_cancelled_bitmap_walk_answers_nothing() {
 #[test]
 fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     use packd_odb::{Repository, RepositoryOptions};
-    use packd_reach::bitmap_walk::BitmapIndex;
+    use packd_reach::bitmap_walk::{BitmapIndex, SameName};
 
     let repo = build_repo(300);
     repack(&repo, true, true);
@@ -916,7 +916,7 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     let odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
     let index = BitmapIndex::open(&odb).unwrap().expect("a bitmap");
     let pack = index.single_pack().expect("one pack").clone();
-    let mut scanned: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
+    let mut scanned: HashMap<u32, SameName> = HashMap::new();
     let (mut checked, mut one_by_one) = (0, 0);
     for bit in 0..count {
         let hash = hash_of[bit as usize];
@@ -924,9 +924,10 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
             .entry(hash)
             .or_insert_with(|| index.objects_with_name_hash(hash).unwrap().unwrap());
         let same = &by_hash[&hash];
-        assert_eq!(objects.len(), same.len(), "name-hash {hash:08x}");
+        assert_eq!(objects.objects.len(), same.len(), "name-hash {hash:08x}");
+        assert!(!objects.by_position, "no .rev: keyed by offset");
         let mut sorted_objects = objects.clone();
-        sorted_objects.sort_unstable();
+        sorted_objects.objects.sort_unstable();
         for n in [1, 3, 16] {
             if !pack.has_reverse_index() {
                 one_by_one += 1;
@@ -950,4 +951,129 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     assert!(checked > 1000, "{checked}");
     assert!(one_by_one > 10, "{one_by_one} answers one by one");
     assert!(pack.has_reverse_index(), "the reverse index took over");
+
+    // With a `.rev`, once the pack has built its positions from it, the scans key the objects
+    // by pack position (no offsets read) and pick the same ones.
+    let table_pack = table_index.single_pack().expect("one pack");
+    let rev = packd_reach::rev_index::encode(
+        table_pack.positions_in_pack_order().unwrap(),
+        table_pack.index().pack_checksum(),
+    )
+    .unwrap();
+    let stem = table_pack.name().strip_suffix(".pack").unwrap();
+    std::fs::write(repo.dir.join("objects").join(format!("{stem}.rev")), rev).unwrap();
+    let odb = Repository::open(&repo.dir, &RepositoryOptions::default()).unwrap();
+    let index = BitmapIndex::open(&odb).unwrap().expect("a bitmap");
+    let pack = index.single_pack().expect("one pack").clone();
+    assert!(pack.has_pack_order(), "the .rev was read");
+    assert!(pack.built_pack_positions().is_none());
+    assert_eq!(
+        pack.pack_position(0).unwrap(),
+        table_pack.pack_position(0).unwrap()
+    );
+    assert!(pack.built_pack_positions().is_some());
+    let mut checked = 0;
+    for bit in (0..count).step_by(7) {
+        let hash = hash_of[bit as usize];
+        let objects: SameName = index.objects_with_name_hash(hash).unwrap().unwrap();
+        assert!(objects.by_position);
+        let same = &by_hash[&hash];
+        let at = same.partition_point(|&b| b < bit);
+        let mut expected: Vec<u64> = same[at.saturating_sub(3)..at].to_vec();
+        expected.extend(same[at..].iter().filter(|&&b| b != bit).take(3));
+        assert_eq!(index.bits_near(&objects, false, bit, 3).unwrap(), expected);
+        let mut sorted_objects = objects.clone();
+        sorted_objects.objects.sort_unstable();
+        assert_eq!(
+            index.bits_near(&sorted_objects, true, bit, 3).unwrap(),
+            expected
+        );
+        checked += 1;
+    }
+    assert!(checked > 100, "{checked}");
+    assert!(!pack.has_reverse_index(), "no offsets were sorted");
+}
+
+/// A pack given its order from a `.rev` answers positions, entries and their ends as its
+/// sorted offsets do, without sorting them; from a damaged order (a position named twice) it
+/// builds no inverse, and finds positions as without one.
+#[test]
+fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
+    use packd_odb::pack::order::PackOrder;
+
+    let repo = build_repo(60);
+    repack(&repo, true, true);
+    let storage = LocalStorage::new(repo.dir.join("objects"));
+    let idx = storage
+        .list("pack")
+        .unwrap()
+        .into_iter()
+        .find(|n| n.ends_with(".idx"))
+        .expect("a pack");
+    let open = || Pack::open(&storage, &format!("pack/{idx}"), 0, HashKind::Sha1).unwrap();
+    let sorted = open();
+    let order = sorted.positions_in_pack_order().unwrap().to_vec();
+    let offsets = sorted.sorted_offsets().unwrap().to_vec();
+    let bytes = packd_reach::rev_index::encode(&order, sorted.index().pack_checksum()).unwrap();
+    let rev = RevIndex::from_bytes(
+        "t.rev",
+        bytes.into(),
+        sorted.index().pack_checksum(),
+        sorted.len(),
+    )
+    .unwrap();
+    assert_eq!(rev.positions_be().len(), 4 * order.len());
+
+    // Entries one by one, within the budget before the pack sorts its offsets.
+    let pack = open();
+    pack.set_pack_order(Arc::new(rev.clone()));
+    assert!(pack.has_pack_order());
+    let budget = order.len() / 64;
+    assert!(budget >= 4, "{budget}");
+    for p in [0, order.len() / 2, order.len() - 1] {
+        let (offset, index_pos) = (offsets[p], order[p]);
+        assert_eq!(
+            pack.entry_span(offset).unwrap(),
+            (index_pos, offsets[p + 1])
+        );
+    }
+    // Not an entry's offset: refused.
+    assert!(pack.entry_span(offsets[1] - 1).is_err());
+    assert!(!pack.has_reverse_index());
+    // Positions both ways, for every entry, without a sort.
+    let pack = open();
+    pack.set_pack_order(Arc::new(rev.clone()));
+    for (p, &index_pos) in order.iter().enumerate() {
+        assert_eq!(
+            pack.entry_at_position(p as u32).unwrap(),
+            Some((offsets[p], index_pos))
+        );
+        assert_eq!(
+            pack.pack_position_by_search(index_pos).unwrap(),
+            Some(p as u32)
+        );
+        assert_eq!(pack.pack_position(index_pos).unwrap(), Some(p as u32));
+    }
+    assert_eq!(pack.entry_at_position(order.len() as u32).unwrap(), None);
+    assert!(!pack.has_reverse_index());
+
+    // An order naming one position twice is no permutation: positions come as without one.
+    let mut damaged = order.clone();
+    damaged[1] = damaged[0];
+    let bytes = packd_reach::rev_index::encode(&damaged, sorted.index().pack_checksum()).unwrap();
+    let damaged = RevIndex::open(
+        &packd_storage::MemoryBlob::new("d.rev", bytes.into()),
+        sorted.index().pack_checksum(),
+        sorted.len(),
+    )
+    .unwrap();
+    let pack = open();
+    pack.set_pack_order(Arc::new(damaged));
+    for (p, &index_pos) in order.iter().enumerate().skip(2) {
+        assert_eq!(pack.pack_position(index_pos).unwrap(), Some(p as u32));
+    }
+    assert!(
+        pack.built_pack_positions().is_none(),
+        "no inverse of a damaged order"
+    );
 }

@@ -72,6 +72,7 @@ impl Pack {
             hash,
             reverse: OnceLock::new(),
             rank: OnceLock::new(),
+            order: OnceLock::new(),
             one_by_one: std::sync::atomic::AtomicU32::new(0),
             crcs: OnceLock::new(),
         })
@@ -165,14 +166,20 @@ impl Pack {
             .as_ref()
     }
 
-    /// The rank index, for one more lookup of an entry one by one: `None` once as many lookups
-    /// as a [`ONE_BY_ONE_SHARE`]th of the pack's entries were made that way (the caller then
-    /// builds the reverse index, which costs less than many more: on git/git's 841,300
-    /// entries, sorting took 33-43 ms of CPU, the rank index 11 ms, then 0.9 µs a lookup).
-    /// Callers that go through most of the pack thus pay at most that many lookups before the
-    /// sort.
-    fn rank_index_one_by_one(&self) -> Option<&super::rank::RankIndex> {
-        let rank = self.rank_index()?;
+    /// The way to find one more entry one by one: the pack's order when it has one, else the
+    /// rank index; `None` once as many lookups as a [`ONE_BY_ONE_SHARE`]th of the pack's entries
+    /// were made that way (the caller then builds the reverse index, which costs less than many
+    /// more: on git/git's 841,300 entries, sorting took 33-43 ms of CPU, the rank index 11 ms,
+    /// then 0.9 µs a lookup). Callers that go through most of the pack thus pay at most that
+    /// many lookups before the sort.
+    fn one_by_one(&self) -> Option<OneByOne<'_>> {
+        if self.has_reverse_index() {
+            return None;
+        }
+        let way = match self.order() {
+            Some(order) => OneByOne::Order(order),
+            None => OneByOne::Rank(self.rank_index()?),
+        };
         let limit = self.index.len() / ONE_BY_ONE_SHARE;
         // Counted up to the limit only, so that it never wraps.
         self.one_by_one
@@ -182,7 +189,22 @@ impl Pack {
                 |used| (used < limit).then_some(used + 1),
             )
             .ok()
-            .map(|_| rank)
+            .map(|_| way)
+    }
+
+    /// The index position of the entry at `offset` and where it ends, found one by one.
+    fn span_one_by_one(&self, way: OneByOne<'_>, offset: u64) -> Result<(u32, u64)> {
+        let trailer = self.data.len() - 20;
+        let found = match way {
+            OneByOne::Order(order) => match self.search_order(order, offset)? {
+                Some(p) => self.order_entry(order, p)?,
+                None => None,
+            },
+            OneByOne::Rank(rank) => rank
+                .index_position(&self.index, offset)
+                .map(|index_pos| (index_pos, rank.next_offset(offset).unwrap_or(trailer))),
+        };
+        found.ok_or_else(|| self.no_entry_at(offset))
     }
 
     fn no_entry_at(&self, offset: u64) -> Error {
@@ -195,28 +217,15 @@ impl Pack {
 
     /// The index position of the entry at `offset`.
     pub fn position_at(&self, offset: u64) -> Result<u32> {
-        if let Some(rank) = self.rank_index_one_by_one() {
-            return rank
-                .index_position(&self.index, offset)
-                .ok_or_else(|| self.no_entry_at(offset));
-        }
-        let rev = self.reverse_index()?;
-        match rev.offsets[..rev.positions.len()].binary_search(&offset) {
-            Ok(i) => Ok(rev.positions[i]),
-            Err(_) => Err(self.no_entry_at(offset)),
-        }
+        Ok(self.entry_span(offset)?.0)
     }
 
     /// The index position of the entry at `offset` and where it ends: [`Pack::position_at`] and
-    /// [`Pack::entry_end`] in one lookup (one of the rank index's one-by-one lookups when the
-    /// reverse index is not built).
+    /// [`Pack::entry_end`] in one lookup (one of the one-by-one lookups when the reverse index
+    /// is not built).
     pub fn entry_span(&self, offset: u64) -> Result<(u32, u64)> {
-        let trailer = self.data.len() - 20;
-        if let Some(rank) = self.rank_index_one_by_one() {
-            let index_pos = rank
-                .index_position(&self.index, offset)
-                .ok_or_else(|| self.no_entry_at(offset))?;
-            return Ok((index_pos, rank.next_offset(offset).unwrap_or(trailer)));
+        if let Some(way) = self.one_by_one() {
+            return self.span_one_by_one(way, offset);
         }
         let rev = self.reverse_index()?;
         match rev.offsets[..rev.positions.len()].binary_search(&offset) {
@@ -228,10 +237,17 @@ impl Pack {
     /// The offset and index position of the entry at pack position `pos` (the bit that stands
     /// for it in a bitmap); `None` past the last entry. Without a reverse index, the rank index
     /// answers (a few hundred steps), for as long as that costs less than sorting every offset
-    /// (see `rank_index_one_by_one`); callers that know they go through most of the pack take
-    /// [`Pack::sorted_offsets`] at once.
+    /// (see `Pack::one_by_one`), or the pack's order in one lookup; callers that know they go
+    /// through most of the pack take [`Pack::sorted_offsets`] at once.
     pub fn entry_at_position(&self, pos: u32) -> Result<Option<(u64, u32)>> {
-        if let Some(rank) = self.rank_index_one_by_one() {
+        // The pack's order answers in one lookup, with no budget to count.
+        if let (Some(order), false) = (self.order(), self.has_reverse_index()) {
+            return match order.index_position(pos) {
+                Some(index_pos) => Ok(Some((self.index.offset(index_pos)?, index_pos))),
+                None => Ok(None),
+            };
+        }
+        if let Some(OneByOne::Rank(rank)) = self.one_by_one() {
             return Ok(rank.select(&self.index, pos));
         }
         let rev = self.reverse_index()?;
@@ -277,11 +293,17 @@ impl Pack {
 
     /// The pack position (rank by offset) of the object at index position `index_pos`: the bit
     /// that stands for it in a bitmap. A binary search over the reverse index when it exists,
-    /// else a lookup in a rank index that costs one bucketing pass instead of a sort (see
-    /// `rank.rs`).
+    /// else a lookup in the inverse of the pack's order when it has one (one pass over its
+    /// `.rev` to build), else in a rank index that costs one bucketing pass instead of a sort
+    /// (see `rank.rs`).
     pub fn pack_position(&self, index_pos: u32) -> Result<Option<u32>> {
         if index_pos >= self.index.len() {
             return Ok(None);
+        }
+        if let (Some(order), false) = (self.order(), self.has_reverse_index()) {
+            if let Some(inverse) = self.order_inverse(order) {
+                return Ok(inverse.get(index_pos as usize).copied());
+            }
         }
         let offset = self.index.offset(index_pos)?;
         if let Some(rank) = self.rank_index() {
@@ -297,11 +319,12 @@ impl Pack {
     }
 
     /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer).
-    /// Without a reverse index, the rank index answers (as for [`Pack::entry_at_position`]).
+    /// Without a reverse index, the pack's order or the rank index answers, one by one (see
+    /// `Pack::one_by_one`).
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
-        if let Some(rank) = self.rank_index_one_by_one() {
-            if rank.rank(offset).is_some() {
-                return Ok(rank.next_offset(offset).unwrap_or(self.data.len() - 20));
+        if let Some(way) = self.one_by_one() {
+            if let Ok((_, end)) = self.span_one_by_one(way, offset) {
+                return Ok(end);
             }
         }
         let offsets = self.sorted_offsets()?;
@@ -319,6 +342,13 @@ impl Pack {
             _ => Err(self.no_entry_at(offset)),
         }
     }
+}
+
+/// A way to find an entry one by one (see [`Pack::one_by_one`]).
+#[derive(Clone, Copy)]
+enum OneByOne<'a> {
+    Order(&'a super::order::Order),
+    Rank(&'a super::rank::RankIndex),
 }
 
 /// The share of a pack's entries (one in this many) that may be looked up one by one through

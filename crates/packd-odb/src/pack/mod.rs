@@ -9,6 +9,7 @@ pub mod index;
 pub mod ingest;
 pub mod init;
 pub mod multi_index;
+pub mod order;
 mod rank;
 mod sorted_ids;
 pub mod verify;
@@ -32,7 +33,10 @@ pub struct Pack {
     reverse: OnceLock<ReverseIndex>,
     /// Pack positions without a full sort, built on first use when `reverse` is not there yet.
     rank: OnceLock<Option<rank::RankIndex>>,
-    /// Lookups of entries one by one through `rank` (see [`Pack::entry_at_position`]): past a
+    /// The entries in pack order from the pack's `.rev`, when a caller gave it (see
+    /// [`Pack::set_pack_order`]): then `rank` is never built.
+    order: OnceLock<order::Order>,
+    /// Lookups of entries one by one through `order` or `rank` (see [`Pack::entry_at_position`]): past a
     /// share of the pack's entries (`init::ONE_BY_ONE_SHARE`), sorting every offset costs less
     /// than going on.
     one_by_one: std::sync::atomic::AtomicU32,
