@@ -365,7 +365,12 @@ impl ObjectDb {
     /// The bytes the object takes on disk: its pack entry or its loose file.
     pub fn disk_size(&self, id: &ObjectId, loc: &Location) -> Result<u64> {
         match loc {
-            Location::Packed { pack, offset } => Ok(pack.entry_end(*offset)? - offset),
+            Location::Packed { pack, offset } => {
+                let end = pack.entry_end(*offset)?;
+                end.checked_sub(*offset).ok_or_else(|| {
+                    Error::corrupt(pack.data_name(), *offset, "the entry ends before it starts")
+                })
+            }
             Location::Loose(n) => self.sources[*n]
                 .loose
                 .disk_size(id)?

@@ -18,12 +18,12 @@
 //! bytes are checked against the index's CRC-32 first, so a damaged entry is never passed on
 //! as it is. Pack bytes are read with [`packd_storage::Blob::read_copy`] (which does not leave
 //! them mapped) in windows of [`WINDOW`] bytes, and large entries in pieces of that size, so
-//! memory stays bounded whatever the pack and entry sizes. When the output takes file ranges (a socket, by `sendfile`), runs
-//! of reused entries of [`MIN_FILE_RANGE`] bytes or more are hashed from the window and sent
-//! from the file, not copied to the output: the CRC-32 and the hash are then computed on the
-//! window's bytes, and the kernel sends the file's pages, which are the same bytes as long as
-//! the pack is not changed in place (packs never are); a difference would fail the client's
-//! check of the trailer.
+//! memory stays bounded whatever the pack and entry sizes. When the output takes file ranges (a
+//! socket, by `sendfile`), runs of reused entries of [`MIN_FILE_RANGE`] bytes or more are
+//! hashed from the window and sent from the file, not copied to the output: the CRC-32 and the
+//! hash are then computed on the window's bytes, and the kernel sends the file's pages, which
+//! are the same bytes as long as the pack is not changed in place (packs never are); a
+//! difference would fail the client's check of the trailer.
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
@@ -66,15 +66,12 @@ const CANDIDATES: usize = 4;
 /// 0.13-0.41x with the table).
 const SCANS_BEFORE_TABLE: usize = 16;
 
-/// The scans of one request, by name-hash.
-type NameScans = HashMap<u32, Scanned>;
-
-/// What the scans of one name-hash found: how many searches asked for it, and the objects
+/// The scans of one request, by name-hash: how many searches asked for it, and the objects
 /// with that name-hash, in index order until [`SORT_AFTER`] searches asked, then sorted in pack
 /// order; `None`: no name-hash cache to scan.
-type Scanned = Option<(u32, packd_reach::bitmap_walk::SameName)>;
+type NameScans = HashMap<u32, Option<(u32, packd_reach::bitmap_walk::SameName)>>;
 
-/// Searches for one scanned name-hash after which its objects are sorted by offset: a search
+/// Searches for one scanned name-hash after which its objects are sorted in pack order: a search
 /// in the unsorted list is a pass over it (27,726 objects for a common file name of git/git,
 /// 393,595 for root trees and commits), a sort costs a few such passes. Sorting at the second
 /// search made an 8-day fetch of git/git by a fresh process cost 0.065-0.067 s of CPU instead
@@ -96,11 +93,6 @@ fn scan_near(
     hash: u32,
     bit: u64,
 ) -> Result<Option<Vec<u64>>, PackError> {
-    let keys = |bits: Vec<u64>| {
-        bits.into_iter()
-            .map(|b| ((hash as u64) << 32) | b)
-            .collect()
-    };
     let scanned = match scans.entry(hash) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
@@ -116,7 +108,11 @@ fn scan_near(
         objects.objects.sort_unstable();
     }
     let bits = index.bits_near(objects, *searches >= SORT_AFTER, bit, SCAN_NEAREST)?;
-    Ok(Some(keys(bits)))
+    Ok(Some(
+        bits.into_iter()
+            .map(|b| ((hash as u64) << 32) | b)
+            .collect(),
+    ))
 }
 
 /// Objects larger than this are not searched for a delta.

@@ -230,8 +230,7 @@ impl Bitmapped {
     /// git.git; see `Pack::pack_position`) on a thread of its own, once: a fill-in walk
     /// that is about to ask many positions then finds it ready, or waits for the build already
     /// under way, instead of building it on the walk's own thread in the middle of the walk.
-    /// Meanwhile lookups search the `.rev` if there is one. Nothing to do for a
-    /// multi-pack-index, whose order is in its RIDX chunk or `.rev`.
+    /// Nothing to do for a multi-pack-index, whose order is in its RIDX chunk or `.rev`.
     pub(crate) fn warm_positions(&self) {
         if let Bitmapped::Pack {
             pack,
@@ -262,17 +261,23 @@ impl Bitmapped {
         }
     }
 
-    /// Whether [`Bitmapped::bit_of`] is cheap now (nothing left to build first): a walk that
+    /// Whether [`Bitmapped::bit_of`] answers now without waiting for a build (the position
+    /// index is there, or with a `.rev` and no build under way it is searched): a walk that
     /// started the position index on another thread ([`Bitmapped::warm_positions`]) goes on
     /// without positions until this says they are there, instead of waiting for the build.
     pub(crate) fn is_ready(&self) -> bool {
         match self {
             Bitmapped::Pack {
                 pack,
-                rev: None,
+                rev,
+                warming,
                 warmed,
                 ..
-            } => warmed.load(std::sync::atomic::Ordering::Acquire) || pack.has_reverse_index(),
+            } => {
+                warmed.load(std::sync::atomic::Ordering::Acquire)
+                    || pack.has_reverse_index()
+                    || (rev.is_some() && !warming.load(std::sync::atomic::Ordering::Relaxed))
+            }
             _ => true,
         }
     }

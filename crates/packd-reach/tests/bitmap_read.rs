@@ -1037,9 +1037,10 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
             (index_pos, offsets[p + 1])
         );
     }
-    // Not an entry's offset: refused.
+    assert_eq!(pack.entry_end(offsets[3]).unwrap(), offsets[4]);
+    // Not an entry's offset: refused (by the sorted offsets, which then take over).
     assert!(pack.entry_span(offsets[1] - 1).is_err());
-    assert!(!pack.has_reverse_index());
+    assert!(pack.has_reverse_index());
     // Positions both ways, for every entry, without a sort.
     let pack = open();
     pack.set_pack_order(Arc::new(rev.clone()));
@@ -1076,4 +1077,33 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
         pack.built_pack_positions().is_none(),
         "no inverse of a damaged order"
     );
+    assert!(!pack.has_pack_order(), "the damaged order is dropped");
+    for p in [0, 1, 2] {
+        assert_eq!(
+            pack.entry_at_position(p as u32).unwrap(),
+            Some((offsets[p], order[p]))
+        );
+    }
+
+    // Two entries swapped: a permutation, but not in offset order. Entries whose neighbours
+    // in the order are out of place are found by the sorted offsets instead.
+    let mut swapped = order.clone();
+    swapped.swap(10, 11);
+    let bytes = packd_reach::rev_index::encode(&swapped, sorted.index().pack_checksum()).unwrap();
+    let swapped = RevIndex::from_bytes(
+        "s.rev",
+        bytes.into(),
+        sorted.index().pack_checksum(),
+        sorted.len(),
+    )
+    .unwrap();
+    let pack = open();
+    pack.set_pack_order(Arc::new(swapped));
+    for p in [9, 10, 11, 12] {
+        assert_eq!(
+            pack.entry_span(offsets[p]).unwrap(),
+            (order[p], offsets[p + 1]),
+            "entry {p}"
+        );
+    }
 }

@@ -172,7 +172,7 @@ impl Pack {
     /// more: on git/git's 841,300 entries, sorting took 33-43 ms of CPU, the rank index 11 ms,
     /// then 0.9 µs a lookup). Callers that go through most of the pack thus pay at most that
     /// many lookups before the sort.
-    fn one_by_one(&self) -> Option<OneByOne<'_>> {
+    fn take_one_by_one(&self) -> Option<OneByOne<'_>> {
         if self.has_reverse_index() {
             return None;
         }
@@ -192,19 +192,19 @@ impl Pack {
             .map(|_| way)
     }
 
-    /// The index position of the entry at `offset` and where it ends, found one by one.
-    fn span_one_by_one(&self, way: OneByOne<'_>, offset: u64) -> Result<(u32, u64)> {
-        let trailer = self.data.len() - 20;
-        let found = match way {
+    /// The index position of the entry at `offset` and where it ends, found one by one; `None`
+    /// when this way does not find it (the exact reverse index then says why).
+    fn span_one_by_one(&self, way: OneByOne<'_>, offset: u64) -> Result<Option<(u32, u64)>> {
+        Ok(match way {
             OneByOne::Order(order) => match self.search_order(order, offset)? {
-                Some(p) => self.order_entry(order, p)?,
+                Some(p) => self.order_entry(order, p, offset)?,
                 None => None,
             },
-            OneByOne::Rank(rank) => rank
-                .index_position(&self.index, offset)
-                .map(|index_pos| (index_pos, rank.next_offset(offset).unwrap_or(trailer))),
-        };
-        found.ok_or_else(|| self.no_entry_at(offset))
+            OneByOne::Rank(rank) => rank.index_position(&self.index, offset).map(|index_pos| {
+                let trailer = self.data.len() - 20;
+                (index_pos, rank.next_offset(offset).unwrap_or(trailer))
+            }),
+        })
     }
 
     fn no_entry_at(&self, offset: u64) -> Error {
@@ -217,16 +217,33 @@ impl Pack {
 
     /// The index position of the entry at `offset`.
     pub fn position_at(&self, offset: u64) -> Result<u32> {
-        Ok(self.entry_span(offset)?.0)
+        match self.take_one_by_one() {
+            // The rank index finds a position without the entry's end.
+            Some(OneByOne::Rank(rank)) => rank
+                .index_position(&self.index, offset)
+                .ok_or_else(|| self.no_entry_at(offset)),
+            Some(way) => match self.span_one_by_one(way, offset)? {
+                Some((index_pos, _)) => Ok(index_pos),
+                None => self.exact_span(offset).map(|(index_pos, _)| index_pos),
+            },
+            None => self.exact_span(offset).map(|(index_pos, _)| index_pos),
+        }
     }
 
     /// The index position of the entry at `offset` and where it ends: [`Pack::position_at`] and
     /// [`Pack::entry_end`] in one lookup (one of the one-by-one lookups when the reverse index
     /// is not built).
     pub fn entry_span(&self, offset: u64) -> Result<(u32, u64)> {
-        if let Some(way) = self.one_by_one() {
-            return self.span_one_by_one(way, offset);
+        if let Some(way) = self.take_one_by_one() {
+            if let Some(span) = self.span_one_by_one(way, offset)? {
+                return Ok(span);
+            }
         }
+        self.exact_span(offset)
+    }
+
+    /// [`Pack::entry_span`] from the reverse index (sorting every offset the first time).
+    fn exact_span(&self, offset: u64) -> Result<(u32, u64)> {
         let rev = self.reverse_index()?;
         match rev.offsets[..rev.positions.len()].binary_search(&offset) {
             Ok(i) => Ok((rev.positions[i], rev.offsets[i + 1])),
@@ -237,7 +254,7 @@ impl Pack {
     /// The offset and index position of the entry at pack position `pos` (the bit that stands
     /// for it in a bitmap); `None` past the last entry. Without a reverse index, the rank index
     /// answers (a few hundred steps), for as long as that costs less than sorting every offset
-    /// (see `Pack::one_by_one`), or the pack's order in one lookup; callers that know they go
+    /// (see `Pack::take_one_by_one`), or the pack's order in one lookup; callers that know they go
     /// through most of the pack take [`Pack::sorted_offsets`] at once.
     pub fn entry_at_position(&self, pos: u32) -> Result<Option<(u64, u32)>> {
         // The pack's order answers in one lookup, with no budget to count.
@@ -247,7 +264,7 @@ impl Pack {
                 None => Ok(None),
             };
         }
-        if let Some(OneByOne::Rank(rank)) = self.one_by_one() {
+        if let Some(OneByOne::Rank(rank)) = self.take_one_by_one() {
             return Ok(rank.select(&self.index, pos));
         }
         let rev = self.reverse_index()?;
@@ -320,12 +337,19 @@ impl Pack {
 
     /// Where the entry starting at `offset` ends (the next entry's offset, or the trailer).
     /// Without a reverse index, the pack's order or the rank index answers, one by one (see
-    /// `Pack::one_by_one`).
+    /// `Pack::take_one_by_one`).
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
-        if let Some(way) = self.one_by_one() {
-            if let Ok((_, end)) = self.span_one_by_one(way, offset) {
-                return Ok(end);
+        match self.take_one_by_one() {
+            // The rank index finds an end without the entry's index position.
+            Some(OneByOne::Rank(rank)) if rank.rank(offset).is_some() => {
+                return Ok(rank.next_offset(offset).unwrap_or(self.data.len() - 20));
             }
+            Some(way @ OneByOne::Order(_)) => {
+                if let Some((_, end)) = self.span_one_by_one(way, offset)? {
+                    return Ok(end);
+                }
+            }
+            _ => {}
         }
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
@@ -344,15 +368,15 @@ impl Pack {
     }
 }
 
-/// A way to find an entry one by one (see [`Pack::one_by_one`]).
+/// A way to find an entry one by one (see [`Pack::take_one_by_one`]).
 #[derive(Clone, Copy)]
 enum OneByOne<'a> {
     Order(&'a super::order::Order),
     Rank(&'a super::rank::RankIndex),
 }
 
-/// The share of a pack's entries (one in this many) that may be looked up one by one through
-/// the rank index before the reverse index is built instead.
+/// The share of a pack's entries (one in this many) that may be looked up one by one, through
+/// the pack's order or the rank index, before the reverse index is built instead.
 const ONE_BY_ONE_SHARE: u32 = 64;
 
 /// One-by-one lookups a pack entry sent costs, as a writer plans: counting it, its span, its

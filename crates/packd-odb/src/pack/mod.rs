@@ -34,11 +34,11 @@ pub struct Pack {
     /// Pack positions without a full sort, built on first use when `reverse` is not there yet.
     rank: OnceLock<Option<rank::RankIndex>>,
     /// The entries in pack order from the pack's `.rev`, when a caller gave it (see
-    /// [`Pack::set_pack_order`]): then `rank` is never built.
+    /// [`Pack::set_pack_order`]): while it serves, `rank` is not built.
     order: OnceLock<order::Order>,
-    /// Lookups of entries one by one through `order` or `rank` (see [`Pack::entry_at_position`]): past a
-    /// share of the pack's entries (`init::ONE_BY_ONE_SHARE`), sorting every offset costs less
-    /// than going on.
+    /// Lookups of entries one by one through `order` or `rank` (see `Pack::take_one_by_one`):
+    /// past a share of the pack's entries (`init::ONE_BY_ONE_SHARE`), sorting every offset costs
+    /// less than going on.
     one_by_one: std::sync::atomic::AtomicU32,
     /// The index's CRC-32s in pack order (`None`: a v1 index has none), built on first use.
     crcs: OnceLock<Option<Vec<u32>>>,

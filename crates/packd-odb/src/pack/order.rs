@@ -67,13 +67,18 @@ impl Pack {
         });
     }
 
-    /// Whether the pack was given its order (see [`Pack::set_pack_order`]).
+    /// Whether the pack finds entries by its order (see [`Pack::set_pack_order`]): it was given
+    /// one, and it did not prove damaged.
     pub fn has_pack_order(&self) -> bool {
-        self.order.get().is_some()
+        self.order().is_some()
     }
 
+    /// The pack's order, unless it has none or it proved to be no permutation when its inverse
+    /// was built (then the pack answers as without one).
     pub(crate) fn order(&self) -> Option<&Order> {
-        self.order.get()
+        self.order
+            .get()
+            .filter(|order| !matches!(order.inverse.get(), Some(None)))
     }
 
     /// The pack position of every index position, by index position, when the pack's order
@@ -84,11 +89,11 @@ impl Pack {
     }
 
     /// The pack position of the object at `index_pos` by a search of the pack's order, which
-    /// builds nothing: for a query that asks a few positions. `None` when the pack has no order
-    /// or the order does not place the object.
+    /// builds nothing: for a query that asks a few positions. `None` when the order does not
+    /// place the object. Without an order, [`Pack::pack_position`].
     pub fn pack_position_by_search(&self, index_pos: u32) -> Result<Option<u32>> {
         let Some(order) = self.order() else {
-            return Ok(None);
+            return self.pack_position(index_pos);
         };
         if index_pos >= self.len() {
             return Ok(None);
@@ -131,7 +136,7 @@ impl Pack {
             if hi - lo < 2 {
                 return Ok(None);
             }
-            // lo_off < want < hi_off here, so the guess lies strictly inside (lo, hi).
+            // lo_off < want < hi_off here: the guess, clamped, lies strictly inside (lo, hi).
             let guess = lo
                 + ((want - lo_off) as u128 * (hi - lo) as u128 / (hi_off - lo_off) as u128) as u32;
             let guess = guess.clamp(lo + 1, hi - 1);
@@ -160,26 +165,46 @@ impl Pack {
         Ok((a < n && offset_at(a)? == Some(want)).then_some(a))
     }
 
-    /// The index position of the entry at pack position `pack_pos` and where that entry ends
-    /// (the next entry's offset, or the trailer's).
-    pub(crate) fn order_entry(&self, order: &Order, pack_pos: u32) -> Result<Option<(u32, u64)>> {
+    /// The index position of the entry at `offset`, which is at pack position `pack_pos`, and
+    /// where that entry ends (the next entry's offset, or the trailer's); `None` when the order
+    /// does not place its neighbours (one before, two after) in offset order around it (a
+    /// damaged `.rev`: the caller then asks the exact reverse index).
+    pub(crate) fn order_entry(
+        &self,
+        order: &Order,
+        pack_pos: u32,
+        offset: u64,
+    ) -> Result<Option<(u32, u64)>> {
         let Some(index_pos) = order.index_position(pack_pos) else {
             return Ok(None);
         };
-        let end = if pack_pos + 1 < self.len() {
-            match order.index_position(pack_pos + 1) {
-                Some(next) => self.index.offset(next)?,
-                None => return Ok(None),
+        let trailer = self.data.len() - 20;
+        if pack_pos > 0 {
+            match order.index_position(pack_pos - 1) {
+                Some(previous) if self.index.offset(previous)? < offset => {}
+                _ => return Ok(None),
             }
-        } else {
-            self.data.len() - 20
-        };
-        Ok(Some((index_pos, end)))
+        }
+        // The next entry, and the one after it: a swap of two entries puts one of them out of
+        // place among its neighbours.
+        let mut ends = [trailer; 2];
+        for (k, end) in ends.iter_mut().enumerate() {
+            let p = pack_pos + 1 + k as u32;
+            if p < self.len() {
+                match order.index_position(p) {
+                    Some(next) => *end = self.index.offset(next)?,
+                    None => return Ok(None),
+                }
+            }
+        }
+        let [end, after] = ends;
+        let in_place = offset < end && end <= trailer && (end < after || after == trailer);
+        Ok(in_place.then_some((index_pos, end)))
     }
 
     /// The pack position of every index position: the order's inverse, built on first use in
     /// one pass; `None` when the order is no permutation of the index positions (a damaged
-    /// `.rev`), and callers then sort the offsets instead.
+    /// `.rev`): the pack then stops using the order (see [`Pack::order`]).
     pub(crate) fn order_inverse<'a>(&self, order: &'a Order) -> Option<&'a [u32]> {
         order
             .inverse
@@ -187,14 +212,16 @@ impl Pack {
                 let mut inverse = vec![u32::MAX; self.len() as usize];
                 for (p, bytes) in order.list.positions_be().chunks_exact(4).enumerate() {
                     let index_pos = u32::from_be_bytes(bytes.try_into().expect("4 bytes"));
-                    let slot = inverse.get_mut(index_pos as usize)?;
-                    if *slot != u32::MAX {
+                    let slot = inverse.get_mut(index_pos as usize);
+                    if slot.as_ref().is_none_or(|slot| **slot != u32::MAX) {
                         tracing::warn!(
-                            "{}: the pack order names an object twice; ignoring it",
+                            "{}: its .rev names object {index_pos} at pack position {p}, which \
+                             is past its objects or named before; ignoring the .rev",
                             self.data_name()
                         );
                         return None;
                     }
+                    let slot = slot.expect("checked above");
                     *slot = p as u32;
                 }
                 Some(inverse)

@@ -55,10 +55,10 @@ impl Children {
     }
 }
 
-/// Inflates the data of `entry` from the pack. Its bytes are read into a buffer of their own
-/// (`read_copy`), not through a mapping: a mapped read would leave every page of the pack
-/// counted in the process's resident memory (hundreds of MB for a large pack), when each entry is
-/// read once or twice.
+/// Inflates the data of `entry` from the pack. Its bytes are read with `read_copy`, which does
+/// not leave them mapped: a mapped read would leave every page of the pack counted in the
+/// process's resident memory (hundreds of MB for a large pack), when each entry is read once or
+/// twice.
 fn inflate(pack: &dyn Blob, entry: &InputEntry) -> Result<Vec<u8>> {
     let start = entry.offset + entry.header_len as u64;
     let bytes = pack.read_copy(start..entry.end)?;
