@@ -1014,14 +1014,13 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
     let sorted = open();
     let order = sorted.positions_in_pack_order().unwrap().to_vec();
     let offsets = sorted.sorted_offsets().unwrap().to_vec();
-    let bytes = packd_reach::rev_index::encode(&order, sorted.index().pack_checksum()).unwrap();
-    let rev = RevIndex::from_bytes(
-        "t.rev",
-        bytes.into(),
-        sorted.index().pack_checksum(),
-        sorted.len(),
-    )
-    .unwrap();
+    // A `.rev` of `order`, read as packd reads one (its permutation is not checked).
+    let rev_of = |order: &[u32]| {
+        let bytes = packd_reach::rev_index::encode(order, sorted.index().pack_checksum()).unwrap();
+        let blob = packd_storage::MemoryBlob::new("t.rev", bytes.into());
+        RevIndex::open(&blob, sorted.index().pack_checksum(), sorted.len()).unwrap()
+    };
+    let rev = rev_of(&order);
     assert_eq!(rev.positions_be().len(), 4 * order.len());
 
     // Entries one by one, within the budget before the pack sorts its offsets.
@@ -1061,15 +1060,8 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
     // An order naming one position twice is no permutation: positions come as without one.
     let mut damaged = order.clone();
     damaged[1] = damaged[0];
-    let bytes = packd_reach::rev_index::encode(&damaged, sorted.index().pack_checksum()).unwrap();
-    let damaged = RevIndex::open(
-        &packd_storage::MemoryBlob::new("d.rev", bytes.into()),
-        sorted.index().pack_checksum(),
-        sorted.len(),
-    )
-    .unwrap();
     let pack = open();
-    pack.set_pack_order(Arc::new(damaged));
+    pack.set_pack_order(Arc::new(rev_of(&damaged)));
     for (p, &index_pos) in order.iter().enumerate().skip(2) {
         assert_eq!(pack.pack_position(index_pos).unwrap(), Some(p as u32));
     }
@@ -1089,16 +1081,8 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
     // in the order are out of place are found by the sorted offsets instead.
     let mut swapped = order.clone();
     swapped.swap(10, 11);
-    let bytes = packd_reach::rev_index::encode(&swapped, sorted.index().pack_checksum()).unwrap();
-    let swapped = RevIndex::from_bytes(
-        "s.rev",
-        bytes.into(),
-        sorted.index().pack_checksum(),
-        sorted.len(),
-    )
-    .unwrap();
     let pack = open();
-    pack.set_pack_order(Arc::new(swapped));
+    pack.set_pack_order(Arc::new(rev_of(&swapped)));
     for p in [9, 10, 11, 12] {
         assert_eq!(
             pack.entry_span(offsets[p]).unwrap(),
