@@ -1037,9 +1037,12 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
         );
     }
     assert_eq!(pack.entry_end(offsets[3]).unwrap(), offsets[4]);
-    // Not an entry's offset: refused (by the sorted offsets, which then take over).
+    // Not an entry's offset: refused (by the sorted offsets, which then take over, read off
+    // the order).
     assert!(pack.entry_span(offsets[1] - 1).is_err());
     assert!(pack.has_reverse_index());
+    assert_eq!(pack.sorted_offsets().unwrap(), &offsets[..]);
+    assert_eq!(pack.positions_in_pack_order().unwrap(), &order[..]);
     // Positions both ways, for every entry, without a sort.
     let pack = open();
     pack.set_pack_order(Arc::new(rev.clone()));
@@ -1090,4 +1093,7 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
             "entry {p}"
         );
     }
+    // Its offsets out of order: sorted, not read off it.
+    assert_eq!(pack.sorted_offsets().unwrap(), &offsets[..]);
+    assert_eq!(pack.positions_in_pack_order().unwrap(), &order[..]);
 }

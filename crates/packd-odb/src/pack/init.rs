@@ -90,6 +90,9 @@ impl Pack {
         if let Some(v) = self.reverse.get() {
             return Ok(v);
         }
+        if let Some(reverse) = self.reverse_index_from_order()? {
+            return Ok(self.reverse.get_or_init(|| reverse));
+        }
         let n = self.index.len();
         let trailer = self.data.len() - 20;
         let mut misplaced = Vec::new();
@@ -139,6 +142,48 @@ impl Pack {
             offsets,
             positions,
             misplaced,
+        }))
+    }
+
+    /// The reverse index read off the pack's order, without a sort: one pass that reads each
+    /// entry's offset in pack order. `None` when the pack has no order, or when the offsets it
+    /// gives are not strictly ascending within the entries (a damaged `.rev`, or an index with
+    /// misplaced entries): the sort then builds it and sets those entries aside.
+    ///
+    /// On git/git 32 days behind, a process per request sorted the offsets of a pack with a
+    /// `.rev` to count the objects to send: git, which reads the `.rev`, cost 0.045 s of CPU and
+    /// packd 0.053 s.
+    fn reverse_index_from_order(&self) -> Result<Option<ReverseIndex>> {
+        let Some(order) = self.order() else {
+            return Ok(None);
+        };
+        let n = self.index.len();
+        let trailer = self.data.len() - 20;
+        let mut offsets = Vec::with_capacity(n as usize + 1);
+        let mut positions = Vec::with_capacity(n as usize);
+        let mut last = None;
+        for p in 0..n {
+            let Some(index_pos) = order.index_position(p) else {
+                return Ok(None);
+            };
+            let offset = self.index.offset(index_pos)?;
+            if offset < 12 || offset >= trailer || last.is_some_and(|last| offset <= last) {
+                tracing::warn!(
+                    "{}: its .rev does not list its entries in offset order (pack position \
+                     {p}); sorting the offsets instead",
+                    self.data_name()
+                );
+                return Ok(None);
+            }
+            last = Some(offset);
+            offsets.push(offset);
+            positions.push(index_pos);
+        }
+        offsets.push(trailer);
+        Ok(Some(ReverseIndex {
+            offsets,
+            positions,
+            misplaced: Vec::new(),
         }))
     }
 
