@@ -1304,9 +1304,10 @@ impl BitmapIndex {
         // Compared as they are stored (big-endian), four bytes at a time.
         let want = u32::from_ne_bytes(hash.to_be_bytes());
         let matches = |h: &[u8]| u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == want;
-        // Counted first, so that the list is allocated once: listing git/git's 393,595 root
-        // trees and commits into a growing vector was a sixth of a `packd upload-pack` 1 day
-        // behind, in its copies and page faults.
+        // Counted first, so that the list is allocated once: a growing vector copies and faults
+        // in its memory again at each doubling, and the empty path's name-hash is shared by
+        // 170,145 of the 489,184 objects of git/git's branches and tags (commits, root trees,
+        // and objects git packed without a path).
         let count = hashes.chunks_exact(4).filter(|h| matches(h)).count();
         let index = pack.index();
         let positions = pack.built_pack_positions();
