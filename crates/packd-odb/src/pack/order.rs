@@ -6,11 +6,13 @@
 //! - the entry at a pack position is one lookup in the file;
 //! - an entry's pack position, from its offset, is a short search of the file;
 //! - many positions (a fill-in walk's) come from the file's inverse, built in one pass that
-//!   reads no offset.
+//!   reads no offset;
+//! - every offset in order (a larger fetch's count) is read off it in one pass, with no sort
+//!   (see `Pack::reverse_index`).
 //!
-//! git 2.41 and later write a `.rev` beside every pack. A `packd upload-pack` of one small fetch
-//! from such a pack built the rank index for a few hundred lookups: a seventh of its CPU (on
-//! git/git, 1 day behind).
+//! git 2.41 and later write a `.rev` beside every pack. A `packd upload-pack` of a fetch of 165
+//! objects from such a pack (git/git, 1 day behind) built the rank index over all 489,184
+//! entries: a seventh of its CPU.
 
 use super::Pack;
 use crate::Result;
