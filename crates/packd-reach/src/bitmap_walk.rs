@@ -4,7 +4,7 @@
 //! From each tip, walk as the plain walk does, but stop at every commit that has a bitmap and
 //! take its bits instead (the fill-in walk covers only the commits newer than the nearest
 //! bitmapped ones). The included side minus the excluded side is the answer. Bits are pack
-//! positions of the bitmapped pack or multi-pack-index ([`crate::bitmapped`]). Objects outside
+//! positions of the bitmapped pack or multi-pack-index (`crate::bitmapped`). Objects outside
 //! them (pushed since the last repack) are walked first, by reading them, until that walk enters
 //! the bitmapped objects ([`BitmapIndex::difference_with_outside`]); if the bitmap walk itself
 //! meets an object outside them (a bitmapped object that reaches outside), the caller falls

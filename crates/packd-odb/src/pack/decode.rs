@@ -246,7 +246,7 @@ impl Pack {
     /// applies the deltas back up.
     ///
     /// What is kept in `cache` depends on how this thread has been reading (see
-    /// [`cache_stride`]): the whole object at the bottom of the chain always, and the
+    /// `cache_stride`): the whole object at the bottom of the chain always, and the
     /// intermediate results every `stride` links counted from the requested object, which itself
     /// is not kept. Measured on git/git (849k objects, depth 50), keeping requested objects too
     /// gained no hits in either access order and cost 35% more time in random order, spent

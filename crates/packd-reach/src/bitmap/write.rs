@@ -14,7 +14,7 @@
 //!
 //! Steps: find the repository's one pack; read its entry headers (kinds, order) and its commits;
 //! peel the refs to commits in the pack; select commits ([`super::select`]); build their bitmaps
-//! ancestors first ([`super::build`]); XOR each against the best of the ten entries written just
+//! ancestors first (`super::build`); XOR each against the best of the ten entries written just
 //! before it (git's search, git's order: newest commit first, so that the newest bitmaps, where
 //! most queries start, sit at the short ends of the XOR chains); serialize; and replace the files
 //! atomically: each is written to a temporary file in the pack directory, synced, made read-only

@@ -111,7 +111,7 @@ impl PackIndex {
     }
 
     /// [`PackIndex::find`] for a process that makes few lookups in a large index: the ids
-    /// where interpolation places `id` are read with one `pread` of [`READ_WINDOW`] ids rather
+    /// where interpolation places `id` are read with one `pread` of `READ_WINDOW` ids rather
     /// than through the map. A first touch of a mapped page costs a fault that maps 16 pages
     /// around it (about 8 µs on a small push into a repository whose alternate has 300,000
     /// objects, a twentieth of the push), the read about 1 µs. Falls back to the map when
