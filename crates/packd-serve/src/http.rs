@@ -3,13 +3,13 @@
 //! `POST /<repo>/git-upload-pack`, the response streamed as the pack is written.
 //!
 //! The request body is read whole (bounded by `max_request_bytes`, before and after gzip), then
-//! upload-pack runs on a blocking thread, writing into [`ChannelWriter`]: batches of 64 KiB
+//! upload-pack runs on a blocking thread, writing into `ChannelWriter`: batches of 64 KiB
 //! chunks (or of file ranges) go through a bounded channel into the response body, so memory
 //! stays bounded and a client that hangs up (or stops reading for the idle timeout) makes the
 //! next write fail and sets the cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
-//! unless they are allowed; an allowed push streams its body into receive-pack ([`push`]).
+//! unless they are allowed; an allowed push streams its body into receive-pack (`push`).
 //!
-//! With `--auth-file` ([`crate::auth`]) every request first passes [`gate`]: without valid
+//! With `--auth-file` ([`crate::auth`]) every request first passes `gate`: without valid
 //! basic-auth credentials, or without a read right on the repository, the answer is 401 with
 //! `WWW-Authenticate: Basic realm="packd"` (git then asks for, or retries with, credentials);
 //! a user who may read but not write gets 403 for a push. Pushes are open to users with a write
