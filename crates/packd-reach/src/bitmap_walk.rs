@@ -1289,7 +1289,8 @@ impl BitmapIndex {
     /// [`BitmapIndex::bits_near`] picks a few. A table of every object by name-hash needs every
     /// object's bit, which a fresh process must sort the pack's offsets for: on git/git, that
     /// table took 61% of the CPU of a `packd upload-pack` 1 day behind, for two new deltas (a
-    /// root tree, whose name-hash 393,595 objects share, and a file's, 27,726).
+    /// root tree, whose name-hash about 393,000 of the 841,300 objects of git/git with its
+    /// pull-request refs share, and a file's, 27,726).
     pub fn objects_with_name_hash(&self, hash: u32) -> Result<Option<SameName>> {
         let Some(pack) = self.objects.single_pack() else {
             return Ok(None);
@@ -1306,8 +1307,9 @@ impl BitmapIndex {
         let matches = |h: &[u8]| u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == want;
         // Counted first, so that the list is allocated once: a growing vector copies and faults
         // in its memory again at each doubling, and the empty path's name-hash is shared by
-        // 170,145 of the 489,184 objects of git/git's branches and tags (commits, root trees,
-        // and objects git packed without a path).
+        // 170,145 of the 489,184 objects of git/git's branches and tags, 393,356 of the 841,300
+        // with its pull-request refs (commits, root trees, and objects git packed without a
+        // path).
         let count = hashes.chunks_exact(4).filter(|h| matches(h)).count();
         let index = pack.index();
         let positions = pack.built_pack_positions();
@@ -1361,8 +1363,9 @@ impl BitmapIndex {
     ///
     /// With `sorted` (the objects sorted by key), two slices around the object's key.
     /// Otherwise one pass keeping the nearest, rather than a sort: most name-hashes are looked
-    /// up for one or two objects (sorting the 393,595 objects of git/git's root trees and
-    /// commits cost a sixth of a small fetch); the caller sorts a list it asks again.
+    /// up for one or two objects (sorting the empty path's, about 393,000 of the 841,300
+    /// objects of git/git with its pull-request refs, cost a sixth of a small fetch); the
+    /// caller sorts a list it asks again.
     pub fn bits_near(&self, same: &SameName, sorted: bool, bit: u64, n: usize) -> Result<Vec<u64>> {
         let Some(target) = self.order_key(same.by_position, bit)? else {
             return Ok(Vec::new());

@@ -265,7 +265,8 @@ impl Bitmapped {
     /// the pack has a `.rev`. A walk that started the rank index's build on another thread
     /// ([`Bitmapped::warm_positions`]) goes on without positions until this says they are
     /// there, instead of waiting for the build. With a `.rev`, a lookup waits at most for its
-    /// inverse's one pass, which costs less than reading the commits that positions would
+    /// inverse's one pass (or, if that finds the `.rev` damaged, for the rank index's, on the
+    /// walk's own thread), which costs less than reading the commits that positions would
     /// have shown covered (ad-hoc on git/git 2 to 8 days behind, a process per request: 1.5-2
     /// ms of CPU more when walking on without them).
     pub(crate) fn is_ready(&self) -> bool {

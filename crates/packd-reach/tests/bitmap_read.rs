@@ -1037,6 +1037,7 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
         );
     }
     assert_eq!(pack.entry_end(offsets[3]).unwrap(), offsets[4]);
+    assert!(!pack.has_reverse_index(), "answered by the order");
     // Not an entry's offset: refused (by the sorted offsets, which then take over, read off
     // the order).
     assert!(pack.entry_span(offsets[1] - 1).is_err());
@@ -1084,16 +1085,38 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
     // in the order are out of place are found by the sorted offsets instead.
     let mut swapped = order.clone();
     swapped.swap(10, 11);
-    let pack = open();
-    pack.set_pack_order(Arc::new(rev_of(&swapped)));
-    for p in [9, 10, 11, 12] {
+    for p in [8, 9, 10, 11, 12, 13] {
+        let pack = open();
+        pack.set_pack_order(Arc::new(rev_of(&swapped)));
         assert_eq!(
             pack.entry_span(offsets[p]).unwrap(),
             (order[p], offsets[p + 1]),
             "entry {p}"
         );
+        // Entries 9, 10 and 11 see a swapped one out of place among their neighbours: the
+        // sorted offsets answered. The others (12 sees entry 10 before it, in order), the order.
+        assert_eq!(pack.has_reverse_index(), (9..=11).contains(&p), "entry {p}");
     }
-    // Its offsets out of order: sorted, not read off it.
+    // Its offsets out of order: sorted, not read off it, and the order is no longer used.
+    let pack = open();
+    pack.set_pack_order(Arc::new(rev_of(&swapped)));
     assert_eq!(pack.sorted_offsets().unwrap(), &offsets[..]);
     assert_eq!(pack.positions_in_pack_order().unwrap(), &order[..]);
+    assert!(!pack.has_pack_order());
+    // The same for an order naming a position twice, found when the offsets are read off it.
+    let pack = open();
+    pack.set_pack_order(Arc::new(rev_of(&damaged)));
+    assert_eq!(pack.sorted_offsets().unwrap(), &offsets[..]);
+    assert!(!pack.has_pack_order());
+    for p in [0, 1] {
+        assert_eq!(
+            pack.entry_at_position(p as u32).unwrap(),
+            Some((offsets[p], order[p]))
+        );
+    }
+
+    // Without an order, an offset where no entry starts is refused by the rank index alone.
+    let pack = open();
+    assert!(pack.entry_span(offsets[5] + 1).is_err());
+    assert!(!pack.has_reverse_index());
 }

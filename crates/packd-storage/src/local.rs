@@ -340,8 +340,8 @@ const WINDOW_MIN: u64 = 256 * 1024;
 /// pages are mapped in one call when it is made, and dropped from the process when it is
 /// dropped, so that they count toward the server's resident memory only while in use.
 ///
-/// Copying such ranges into buffers of their own instead (`pread`) cost a tenth of the CPU of
-/// a branch-and-tag clone of git/git from a running server, whose 318 MB pass through here to
+/// Copying such ranges into buffers of their own instead (`pread`) cost 5-7% more CPU in a
+/// branch-and-tag clone of git/git from a running server, whose 318 MB pass through here to
 /// be hashed (ad-hoc: 0.42 s against 0.39-0.40 s). Linux only: elsewhere `madvise` cannot be
 /// relied on to drop a shared map's resident pages, and ranges are copied.
 #[cfg(any(target_os = "linux", target_os = "android"))]

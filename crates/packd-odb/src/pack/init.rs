@@ -164,15 +164,17 @@ impl Pack {
         let mut last = None;
         for p in 0..n {
             let Some(index_pos) = order.index_position(p) else {
+                self.drop_disordered();
                 return Ok(None);
             };
             let offset = self.index.offset(index_pos)?;
             if offset < 12 || offset >= trailer || last.is_some_and(|last| offset <= last) {
                 tracing::warn!(
-                    "{}: its .rev does not list its entries in offset order (pack position \
-                     {p}); sorting the offsets instead",
+                    "{}: its .rev and .idx do not give its entries in offset order (pack \
+                     position {p}); sorting the offsets instead",
                     self.data_name()
                 );
+                self.drop_disordered();
                 return Ok(None);
             }
             last = Some(offset);
@@ -279,12 +281,15 @@ impl Pack {
     /// [`Pack::entry_end`] in one lookup (one of the one-by-one lookups when the reverse index
     /// is not built).
     pub fn entry_span(&self, offset: u64) -> Result<(u32, u64)> {
-        if let Some(way) = self.take_one_by_one() {
-            if let Some(span) = self.span_one_by_one(way, offset)? {
-                return Ok(span);
-            }
+        match self.take_one_by_one() {
+            Some(way) => match self.span_one_by_one(way, offset)? {
+                Some(span) => Ok(span),
+                // The rank index is exact: no entry starts there.
+                None if matches!(way, OneByOne::Rank(_)) => Err(self.no_entry_at(offset)),
+                None => self.exact_span(offset),
+            },
+            None => self.exact_span(offset),
         }
-        self.exact_span(offset)
     }
 
     /// [`Pack::entry_span`] from the reverse index (sorting every offset the first time).
@@ -304,10 +309,12 @@ impl Pack {
     pub fn entry_at_position(&self, pos: u32) -> Result<Option<(u64, u32)>> {
         // The pack's order answers in one lookup, with no budget to count.
         if let (Some(order), false) = (self.order(), self.has_reverse_index()) {
-            return match order.index_position(pos) {
-                Some(index_pos) => Ok(Some((self.index.offset(index_pos)?, index_pos))),
-                None => Ok(None),
-            };
+            match order.index_position(pos) {
+                Some(index_pos) => return Ok(Some((self.index.offset(index_pos)?, index_pos))),
+                None if pos >= self.len() => return Ok(None),
+                // A position past the objects in a damaged `.rev`: the sorted offsets answer.
+                None => {}
+            }
         }
         if let Some(OneByOne::Rank(rank)) = self.take_one_by_one() {
             return Ok(rank.select(&self.index, pos));

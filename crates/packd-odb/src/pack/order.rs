@@ -33,6 +33,8 @@ pub(crate) struct Order {
     count: u32,
     /// Pack position by index position; `None` inside when the list is no permutation.
     inverse: OnceLock<Option<Vec<u32>>>,
+    /// Set when the list proved not to be in offset order (see `Pack::reverse_index`).
+    disordered: std::sync::atomic::AtomicBool,
 }
 
 impl Order {
@@ -66,6 +68,7 @@ impl Pack {
             list,
             count: self.len(),
             inverse: OnceLock::new(),
+            disordered: Default::default(),
         });
     }
 
@@ -75,12 +78,23 @@ impl Pack {
         self.order().is_some()
     }
 
-    /// The pack's order, unless it has none or it proved to be no permutation when its inverse
-    /// was built (then the pack answers as without one).
+    /// The pack's order, unless it has none or it proved damaged: no permutation when its
+    /// inverse was built, or not in offset order when the sorted offsets were read off it
+    /// (then the pack answers as without one).
     pub(crate) fn order(&self) -> Option<&Order> {
-        self.order
-            .get()
-            .filter(|order| !matches!(order.inverse.get(), Some(None)))
+        self.order.get().filter(|order| {
+            !matches!(order.inverse.get(), Some(None))
+                && !order.disordered.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// Stops using the order: it proved not to be in offset order.
+    pub(crate) fn drop_disordered(&self) {
+        if let Some(order) = self.order.get() {
+            order
+                .disordered
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The pack position of every index position, by index position, when the pack's order
@@ -169,8 +183,11 @@ impl Pack {
 
     /// The index position of the entry at `offset`, which is at pack position `pack_pos`, and
     /// where that entry ends (the next entry's offset, or the trailer's); `None` when the order
-    /// does not place its neighbours (one before, two after) in offset order around it (a
-    /// damaged `.rev`: the caller then asks the exact reverse index).
+    /// does not place its neighbours (one before, two after) in offset order around it, or the
+    /// entry before the entries' start (a damaged `.rev` or `.idx`: the caller then asks the
+    /// exact reverse index). The check is local: it finds any two entries swapped, not every
+    /// damage (an entry moved several places can give a span over two entries, which a reuse
+    /// of the bytes then refuses by the index's CRC-32, as git trusts a `.rev` entirely).
     pub(crate) fn order_entry(
         &self,
         order: &Order,
@@ -181,6 +198,9 @@ impl Pack {
             return Ok(None);
         };
         let trailer = self.data.len() - 20;
+        if offset < 12 {
+            return Ok(None);
+        }
         if pack_pos > 0 {
             match order.index_position(pack_pos - 1) {
                 Some(previous) if self.index.offset(previous)? < offset => {}
