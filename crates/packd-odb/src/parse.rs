@@ -33,11 +33,16 @@ pub fn parse_commit(id: &ObjectId, data: &[u8]) -> Result<CommitInfo> {
         if line.is_empty() {
             break;
         }
-        let hex = |l: &[u8]| std::str::from_utf8(l).ok().and_then(ObjectId::from_hex);
         if let Some(rest) = line.strip_prefix(b"tree ") {
-            tree = Some(hex(rest).ok_or_else(|| bad(id, "the commit's tree line is malformed"))?);
+            tree = Some(
+                ObjectId::from_hex_bytes(rest)
+                    .ok_or_else(|| bad(id, "the commit's tree line is malformed"))?,
+            );
         } else if let Some(rest) = line.strip_prefix(b"parent ") {
-            parents.push(hex(rest).ok_or_else(|| bad(id, "a parent line is malformed"))?);
+            parents.push(
+                ObjectId::from_hex_bytes(rest)
+                    .ok_or_else(|| bad(id, "a parent line is malformed"))?,
+            );
         } else if let Some(rest) = line.strip_prefix(b"committer ") {
             // "... <email> <seconds> <tz>": the seconds are the second-to-last field.
             let mut fields = rest.rsplit(|&b| b == b' ');
@@ -103,8 +108,7 @@ pub fn tag_target(id: &ObjectId, data: &[u8]) -> Result<ObjectId> {
     let first = data.split(|&b| b == b'\n').next().unwrap_or(b"");
     first
         .strip_prefix(b"object ")
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(ObjectId::from_hex)
+        .and_then(ObjectId::from_hex_bytes)
         .ok_or_else(|| bad(id, "the tag names no object"))
 }
 

@@ -236,7 +236,7 @@ impl PackServer {
             && request.client_shallow.is_empty()
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
-            if let Some(index) = self.bitmap()? {
+            if let Some(index) = self.bitmap() {
                 if let Some(answer) = index.difference_with_outside(
                     repo,
                     &request.wants,

@@ -199,8 +199,9 @@ pub struct PackStats {
 pub struct PackServer {
     repo: Arc<Repository>,
     /// The repository's bitmap index, if it has a usable one: loaded by the first request that
-    /// counts objects (see [`PackServer::bitmap`]), so that a process that only lists refs
-    /// (`git ls-remote` over ssh) does not read it.
+    /// needs it, to count objects or to check a want's reachability (see
+    /// [`PackServer::bitmap`]), so that a process that only lists refs (`git ls-remote` over
+    /// ssh) does not read it.
     bitmap: std::sync::OnceLock<Option<BitmapIndex>>,
     /// Every bit of the bitmap index with a name-hash, as `hash << 32 | bit`, sorted (bits
     /// ascending within a hash), built on first use: versions of one path, the candidates for
@@ -214,9 +215,7 @@ pub struct PackServer {
 
 impl PackServer {
     /// Pack generation over `repo`. Its bitmap index, if it has one, is loaded by the first
-    /// request that counts with it: a bitmap that cannot be used is then skipped with a
-    /// warning (counting walks); one that cannot be read fails that request, before anything
-    /// is sent, and is tried again by the next.
+    /// request that needs it (see [`PackServer::bitmap`]).
     pub fn open(repo: Arc<Repository>) -> PackServer {
         PackServer {
             repo,
@@ -250,14 +249,22 @@ impl PackServer {
     }
 
     /// The repository's bitmap index, loaded on first use (by counting, or by upload-pack's
-    /// reachability checks): one copy for every request. Two requests that race here may both
-    /// read it; one copy is kept.
-    pub fn bitmap(&self) -> Result<Option<&BitmapIndex>, PackError> {
-        if let Some(loaded) = self.bitmap.get() {
-            return Ok(loaded.as_ref());
-        }
-        let loaded = BitmapIndex::open(&self.repo)?;
-        Ok(self.bitmap.get_or_init(|| loaded).as_ref())
+    /// reachability checks): one copy for every request. A bitmap that cannot be read is
+    /// skipped with one warning, as a damaged one is (see [`BitmapIndex::open`]): every request
+    /// then walks, rather than some failing and others walking.
+    pub fn bitmap(&self) -> Option<&BitmapIndex> {
+        self.bitmap
+            .get_or_init(|| match BitmapIndex::open(&self.repo) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: the bitmap cannot be read, so requests walk: {e}",
+                        self.repo.git_dir().display()
+                    );
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// The bitmap index if counting loaded it. Writing uses this: a plan whose haves are bits

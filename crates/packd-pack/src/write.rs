@@ -71,12 +71,12 @@ const SCANS_BEFORE_TABLE: usize = 16;
 /// order; `None`: no name-hash cache to scan.
 type NameScans = HashMap<u32, Option<(u32, packd_reach::bitmap_walk::SameName)>>;
 
-/// Searches for one scanned name-hash after which its objects are sorted in pack order: a search
-/// in the unsorted list is a pass over it (27,726 objects for a common file name of git/git,
-/// about 393,000 for the empty path's, which commits and root trees share, in the 841,300
-/// objects of git/git with its pull-request refs), a sort costs a few such passes. Sorting at the second
-/// search made an 8-day fetch of git/git by a fresh process cost 0.065-0.067 s of CPU instead
-/// of 0.059-0.061 s (ad-hoc, two runs each).
+/// Searches for one scanned name-hash after which its objects are sorted in pack order: a
+/// search in the unsorted list is a pass over it (27,726 objects for a common file name of
+/// git/git, about 393,000 for the empty path's, which commits and root trees share, in the
+/// 841,300 objects of git/git with its pull-request refs), a sort costs a few such passes.
+/// Sorting at the second search made an 8-day fetch of git/git by a fresh process cost
+/// 0.065-0.067 s of CPU instead of 0.059-0.061 s (ad-hoc, two runs each).
 const SORT_AFTER: u32 = 16;
 
 /// Objects of one name-hash a scan keeps on each side of the object to send, the nearest in
@@ -1304,8 +1304,9 @@ impl PackServer {
             None => self.by_name_hash.get_or_init(|| {
                 // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a
                 // fresh server's clone of git/git (841,300 objects) for its 28 new deltas. Every
-                // object's pack position is needed: the pack's offsets are sorted first.
-                if let Some(pack) = index.single_pack() {
+                // object's pack position is needed: the pack's offsets are sorted first, unless
+                // its `.rev` gives them.
+                if let Some(pack) = index.single_pack().filter(|p| !p.has_pack_order()) {
                     let _ = pack.sorted_offsets();
                 }
                 let mut keys = Vec::with_capacity(index.object_count() as usize);

@@ -195,13 +195,7 @@ impl UploadPack {
     /// The repository's bitmap index, for checking that wanted trees and blobs are reachable:
     /// the one counting uses, loaded once for both.
     fn bitmap(&self) -> Option<&BitmapIndex> {
-        match self.packs.bitmap() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!("reachability checks walk: the bitmap cannot be read: {e}");
-                None
-            }
-        }
+        self.packs.bitmap()
     }
 
     /// The pack generator (and through it the repository) served.

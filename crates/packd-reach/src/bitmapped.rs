@@ -26,11 +26,10 @@ const REV_LOOKUPS: u32 = 256;
 pub(crate) enum Bitmapped {
     /// One pack.
     Pack {
-        /// The pack.
+        /// The pack, given its `.rev` as its order when it has a valid one (see
+        /// `Pack::set_pack_order`).
         pack: Arc<Pack>,
-        /// Its `.rev` if it has a valid one; else the pack's in-memory reverse index.
-        rev: Option<RevIndex>,
-        /// Positions looked up so far (see [`Bitmapped::bit_of`]).
+        /// Positions looked up by searching the `.rev` so far (see [`Bitmapped::bit_of`]).
         lookups: std::sync::atomic::AtomicU32,
         /// Whether [`Bitmapped::warm_positions`] started the pack's position index.
         warming: std::sync::atomic::AtomicBool,
@@ -89,12 +88,11 @@ impl Bitmapped {
             )?,
             None => None,
         };
-        if let Some(rev) = &rev {
-            pack.set_pack_order(Arc::new(rev.clone()));
+        if let Some(rev) = rev {
+            pack.set_pack_order(Arc::new(rev));
         }
         Ok(Bitmapped::Pack {
             pack: pack.clone(),
-            rev,
             lookups: Default::default(),
             warming: Default::default(),
             warmed: Default::default(),
@@ -201,14 +199,7 @@ impl Bitmapped {
     /// The position in id order of the object at pack position (bit) `bit`.
     pub(crate) fn position_at(&self, bit: u32) -> Option<u32> {
         match self {
-            Bitmapped::Pack { rev: Some(rev), .. } => rev.index_position(bit),
-            // One by one while that costs less than sorting the pack's offsets.
-            Bitmapped::Pack {
-                pack, rev: None, ..
-            } => pack
-                .entry_at_position(bit)
-                .ok()?
-                .map(|(_, index_pos)| index_pos),
+            Bitmapped::Pack { pack, .. } => pack.index_position_at(bit).ok()?,
             Bitmapped::Midx { rev: Some(rev), .. } => rev.index_position(bit),
             Bitmapped::Midx {
                 midx, rev: None, ..
@@ -220,7 +211,7 @@ impl Bitmapped {
     /// multi-pack-index with its reverse index).
     pub(crate) fn has_rev_file(&self) -> bool {
         match self {
-            Bitmapped::Pack { rev, .. } => rev.is_some(),
+            Bitmapped::Pack { pack, .. } => pack.has_pack_order(),
             Bitmapped::Midx { .. } => true,
         }
     }
@@ -271,13 +262,12 @@ impl Bitmapped {
     /// ms of CPU more when walking on without them).
     pub(crate) fn is_ready(&self) -> bool {
         match self {
-            Bitmapped::Pack {
-                pack,
-                rev: None,
-                warmed,
-                ..
-            } => warmed.load(std::sync::atomic::Ordering::Acquire) || pack.has_reverse_index(),
-            _ => true,
+            Bitmapped::Pack { pack, warmed, .. } => {
+                pack.has_pack_order()
+                    || warmed.load(std::sync::atomic::Ordering::Acquire)
+                    || pack.has_reverse_index()
+            }
+            Bitmapped::Midx { .. } => true,
         }
     }
 
@@ -304,7 +294,8 @@ impl Bitmapped {
     }
 
     /// The pack position (bit) of the object at id-order position `pos`; `None` when the order
-    /// does not place it. With a reverse index at hand, a binary search over it, as git does.
+    /// does not place it. For a multi-pack-index, a binary search over its reverse index, as
+    /// git does.
     pub(crate) fn bit_of(&self, pos: u32) -> Result<Option<u64>> {
         // One pack: a search over the `.rev` reads two index entries per step; the position
         // index costs one pass (over the `.rev`, or the rank index's over every offset), then
@@ -317,20 +308,20 @@ impl Bitmapped {
         // [`REV_LOOKUPS`] search the `.rev`.
         if let Bitmapped::Pack {
             pack,
-            rev,
             lookups,
             warming,
-            warmed,
+            ..
         } = self
         {
-            let n = lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let rank = warmed.load(std::sync::atomic::Ordering::Acquire)
-                || warming.load(std::sync::atomic::Ordering::Relaxed)
-                || n >= REV_LOOKUPS;
-            return match rev {
-                Some(_) if !rank => Ok(pack.pack_position_by_search(pos)?.map(u64::from)),
-                _ => Ok(pack.pack_position(pos)?.map(u64::from)),
-            };
+            // The counter is kept only while the `.rev` may still be searched.
+            let search = pack.has_pack_order()
+                && !warming.load(std::sync::atomic::Ordering::Relaxed)
+                && lookups.load(std::sync::atomic::Ordering::Relaxed) < REV_LOOKUPS;
+            if search {
+                lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(pack.pack_position_by_search(pos)?.map(u64::from));
+            }
+            return Ok(pack.pack_position(pos)?.map(u64::from));
         }
         let want = self.order_key(pos)?;
         let (mut lo, mut hi) = (0u32, self.len());

@@ -78,12 +78,13 @@ fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
         std::fs::write(&new, text).unwrap();
         std::fs::rename(&new, &packed_refs).unwrap();
     };
-    let without_tagged_peel = {
+    // The file as git wrote it, less the review ref's `^` line.
+    let dropped_peel = {
         let at = written.find(&tagged_line).unwrap() + tagged_line.len();
         let peel_end = at + written[at..].find('\n').unwrap() + 1;
         format!("{}{}", &written[..at], &written[peel_end..])
-            .replace("peeled fully-peeled sorted", "peeled sorted")
     };
+    let without_tagged_peel = dropped_peel.replace("peeled fully-peeled sorted", "peeled sorted");
     let bare: String = written
         .lines()
         .filter(|l| !l.starts_with('^') && !l.starts_with('#'))
@@ -112,9 +113,7 @@ fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
     // gone): git trusts it and gives that ref no peeled line, and so must packd, which would
     // give one if it read the object. Then a loose ref over a packed tag: its packed `^` line
     // no longer counts.
-    let at = written.find(&tagged_line).unwrap() + tagged_line.len();
-    let peel_end = at + written[at..].find('\n').unwrap() + 1;
-    replace(&format!("{}{}", &written[..at], &written[peel_end..]));
+    replace(&dropped_peel);
     let commit = repo.git_str(&["rev-parse", "main~1"]);
     for step in [
         "a promise the file does not keep",
@@ -138,7 +137,13 @@ fn packed_refs_peeled_lines_are_trusted_only_as_far_as_promised() {
             );
         }
     }
-    repo.git(&["update-ref", "refs/tags/v1.0", &tag]);
+    // The loose ref goes: the packed `v1.0` and its `^` line count again for the clone.
+    std::fs::remove_file(repo.path.join("refs/tags/v1.0")).unwrap();
+    assert_eq!(
+        repo.git_str(&["rev-parse", "refs/tags/v1.0"]),
+        tag,
+        "the packed v1.0 is back"
+    );
     for version in ["0", "2"] {
         let dst = f.clone_main_with(
             version,

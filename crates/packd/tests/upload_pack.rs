@@ -289,10 +289,13 @@ fn clones_equal_plain_git_clones_and_fetch_increments() {
 }
 
 /// A fetch of a few objects out of a large pack, by a process that has sorted nothing (a
-/// process per request, as over ssh), finds each entry through the pack's rank index rather
-/// than sorting every offset of the pack: the client ends up with what git's own upload-pack
-/// gives it, deltas against objects it has included (the files shrink, so git's repack makes
-/// the newer versions deltas against the older).
+/// process per request, as over ssh), finds each entry one by one rather than sorting every
+/// offset of the pack: the client ends up with what git's own upload-pack gives it, deltas
+/// against objects it has included (the files shrink, so git's repack makes the newer
+/// versions deltas against the older). Its sizes follow `Pack::few_enough_one_by_one`: the
+/// fetch (the last 2 of 1,200 commits) must be at most a 256th of the pack's objects. Where
+/// git's `repack` writes a `.rev` (git 2.41 and later), the pack's order answers instead of
+/// the rank index.
 #[test]
 fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
     let sb = Sandbox::new();

@@ -223,7 +223,7 @@ impl Pack {
         if self.has_reverse_index() {
             return None;
         }
-        let way = match self.order() {
+        let way = match self.live_order() {
             Some(order) => OneByOne::Order(order),
             None => OneByOne::Rank(self.rank_index()?),
         };
@@ -302,13 +302,14 @@ impl Pack {
     }
 
     /// The offset and index position of the entry at pack position `pos` (the bit that stands
-    /// for it in a bitmap); `None` past the last entry. Without a reverse index, the rank index
-    /// answers (a few hundred steps), for as long as that costs less than sorting every offset
-    /// (see `Pack::take_one_by_one`), or the pack's order in one lookup; callers that know they go
-    /// through most of the pack take [`Pack::sorted_offsets`] at once.
+    /// for it in a bitmap); `None` past the last entry (or, through the rank index, at an offset
+    /// two index entries share). Without a reverse index, the pack's order answers in one
+    /// lookup, or the rank index (a few hundred steps) for as long as that costs less than
+    /// sorting every offset (see `Pack::take_one_by_one`); callers that know they go through
+    /// most of the pack take [`Pack::sorted_offsets`] at once.
     pub fn entry_at_position(&self, pos: u32) -> Result<Option<(u64, u32)>> {
         // The pack's order answers in one lookup, with no budget to count.
-        if let (Some(order), false) = (self.order(), self.has_reverse_index()) {
+        if let Some(order) = self.live_order() {
             match order.index_position(pos) {
                 Some(index_pos) => return Ok(Some((self.index.offset(index_pos)?, index_pos))),
                 None if pos >= self.len() => return Ok(None),
@@ -369,7 +370,11 @@ impl Pack {
         if index_pos >= self.index.len() {
             return Ok(None);
         }
-        if let (Some(order), false) = (self.order(), self.has_reverse_index()) {
+        // The order's inverse answers in one lookup, also once the reverse index is built.
+        if let Some(inverse) = self.built_pack_positions() {
+            return Ok(inverse.get(index_pos as usize).copied());
+        }
+        if let Some(order) = self.live_order() {
             if let Some(inverse) = self.order_inverse(order) {
                 return Ok(inverse.get(index_pos as usize).copied());
             }

@@ -88,6 +88,22 @@ impl Pack {
         })
     }
 
+    /// The pack's order while it is the cheapest way to find entries: until the reverse index
+    /// is built (which then answers, with no search).
+    pub(crate) fn live_order(&self) -> Option<&Order> {
+        self.order().filter(|_| !self.has_reverse_index())
+    }
+
+    /// The index position of the entry at pack position `pos` (the bit that stands for it in a
+    /// bitmap): one lookup in the pack's order when it has one, else
+    /// [`Pack::entry_at_position`]. `None` past the last entry.
+    pub fn index_position_at(&self, pos: u32) -> Result<Option<u32>> {
+        if let Some(index_pos) = self.order().and_then(|order| order.index_position(pos)) {
+            return Ok(Some(index_pos));
+        }
+        Ok(self.entry_at_position(pos)?.map(|(_, index_pos)| index_pos))
+    }
+
     /// Stops using the order: it proved not to be in offset order.
     pub(crate) fn drop_disordered(&self) {
         if let Some(order) = self.order.get() {
@@ -108,7 +124,11 @@ impl Pack {
     /// builds nothing: for a query that asks a few positions. `None` when the order does not
     /// place the object. Without an order, [`Pack::pack_position`].
     pub fn pack_position_by_search(&self, index_pos: u32) -> Result<Option<u32>> {
-        let Some(order) = self.order() else {
+        // A table already built answers without a search.
+        let Some(order) = self
+            .live_order()
+            .filter(|_| self.built_pack_positions().is_none())
+        else {
             return self.pack_position(index_pos);
         };
         if index_pos >= self.len() {

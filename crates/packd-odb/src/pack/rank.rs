@@ -128,8 +128,8 @@ impl RankIndex {
     }
 
     /// The offset and index position of the entry at pack position `pos` (the entry with `pos`
-    /// entries before it), or `None` past the last entry. `index` is the index this was built
-    /// from.
+    /// entries before it), or `None` past the last entry, or when two index entries share its
+    /// offset (a damaged index). `index` is the index this was built from.
     pub(crate) fn select(&self, index: &PackIndex, pos: u32) -> Option<(u64, u32)> {
         // The bucket holding slot `pos`: the last whose start is at or before it.
         let b = self.starts.partition_point(|&s| s <= pos).checked_sub(1)?;

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Two packd builds and git, side by side on one repository, alternating: for comparing a change
+with what it replaces, each as a ratio against git measured in the same run.
+
+    bench/ab.py OLD_PACKD NEW_PACKD REPO            # fetches N days behind, a process each
+    DAYS="1 8 32" RUNS=15 bench/ab.py OLD NEW REPO
+    CLONE=heads RUNS=4 bench/ab.py OLD NEW REPO     # clones instead: branches and tags
+    CLONE=all RUNS=4 bench/ab.py OLD NEW REPO       # clones instead: every ref (mirror)
+
+Fetches: `git upload-pack --stateless-rpc` and each build's `packd upload-pack --stateless-rpc`,
+one process per request (as over ssh), HEAD wanted and the newest commit N days older had;
+median CPU of RUNS processes each. Clones: one fresh `packd serve` per run for each build
+(clone cache off), its CPU for its first clone and for a second one, against `git pack-objects`
+for the same wants; medians of RUNS. Pack sizes are printed: a change may choose other deltas.
+"""
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import fetch_bench as fb  # noqa: E402
+
+
+def fetches(old, new, repo, tmp, runs):
+    head = fb.git(repo, "rev-parse", "HEAD")
+    newest = int(fb.git(repo, "log", "-1", "--format=%ct", "HEAD"))
+    print(f"{'N':>4} {'git cpu':>9} {'old cpu':>9} {'ratio':>6} {'new cpu':>9} {'ratio':>6}"
+          f" {'old bytes':>10} {'new bytes':>10}")
+    for n in [int(d) for d in os.environ.get("DAYS", "1 8 64").split()]:
+        have = fb.git(repo, "rev-list", "-1", f"--before={newest - n * 86400}", "HEAD")
+        cmds = {"git": ["git", "upload-pack"], "old": [old, "upload-pack"],
+                "new": [new, "upload-pack"]}
+        cpu = {k: [] for k in cmds}
+        for _ in range(runs):
+            for k, cmd in cmds.items():
+                cpu[k].append(fb.stateless_fetch(cmd, repo, head, have, f"{tmp}/ab.{k}"))
+        med = {k: statistics.median(v) for k, v in cpu.items()}
+        size = {k: os.path.getsize(f"{tmp}/ab.{k}") for k in ("old", "new")}
+        print(f"{n:>4} {med['git']:>9.4f} {med['old']:>9.4f} {med['old'] / med['git']:>6.2f}"
+              f" {med['new']:>9.4f} {med['new'] / med['git']:>6.2f}"
+              f" {size['old']:>10} {size['new']:>10}", flush=True)
+
+
+def clones(old, new, repo, tmp, runs, which):
+    args = ["--format=%(objectname)"] + (["refs/heads", "refs/tags"] if which == "heads" else [])
+    wants = sorted(set(fb.git(repo, "for-each-ref", *args).split()))
+    git_cpu = [fb.run_rusage(["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
+                              "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
+                             "".join(w + "\n" for w in wants).encode())[0]
+               for _ in range(runs)]
+    cpu = {k: ([], []) for k in ("old", "new")}
+    for _ in range(runs):
+        for k, packd in (("old", old), ("new", new)):
+            server = fb.Packd(packd, os.path.dirname(repo), ["--clone-cache-bytes", "0"])
+            for first_or_second in cpu[k]:
+                before = server.cpu()
+                server.fetch(os.path.basename(repo), wants, [], f"{tmp}/ab.pack",
+                             include_tag=True)
+                first_or_second.append(server.cpu() - before)
+            server.stop()
+    g = statistics.median(git_cpu)
+    print(f"git pack-objects {g:.3f} s")
+    for k in ("old", "new"):
+        first, second = (statistics.median(v) for v in cpu[k])
+        print(f"{k}: first clone {first:.3f} s ({first / g:.2f}), second {second:.3f} s"
+              f" ({second / g:.2f})", flush=True)
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    old, new, repo = (os.path.abspath(a) for a in sys.argv[1:])
+    tmp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ab-tmp")
+    os.makedirs(tmp, exist_ok=True)
+    runs = int(os.environ.get("RUNS", "7"))
+    which = os.environ.get("CLONE")
+    if which:
+        clones(old, new, repo, tmp, runs, which)
+    else:
+        fetches(old, new, repo, tmp, runs)
+
+
+if __name__ == "__main__":
+    main()
