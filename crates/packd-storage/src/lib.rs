@@ -178,11 +178,10 @@ pub trait Blob: Send + Sync + fmt::Debug {
         Box::new(ranges.iter().map(move |r| self.read(r.clone())))
     }
 
-    /// The bytes of one range, for data read once while streaming (a pack sent to a client).
-    /// Unlike [`Blob::read`], the bytes do not stay mapped in the process once dropped: a mapped
-    /// read of a whole pack would count every page of it toward the server's resident memory.
-    /// (A local file copies small ranges and maps large ones only while they are held.) Fails
-    /// if the range reaches past the end.
+    /// The bytes of one range, copied into a buffer of their own, for data read once while
+    /// streaming (a pack sent to a client). Unlike [`Blob::read`], the bytes do not stay mapped
+    /// in the process: a mapped read of a whole pack would count every page of it toward the
+    /// server's resident memory. Fails if the range reaches past the end.
     fn read_copy(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
         self.read(range)
     }

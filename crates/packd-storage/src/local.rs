@@ -287,14 +287,6 @@ impl Blob for LocalBlob {
         if self.file.is_none() {
             return self.read(range);
         }
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        if range.end.saturating_sub(range.start) >= WINDOW_MIN {
-            check_range(&self.name, &range, self.len())?;
-            let bytes = self.bytes.slice(range.start as usize..range.end as usize);
-            if let Some(window) = MappedWindow::new(bytes) {
-                return Ok(Bytes::from_owner(window));
-            }
-        }
         let mut buf = Vec::new();
         self.read_copy_into(range, &mut buf)?;
         Ok(Bytes::from(buf))
@@ -329,84 +321,6 @@ impl Blob for LocalBlob {
             },
         )
     }
-}
-
-/// Ranges of at least this many bytes that [`Blob::read_copy`] asks for are handed out as a
-/// [`MappedWindow`] rather than copied.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const WINDOW_MIN: u64 = 256 * 1024;
-
-/// A range of a file's map that a reader streams through once (a pack sent to a client): its
-/// pages are mapped in one call when it is made, and dropped from the process when it is
-/// dropped, so that they count toward the server's resident memory only while in use.
-///
-/// Copying such ranges into buffers of their own instead (`pread`) cost 5-7% more CPU in a
-/// branch-and-tag clone of git/git from a running server, whose 318 MB pass through here to
-/// be hashed (ad-hoc: 0.42 s against 0.39-0.40 s). Linux only: elsewhere `madvise` cannot be
-/// relied on to drop a shared map's resident pages, and ranges are copied.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-struct MappedWindow {
-    bytes: Bytes,
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-impl MappedWindow {
-    /// The window over `bytes` (a part of the blob's map), its pages mapped; `None` when they
-    /// cannot be (an I/O error or a file cut short, which a read of the map would meet as a
-    /// fault: the caller copies instead, and reports the error a read gives). A kernel without
-    /// MADV_POPULATE_READ (before Linux 5.14) refuses it as unknown, and the pages fault in as
-    /// they are read.
-    fn new(bytes: Bytes) -> Option<MappedWindow> {
-        let (start, len) = page_cover(&bytes)?;
-        // SAFETY: the pages cover only bytes of the blob's read-only shared file map, which
-        // `bytes` keeps alive; populating page tables changes no content.
-        let populated = unsafe { libc::madvise(start, len, libc::MADV_POPULATE_READ) };
-        if populated != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return None;
-        }
-        Some(MappedWindow { bytes })
-    }
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-impl Drop for MappedWindow {
-    fn drop(&mut self) {
-        let Some((start, len)) = page_cover(&self.bytes) else {
-            return;
-        };
-        // SAFETY: as in `LocalBlob::drop_pages`: the pages belong to the read-only shared file
-        // map that `self.bytes` still keeps alive; dropping them changes no content, and a
-        // reader of a neighbouring range maps the same file pages again.
-        unsafe {
-            libc::madvise(start, len, libc::MADV_DONTNEED);
-        }
-    }
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-impl AsRef<[u8]> for MappedWindow {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
-/// The whole pages that hold `bytes`, a part of a page-aligned map: their start and length;
-/// `None` when the page size is unknown.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn page_cover(bytes: &[u8]) -> Option<(*mut libc::c_void, usize)> {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    // SAFETY: sysconf reads a system value; it has no preconditions.
-    let page = *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        n if n > 0 && (n as usize).is_power_of_two() => n as usize,
-        _ => 0,
-    });
-    if page == 0 {
-        return None;
-    }
-    let addr = bytes.as_ptr() as usize;
-    let start = addr & !(page - 1);
-    let end = (addr + bytes.len()).div_ceil(page) * page;
-    Some((start as *mut libc::c_void, end - start))
 }
 
 /// Reads `len` bytes at `offset` into `buf` (emptied first) without zeroing the buffer
@@ -563,35 +477,5 @@ mod tests {
         for (at, bytes) in slices {
             assert_eq!(&bytes[..], &big[at as usize..at as usize + 5_000]);
         }
-    }
-
-    #[test]
-    fn large_copies_read_the_same_bytes_after_overlapping_ones_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
-        std::fs::write(dir.path().join("big"), &big).unwrap();
-        let blob = LocalStorage::new(dir.path()).open("big").unwrap();
-        let whole = |r: std::ops::Range<u64>| big[r.start as usize..r.end as usize].to_vec();
-        // Unaligned windows that share a page: dropping one drops the shared page from the
-        // process, and the other must still read the file's bytes.
-        let first = blob.read_copy(1_001..1_000_001).unwrap();
-        #[cfg(target_os = "linux")]
-        {
-            let map = blob.read(0..1).unwrap().as_ptr() as usize;
-            assert_eq!(first.as_ptr() as usize, map + 1_001, "a window of the map");
-        }
-        let second = blob.read_copy(999_999..2_500_003).unwrap();
-        let kept = blob.read_copy(500_000..1_500_000).unwrap();
-        let held = kept.slice(0..100_000);
-        drop(kept);
-        assert_eq!(&first[..], &whole(1_001..1_000_001)[..]);
-        drop(first);
-        assert_eq!(&second[..], &whole(999_999..2_500_003)[..]);
-        drop(second);
-        assert_eq!(&held[..], &whole(500_000..600_000)[..]);
-        let mapped = blob.read(999_000..1_001_000).unwrap();
-        assert_eq!(&mapped[..], &whole(999_000..1_001_000)[..]);
-        // A window's range is checked like a copy's.
-        assert!(blob.read_copy(2_000_000..3_000_001).is_err());
     }
 }
