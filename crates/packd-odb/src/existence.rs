@@ -201,10 +201,14 @@ mod tests {
             .unwrap();
         let odb = ObjectDb::open(&objects, &OpenOptions::default()).unwrap();
         let check = ExistenceCheck::new(&odb);
+        // The listing's cost as if sampled at a nanosecond: the choice to list then depends on
+        // misses alone, not on how fast this machine happens to list a directory right now
+        // (sampled, a slow moment had the test see no listing).
+        check.estimate.set(1).unwrap();
         for id in &present {
             assert!(check.contains(id).unwrap());
         }
-        // Enough misses make listing worth it here (a listing of 300 objects is cheap).
+        // Enough misses make listing worth it (more than SAMPLE_AFTER_NANOS spent on them).
         for id in &absent {
             assert!(!check.contains(id).unwrap());
         }
