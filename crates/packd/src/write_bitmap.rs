@@ -39,7 +39,7 @@ pub struct Args {
     /// Write a multi-pack-index and its bitmap even when there is one pack.
     #[arg(long)]
     midx: bool,
-    /// The multi-pack-index's preferred pack (pack-<hex>.pack or .idx).
+    /// The multi-pack-index's preferred pack (its file name, pack-HASH.pack or pack-HASH.idx).
     #[arg(long, value_name = "NAME")]
     preferred_pack: Option<String>,
     /// Give every ref tip a bitmap, however many refs there are (pull-request refs too): a
