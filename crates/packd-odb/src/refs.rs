@@ -34,8 +34,9 @@ pub struct ListedRef {
     pub id: ObjectId,
     /// What `packed-refs` says it peels to ([`Peeled::Unknown`] for a loose ref).
     pub peeled: Peeled,
-    /// Whether a loose file holds it: only such a ref can be a symbolic ref.
-    pub loose: bool,
+    /// What it points at when it is a symbolic ref (only a loose file can be one), read with
+    /// its id.
+    pub symref_target: Option<String>,
 }
 
 /// Reads refs from a repository's directories: `git_dir` for HEAD and per-worktree refs,
@@ -88,8 +89,16 @@ impl<'a> RefReader<'a> {
 
     /// The id a full ref name points at, following symbolic refs.
     pub fn resolve_full(&self, name: &str) -> Result<Option<ObjectId>> {
+        Ok(self.resolve_with_target(name)?.map(|(id, _)| id))
+    }
+
+    /// [`RefReader::resolve_full`], also giving what `name` itself points at when it is a
+    /// symbolic ref (as [`RefReader::symref_target`] would): listing refs learns both from one
+    /// read of each loose file.
+    fn resolve_with_target(&self, name: &str) -> Result<Option<(ObjectId, Option<String>)>> {
+        let mut first_target: Option<String> = None;
         let mut name = name.to_string();
-        for _ in 0..MAX_SYMREF_DEPTH {
+        for depth in 0..MAX_SYMREF_DEPTH {
             if !is_valid_ref_path(&name) {
                 return Ok(None);
             }
@@ -99,10 +108,13 @@ impl<'a> RefReader<'a> {
                     let text = text.trim_end();
                     if let Some(target) = text.strip_prefix("ref:") {
                         name = target.trim().to_string();
+                        if depth == 0 && is_valid_ref_path(&name) {
+                            first_target = Some(name.clone());
+                        }
                         continue;
                     }
                     return ObjectId::from_hex(text.get(..40).unwrap_or(""))
-                        .map(Some)
+                        .map(|id| Some((id, first_target)))
                         .ok_or_else(|| {
                             Error::corrupt(
                                 path.display().to_string(),
@@ -115,11 +127,11 @@ impl<'a> RefReader<'a> {
                     if e.kind() == std::io::ErrorKind::NotFound
                         || e.kind() == std::io::ErrorKind::IsADirectory =>
                 {
-                    return self.packed(&name);
+                    return Ok(self.packed(&name)?.map(|id| (id, first_target)));
                 }
                 Err(e) if path.is_dir() => {
                     let _ = e;
-                    return self.packed(&name);
+                    return Ok(self.packed(&name)?.map(|id| (id, first_target)));
                 }
                 Err(source) => {
                     return Err(Error::Io {
@@ -223,12 +235,12 @@ impl<'a> RefReader<'a> {
         loose_names.sort();
         let mut loose = Vec::with_capacity(loose_names.len());
         for name in loose_names {
-            if let Some(id) = self.resolve_full(&name)? {
+            if let Some((id, symref_target)) = self.resolve_with_target(&name)? {
                 loose.push(ListedRef {
                     name,
                     id,
                     peeled: Peeled::Unknown,
-                    loose: true,
+                    symref_target,
                 });
             }
         }
@@ -237,7 +249,7 @@ impl<'a> RefReader<'a> {
             name,
             id,
             peeled,
-            loose: false,
+            symref_target: None,
         };
         let mut out = Vec::with_capacity(packed.len() + loose.len());
         let mut packed = packed.into_iter().peekable();

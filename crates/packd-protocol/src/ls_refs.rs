@@ -75,7 +75,6 @@ impl UploadPack {
         let args = LsRefsArgs::parse(args)?;
         let repo = self.packs.repository();
         let snapshot = RefSnapshot::read(repo)?;
-        let reader = repo.refs();
         if args.matches("HEAD") {
             match (snapshot.head, &snapshot.head_target) {
                 (Some(id), target) => {
@@ -109,12 +108,9 @@ impl UploadPack {
             line.extend_from_slice(&hex);
             line.push(b' ');
             line.extend_from_slice(r.name.as_bytes());
-            // Only a loose file can be a symbolic ref.
-            if args.symrefs && r.loose {
-                if let Some(t) = reader.symref_target(&r.name)? {
-                    line.extend_from_slice(b" symref-target:");
-                    line.extend_from_slice(t.as_bytes());
-                }
+            if let (true, Some(t)) = (args.symrefs, &r.symref_target) {
+                line.extend_from_slice(b" symref-target:");
+                line.extend_from_slice(t.as_bytes());
             }
             if args.peel {
                 if let Some(p) = peeled_ref(repo, r) {

@@ -117,6 +117,12 @@ fn fsck(sb: &Sandbox, dir: &Path) {
 fn ls_remote_equals_gits() {
     let sb = Sandbox::new();
     let repo = history(&sb);
+    // A symbolic ref under refs/ too: protocol v2 names its target, as it does HEAD's.
+    repo.git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/heads/main",
+    ]);
     let src = repo.path.to_str().unwrap();
     let up = upload_pack_cmd();
     for version in [0u8, 1, 2] {
@@ -142,6 +148,14 @@ fn ls_remote_equals_gits() {
                     "{}",
                     ours.out()
                 );
+                if version == 2 {
+                    assert!(
+                        ours.out()
+                            .contains("ref: refs/heads/main\trefs/remotes/origin/HEAD"),
+                        "{}",
+                        ours.out()
+                    );
+                }
             }
             assert_same_bytes(
                 &format!("ls-remote v{version} symref={symref}"),
