@@ -126,14 +126,29 @@ impl UploadPack {
             .refs
             .iter()
             .map(|r| (r.name.as_str(), r.id, peeled_ref(repo, r)));
+        // Each line is put together in one buffer: thousands of refs are common.
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        let mut hex = [0u8; 40];
         for (name, id, peeled) in head.into_iter().chain(refs) {
-            let line = match caps.take() {
-                Some(c) => format!("{id} {name}\0{c}\n"),
-                None => format!("{id} {name}\n"),
-            };
-            pkt_line::write_text(out, &line)?;
+            line.clear();
+            id.write_hex(&mut hex);
+            line.extend_from_slice(&hex);
+            line.push(b' ');
+            line.extend_from_slice(name.as_bytes());
+            if let Some(c) = caps.take() {
+                line.push(0);
+                line.extend_from_slice(c.as_bytes());
+            }
+            line.push(b'\n');
+            pkt_line::write_packet(out, &line)?;
             if let Some(p) = peeled {
-                pkt_line::write_text(out, &format!("{p} {name}^{{}}\n"))?;
+                line.clear();
+                p.write_hex(&mut hex);
+                line.extend_from_slice(&hex);
+                line.push(b' ');
+                line.extend_from_slice(name.as_bytes());
+                line.extend_from_slice(b"^{}\n");
+                pkt_line::write_packet(out, &line)?;
             }
         }
         if let Some(c) = caps {

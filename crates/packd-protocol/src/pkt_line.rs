@@ -256,8 +256,9 @@ pub fn write_packet(out: &mut dyn Write, payload: &[u8]) -> std::io::Result<()> 
 /// Payloads up to this size are written from a stack buffer by [`write_packet`].
 const SMALL_PACKET: usize = 512;
 
-/// A packet's four-digit hexadecimal length (`len` includes the four digits).
-fn length_header(len: usize) -> [u8; 4] {
+/// A packet's four-digit hexadecimal length (`len` includes the four digits; it must be
+/// below 65,536).
+pub(crate) fn length_header(len: usize) -> [u8; 4] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     [
         DIGITS[(len >> 12) & 0xf],

@@ -52,7 +52,7 @@ pub fn write_band(out: &mut dyn Write, band: u8, data: &[u8], max: usize) -> std
     let mut packet = Vec::with_capacity(data.len().min(max) + 5);
     for chunk in data.chunks(max) {
         packet.clear();
-        packet.extend_from_slice(format!("{:04x}", chunk.len() + 5).as_bytes());
+        packet.extend_from_slice(&pkt_line::length_header(chunk.len() + 5));
         packet.push(band);
         packet.extend_from_slice(chunk);
         out.write_all(&packet)?;
@@ -106,7 +106,7 @@ impl<'a> SidebandWriter<'a> {
     /// The packet header for `payload` bytes of data.
     fn header(payload: usize) -> [u8; 5] {
         let mut head = [0u8; 5];
-        head[..4].copy_from_slice(format!("{:04x}", payload + 5).as_bytes());
+        head[..4].copy_from_slice(&pkt_line::length_header(payload + 5));
         head[4] = BAND_DATA;
         head
     }
