@@ -42,20 +42,23 @@ fn upload_pack_cmd() -> String {
 
 /// git with `protocol.version=V` in `cwd`.
 fn git_v(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
-    let mut cmd = sb.git_cmd(cwd);
-    cmd.arg("-c").arg(format!("protocol.version={version}"));
-    cmd.args(args);
-    run_cmd(cmd, None, GIT_TIMEOUT)
+    git_v_with(sb, cwd, version, args, None)
 }
 
 /// [`git_v`] with the pack writer's debug lines of the packd it runs on its stderr (which say
 /// how each pack went out).
 fn git_v_logged(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
+    git_v_with(sb, cwd, version, args, Some("packd_pack=debug"))
+}
+
+/// `git -c protocol.version=VERSION ARGS` in `cwd`, with `PACKD_LOG` set to `log` if given.
+fn git_v_with(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str], log: Option<&str>) -> Run {
     let mut cmd = sb.git_cmd(cwd);
-    cmd.env("PACKD_LOG", "packd_pack=debug")
-        .arg("-c")
-        .arg(format!("protocol.version={version}"))
-        .args(args);
+    if let Some(log) = log {
+        cmd.env("PACKD_LOG", log);
+    }
+    cmd.arg("-c").arg(format!("protocol.version={version}"));
+    cmd.args(args);
     run_cmd(cmd, None, GIT_TIMEOUT)
 }
 
