@@ -18,6 +18,7 @@
 pub mod clone_cache;
 mod count;
 mod delta_encode;
+mod recipe;
 mod walk;
 mod write;
 
@@ -292,35 +293,8 @@ impl PackServer {
         let mut cache = None;
         if let Some(config) = &self.clone_cache {
             if let Some(key) = clone_cache::key(&self.repo, request)? {
-                match config.lookup(&key) {
-                    Some(clone_cache::Cached::Pack(cached)) => {
-                        progress.finish("Enumerating objects", cached.stats.objects as u64);
-                        return Ok(PackPlan {
-                            object_count: cached.stats.objects,
-                            cache: Some(clone_cache::CacheUse::Hit(cached)),
-                            ..PackPlan::empty(request)
-                        });
-                    }
-                    // A record: the repository's pack of that checksum, sent whole, is the
-                    // answer while it is there.
-                    Some(clone_cache::Cached::Record(name)) => match self.repository_pack(&name)? {
-                        Some(pack) => {
-                            progress.finish("Enumerating objects", pack.len() as u64);
-                            return Ok(PackPlan {
-                                object_count: pack.len(),
-                                planned: count::Planned {
-                                    whole: Some(pack),
-                                    ..count::Planned::default()
-                                },
-                                ..PackPlan::empty(request)
-                            });
-                        }
-                        None => {
-                            tracing::debug!("clone record {key}: pack {name} is gone");
-                            config.forget(&key, &name);
-                        }
-                    },
-                    None => {}
+                if let Some(plan) = self.cached_plan(config, &key, request, progress)? {
+                    return Ok(plan);
                 }
                 cache = Some(clone_cache::CacheUse::Fill(key));
             }
@@ -352,6 +326,58 @@ impl PackServer {
             thin: request.thin,
             cache,
         })
+    }
+
+    /// The plan of a clone the cache answers (under `key`): a copy, a recipe whose packs are
+    /// all there, or a record of a pack that is there. `None` when there is no usable answer;
+    /// one that can no longer be used is dropped.
+    fn cached_plan(
+        &self,
+        config: &clone_cache::CloneCacheConfig,
+        key: &str,
+        request: &FetchRequest,
+        progress: &mut dyn ProgressSink,
+    ) -> Result<Option<PackPlan>, PackError> {
+        let (objects, cache) = match config.lookup(key) {
+            None => return Ok(None),
+            Some(clone_cache::Cached::Copy(cached)) => {
+                (cached.stats.objects, clone_cache::CacheUse::Copy(cached))
+            }
+            Some(clone_cache::Cached::Recipe(cached)) => {
+                let packs: Vec<Arc<Pack>> = self.repo.objects().packs().cloned().collect();
+                let Some(loaded) = config.load(&cached, &packs) else {
+                    config.forget_recipe(key);
+                    return Ok(None);
+                };
+                (loaded.stats.objects, clone_cache::CacheUse::Replay(loaded))
+            }
+            // A record: the repository's pack of that checksum, sent whole, is the answer
+            // while it is there.
+            Some(clone_cache::Cached::Record(name)) => match self.repository_pack(&name)? {
+                Some(pack) => {
+                    progress.finish("Enumerating objects", pack.len() as u64);
+                    return Ok(Some(PackPlan {
+                        object_count: pack.len(),
+                        planned: count::Planned {
+                            whole: Some(pack),
+                            ..count::Planned::default()
+                        },
+                        ..PackPlan::empty(request)
+                    }));
+                }
+                None => {
+                    tracing::debug!("clone record {key}: pack {name} is gone");
+                    config.forget(key, &name);
+                    return Ok(None);
+                }
+            },
+        };
+        progress.finish("Enumerating objects", objects as u64);
+        Ok(Some(PackPlan {
+            object_count: objects,
+            cache: Some(cache),
+            ..PackPlan::empty(request)
+        }))
     }
 
     /// The repository's pack whose checksum is `name` (hex), if it is there and its file is
@@ -393,11 +419,22 @@ impl PackServer {
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
         // An answer that is a pack file of the repository is kept as a record of it (its
-        // cache entry and the pack's checksum), not written to the cache.
+        // cache entry and the pack's checksum); one that copies long runs of the packs'
+        // entries as its recipe; any other as a copy (see `clone_cache`).
         let mut record = None;
-        let filling = match (&self.clone_cache, &plan.cache) {
-            (_, Some(clone_cache::CacheUse::Hit(cached))) => {
+        let fill = match (&self.clone_cache, &plan.cache) {
+            (_, Some(clone_cache::CacheUse::Copy(cached))) => {
                 return clone_cache::send(cached, out, progress, cancel);
+            }
+            (_, Some(clone_cache::CacheUse::Replay(loaded))) => {
+                return write::replay(
+                    &loaded.recipe,
+                    &loaded.packs,
+                    &loaded.stats,
+                    out,
+                    progress,
+                    cancel,
+                );
             }
             (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
                 match write::sent_whole(&plan.planned, plan.ofs_delta)? {
@@ -405,41 +442,58 @@ impl PackServer {
                         record = Some((config, key, clone_cache::pack_key(pack)));
                         None
                     }
-                    None => config.start(key).map(|f| (config, f)),
+                    None if write::replays_cheaply(&plan.planned) => {
+                        config.start(key).map(|f| (config, Ok(f)))
+                    }
+                    None => config.start_copy(key).map(|c| (config, Err(c))),
                 }
             }
             _ => None,
         };
-        let Some((config, mut filling)) = filling else {
-            let stats = self.write_planned(
-                &plan.planned,
-                plan.ofs_delta,
-                plan.thin,
-                out,
-                progress,
-                cancel,
-            )?;
-            if let Some((config, key, name)) = record {
-                config.keep_record(key, &name, &stats);
+        let (ofs_delta, thin) = (plan.ofs_delta, plan.thin);
+        match fill {
+            None => {
+                let stats = self.write_planned(
+                    &plan.planned,
+                    ofs_delta,
+                    thin,
+                    out,
+                    progress,
+                    cancel,
+                    None,
+                )?;
+                if let Some((config, key, name)) = record {
+                    config.keep_record(key, &name, &stats);
+                }
+                Ok(stats)
             }
-            return Ok(stats);
-        };
-        let stats = {
-            let mut tee = clone_cache::Tee {
-                out,
-                filling: &mut filling,
-            };
-            self.write_planned(
-                &plan.planned,
-                plan.ofs_delta,
-                plan.thin,
-                &mut tee,
-                progress,
-                cancel,
-            )?
-        };
-        config.finish(filling, &stats);
-        Ok(stats)
+            Some((config, Ok(mut filling))) => {
+                let recipe = filling.recipe();
+                let stats = self.write_planned(
+                    &plan.planned,
+                    ofs_delta,
+                    thin,
+                    out,
+                    progress,
+                    cancel,
+                    recipe,
+                )?;
+                config.finish(filling, &stats);
+                Ok(stats)
+            }
+            Some((config, Err(mut copying))) => {
+                let stats = {
+                    let mut tee = clone_cache::Tee {
+                        out,
+                        copying: &mut copying,
+                    };
+                    let tee: &mut dyn PackSink = &mut tee;
+                    self.write_planned(&plan.planned, ofs_delta, thin, tee, progress, cancel, None)?
+                };
+                config.finish_copy(copying, &stats);
+                Ok(stats)
+            }
+        }
     }
 }
 

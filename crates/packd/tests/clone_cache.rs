@@ -2,6 +2,9 @@
 //! `packd upload-pack`: a repeated clone is sent from the kept pack, new history or new tags
 //! make a new one, fetches with haves never touch it, the budget is kept, and a damaged kept
 //! pack is not used. Over HTTP, `packd serve` sends a kept pack from its file (`sendfile`).
+//! A clone that is a pack's entries as they are, then pushed objects, is kept as a recipe
+//! (ranges of the pack), replayed byte for byte; a damaged recipe, or one whose pack a
+//! repack removed, is not used.
 
 mod common;
 mod serve_support;
@@ -333,33 +336,127 @@ fn a_clone_that_is_a_whole_pack_is_kept_as_a_record_of_it() {
     assert!(cached(&repo, ".pack").is_empty());
 }
 
-/// After a push (a loose commit on `main`), a mirror clone of a repository packed with
-/// `repack -adb` is the pack's entries as they are, then the pushed objects: that stream is
-/// kept as a pack like any other (no record: it is not the pack file), and the next clone is
-/// sent from it, byte for byte the first one's.
-#[test]
-fn a_clone_of_the_pack_then_what_was_pushed_is_kept() {
-    let sb = Sandbox::new();
-    let repo = big_enough(&sb);
+/// A repository packed with `repack -adb`, then a push (a loose commit on `main`).
+fn packed_then_pushed(sb: &Sandbox) -> Repo {
+    let repo = big_enough(sb);
     repo.git(&["repack", "-adbq"]);
     repo.commit_on_main("pushed\n");
     assert_eq!(repo.loose_count(), 1, "the pushed commit is loose");
+    repo
+}
+
+/// After a push, a mirror clone of a repository packed with `repack -adb` is the pack's
+/// entries as they are, then the pushed objects: that stream is kept as a recipe of a few
+/// steps (no record: it is not the pack file; no copy: its entries are one range of the
+/// pack), and the next clone is replayed from it, byte for byte the first one's.
+#[test]
+fn a_clone_of_the_pack_then_what_was_pushed_is_kept_as_a_recipe() {
+    let sb = Sandbox::new();
+    let repo = packed_then_pushed(&sb);
     let first = clone(&sb, &repo, "first.git", 2, "");
-    let kept = cached(&repo, ".pack");
-    assert_eq!(kept.len(), 1, "the clone was kept as a pack");
-    let kept_bytes = std::fs::read(&kept[0]).unwrap();
+    assert!(cached(&repo, ".pack").is_empty(), "a copy was kept");
+    let kept = cached(&repo, ".recipe");
+    assert_eq!(kept.len(), 1, "the clone was kept as a recipe");
     let received = serve_support::only_pack_of(&first);
-    assert_same_bytes("the kept pack", &kept_bytes, &received);
+    let recipe_len = std::fs::metadata(&kept[0]).unwrap().len();
+    assert!(
+        recipe_len < 1024,
+        "a recipe of {recipe_len} bytes for a pack of {}",
+        received.len()
+    );
     // The pack's entries as they are, then the commit.
     let served = serve_support::only_pack_of(&repo.path);
     serve_support::assert_pack_then("the clone", &served, &received, 1);
     age(&kept[0]);
+    for (version, name) in [(2u8, "again.git"), (0, "v0.git")] {
+        let again = clone(&sb, &repo, name, version, "");
+        assert!(
+            recently_used(&kept[0]),
+            "protocol v{version}: the kept recipe was not used"
+        );
+        assert_same_bytes(
+            &format!("protocol v{version}: the replayed pack"),
+            &serve_support::only_pack_of(&again),
+            &received,
+        );
+        assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+        age(&kept[0]);
+    }
+}
+
+/// Where the first range step of a recipe file starts (see `packd-pack`'s `recipe` module:
+/// a first line, then steps `L` len bytes, or `R` pack offset len).
+fn first_range_step(recipe: &[u8]) -> usize {
+    let mut at = recipe.iter().position(|&b| b == b'\n').unwrap() + 1;
+    loop {
+        match recipe[at] {
+            b'L' => {
+                let len = u32::from_be_bytes(recipe[at + 1..at + 5].try_into().unwrap());
+                at += 5 + len as usize;
+            }
+            b'R' => return at,
+            other => panic!("no range step before {other:#04x} at {at}"),
+        }
+    }
+}
+
+/// A damaged recipe is not replayed: cut short, or with a range past its pack's entries. The
+/// clone is counted again, and its own recipe takes the damaged one's place.
+#[test]
+fn a_damaged_recipe_is_not_used() {
+    let sb = Sandbox::new();
+    let repo = packed_then_pushed(&sb);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    let received = serve_support::only_pack_of(&first);
+    let recipes = cached(&repo, ".recipe");
+    assert_eq!(recipes.len(), 1);
+    let bytes = std::fs::read(&recipes[0]).unwrap();
+    let mut past_the_end = bytes.clone();
+    let at = first_range_step(&bytes);
+    past_the_end[at + 5..at + 13].copy_from_slice(&(u64::MAX / 2).to_be_bytes());
+    for damaged in [bytes[..bytes.len() / 2].to_vec(), past_the_end] {
+        std::fs::write(&recipes[0], &damaged).unwrap();
+        let again = clone(&sb, &repo, "again.git", 2, "");
+        assert_same_bytes(
+            "the clone counted again",
+            &serve_support::only_pack_of(&again),
+            &received,
+        );
+        assert_eq!(
+            std::fs::read(&recipes[0]).unwrap(),
+            bytes,
+            "the damaged recipe was not replaced by the clone's own"
+        );
+        std::fs::remove_dir_all(&again).unwrap();
+    }
+}
+
+/// A recipe names its pack by checksum: once a repack replaced the pack, the recipe is
+/// dropped and the clone counted again, from the new pack.
+#[test]
+fn a_recipe_whose_pack_is_gone_is_not_used() {
+    let sb = Sandbox::new();
+    let repo = packed_then_pushed(&sb);
+    let first = clone(&sb, &repo, "first.git", 2, "");
+    let before = std::fs::read(&cached(&repo, ".recipe")[0]).unwrap();
+    // The same objects packed again, into other bytes, the pushed commit with them.
+    repo.git(&["-c", "pack.compression=1", "repack", "-adbfq"]);
+    let (_, repacked) = only_pack(&repo);
     let again = clone(&sb, &repo, "again.git", 2, "");
-    assert!(recently_used(&kept[0]), "the kept pack was not used");
-    assert_same_bytes(
-        "the repeated clone's pack",
-        &serve_support::only_pack_of(&again),
-        &received,
-    );
     assert_eq!(refs(&sb, &again), refs(&sb, &repo.path));
+    assert_eq!(object_count(&sb, &again), object_count(&sb, &first));
+    // Kept again for the same key, as a record of the new pack (the clone is all of it).
+    let metas = cached(&repo, ".meta");
+    assert_eq!(metas.len(), 1, "{metas:?}");
+    let record = std::fs::read_to_string(&metas[0]).unwrap();
+    assert!(
+        record.contains(&format!("\npack {repacked}\n")),
+        "not a record of the new pack: {record}"
+    );
+    assert!(
+        cached(&repo, ".recipe")
+            .iter()
+            .all(|r| std::fs::read(r).unwrap() != before),
+        "the recipe of the removed pack is still there"
+    );
 }
