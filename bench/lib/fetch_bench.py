@@ -374,12 +374,37 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
             print(f"{label:30} {gc:>9.4f} {pc:>9.4f} {pc / gc:>6.2f}  {git_bytes:>11} "
                   f"{size:>11} {size / git_bytes:>6.3f}  {statistics.median(git_rss):>7.1f} "
                   f"{server.hwm():>8.1f}", flush=True)
+            if include_tag and every_ref:
+                clone_cache_after_push(packd, tmp, copy, wants, gc, git_bytes)
     finally:
         server.stop()
         shutil.rmtree(copy, ignore_errors=True)
         for f in ("git.pack", "packd.pack"):
             if os.path.exists(f"{tmp}/{f}"):
                 os.unlink(f"{tmp}/{f}")
+
+
+def clone_cache_after_push(packd, tmp, copy, wants, git_cpu, git_bytes):
+    """The mirror clone after a push through the clone cache: a fresh server with the cache on
+    (emptied first) fills it with the first clone, which is the pack's entries as they are then
+    the pushed objects, kept as a recipe of the pack's ranges rather than a copy; the second
+    clone is replayed from it. CPU of each against git's for the same clone, and the bytes the
+    cache holds."""
+    cache = f"{copy}/packd-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    server = Packd(packd, tmp)
+    try:
+        for label in ("mirror clone, cache filled", "mirror clone, from cache"):
+            before = server.cpu()
+            size = server.fetch("pushed.git", wants, [], f"{tmp}/packd.pack", include_tag=True)
+            pc = server.cpu() - before
+            held = sum(os.path.getsize(os.path.join(d, f))
+                       for d, _, files in os.walk(cache) for f in files)
+            print(f"{label:30} {git_cpu:>9.4f} {pc:>9.4f} {pc / git_cpu:>6.2f}  {git_bytes:>11} "
+                  f"{size:>11} {size / git_bytes:>6.3f}  cache holds {held} bytes", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def mirror_fetch_by_git(packd, repo, tmp, runs):
