@@ -46,7 +46,7 @@
 //! Requests with haves, shallow boundaries or `deepen` are never cached: their answers depend
 //! on what the client has.
 
-use crate::recipe::{Recipe, RecipeWriter};
+use crate::recipe::{hex, Recipe, RecipeWriter};
 use crate::{FetchRequest, Filter, PackError, PackStats};
 use packd_odb::pack::Pack;
 use packd_odb::Repository;
@@ -64,8 +64,8 @@ const META_MAGIC: &str = "packd clone pack 1";
 pub struct CloneCacheConfig {
     /// The directory of the cache (created on first use).
     pub dir: PathBuf,
-    /// Most bytes of packs kept; the least recently used go first. A pack larger than this is
-    /// not kept.
+    /// Most bytes of copies and recipes kept; the least recently used go first. A copy larger
+    /// than this is not kept (a recipe of a larger stream may be).
     pub max_bytes: u64,
     /// Packs of fewer objects are not kept: they cost little to write again.
     pub min_objects: u32,
@@ -87,18 +87,24 @@ impl CloneCacheConfig {
 /// go first.
 const MAX_RECORDS: usize = 256;
 
-/// A copy of a pack stream in the cache.
+/// Recipes kept at most, whatever their bytes: each push makes a mirror clone's key anew, and
+/// a few hundred bytes each, the byte budget alone would let them pile up by the million.
+const MAX_RECIPES: usize = 256;
+
+/// A copy or a recipe in the cache, not yet read, with what its `.meta` records.
 #[derive(Debug, Clone)]
-pub(crate) struct CachedPack {
+pub(crate) struct CachedFile {
     pub(crate) path: PathBuf,
     pub(crate) stats: PackStats,
 }
 
-/// A recipe file of the cache, not yet read.
-#[derive(Debug, Clone)]
-pub(crate) struct CachedRecipe {
-    pub(crate) path: PathBuf,
-    pub(crate) stats: PackStats,
+/// Why a recipe cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unusable {
+    /// It is damaged, or names a pack that is gone: drop it.
+    Stale,
+    /// It could not be read now, or a pack it names is damaged: leave it.
+    Unreadable,
 }
 
 /// A recipe read and checked, with the repository's packs it names, by number.
@@ -113,9 +119,9 @@ pub(crate) struct LoadedRecipe {
 #[derive(Debug, Clone)]
 pub(crate) enum Cached {
     /// A copy of the stream.
-    Copy(CachedPack),
-    /// A recipe of the cache.
-    Recipe(CachedRecipe),
+    Copy(CachedFile),
+    /// A recipe of the stream.
+    Recipe(CachedFile),
     /// A record: the repository's pack file with this checksum (hex), sent whole.
     Record(String),
 }
@@ -124,10 +130,10 @@ pub(crate) enum Cached {
 #[derive(Debug, Clone)]
 pub(crate) enum CacheUse {
     /// Send this copy.
-    Copy(CachedPack),
+    Copy(CachedFile),
     /// Replay this recipe.
     Replay(LoadedRecipe),
-    /// Write the pack and keep its recipe under this key.
+    /// Write the pack and keep it under this key: as a record, a recipe or a copy.
     Fill(String),
 }
 
@@ -164,10 +170,6 @@ pub(crate) fn key(repo: &Repository, request: &FetchRequest) -> Result<Option<St
         }
     }
     Ok(Some(hex(&hash.finalize())))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A `.meta` file's text; `pack` names the repository's pack a record stands for.
@@ -236,20 +238,33 @@ impl CloneCacheConfig {
             }
             return Some(Cached::Record(pack));
         }
-        // Least recently used goes first: a hit counts as a use.
+        // Least recently used goes first: a hit counts as a use. A copy not of the size its
+        // record says is not used (nor removed: a copy and its record may be in the middle
+        // of being replaced).
         let copy = self.copy_path(key);
         if let Ok(file) = File::options().append(true).open(&copy) {
             if file.metadata().is_ok_and(|m| m.len() == stats.bytes) {
                 let _ = file.set_modified(std::time::SystemTime::now());
-                return Some(Cached::Copy(CachedPack { path: copy, stats }));
+                return Some(Cached::Copy(CachedFile { path: copy, stats }));
             }
-            tracing::warn!("{}: not the size its record says; removed", copy.display());
-            let _ = std::fs::remove_file(&copy);
+            tracing::warn!("{}: not the size its record says; not used", copy.display());
         }
         let path = self.recipe_path(key);
         let file = File::options().append(true).open(&path).ok()?;
         let _ = file.set_modified(std::time::SystemTime::now());
-        Some(Cached::Recipe(CachedRecipe { path, stats }))
+        Some(Cached::Recipe(CachedFile { path, stats }))
+    }
+
+    /// A temporary file name in the cache for `what` of `key`, this process's own and no
+    /// other request's (two identical clones may fill at once).
+    fn temp_path(&self, what: &str, key: &str) -> PathBuf {
+        static FILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.dir.join(format!(
+            "tmp_{}_{n}_{what}_{}",
+            std::process::id(),
+            &key[..key.len().min(16)]
+        ))
     }
 
     /// A file to copy the stream for `key` into while it is sent; `None` (with a warning)
@@ -262,11 +277,7 @@ impl CloneCacheConfig {
             );
             return None;
         }
-        let temp = self.dir.join(format!(
-            "tmp_{}_copy_{}",
-            std::process::id(),
-            &key[..key.len().min(16)]
-        ));
+        let temp = self.temp_path("copy", key);
         match File::create(&temp) {
             Ok(file) => Some(Copying {
                 file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
@@ -321,63 +332,69 @@ impl CloneCacheConfig {
         }
     }
 
-    /// Reads the recipe `cached` and finds the packs it names among `packs`; `None` (with
-    /// the reason logged) when it cannot be used: damaged, larger than the budget, or naming
-    /// a pack that is gone.
-    pub(crate) fn load(&self, cached: &CachedRecipe, packs: &[Arc<Pack>]) -> Option<LoadedRecipe> {
+    /// Reads the recipe `cached` and finds the packs it names among `packs`, with the reason
+    /// (logged) when it cannot be used: damaged, larger than the budget, naming a pack that is
+    /// gone or damaged, or unreadable now.
+    pub(crate) fn load(
+        &self,
+        cached: &CachedFile,
+        packs: &[Arc<Pack>],
+    ) -> Result<LoadedRecipe, Unusable> {
         let path = &cached.path;
-        let refuse = |why: String| {
-            tracing::debug!("clone recipe {}: {why}; not used", path.display());
-            None
+        let refuse = |unusable: Unusable, why: String| {
+            tracing::warn!("{}: {why}; not used", path.display());
+            Err(unusable)
         };
-        let len = match std::fs::metadata(path) {
-            Ok(meta) => meta.len(),
-            Err(e) => return refuse(e.to_string()),
-        };
-        if len > self.max_bytes {
-            return refuse(format!(
-                "{len} bytes, over the budget of {}",
-                self.max_bytes
-            ));
-        }
-        let recipe = match std::fs::read(path).map_err(|e| e.to_string()) {
-            Ok(bytes) => match Recipe::parse(bytes) {
-                Ok(recipe) => recipe,
-                Err(why) => {
-                    tracing::warn!("{}: {why}; not used", path.display());
-                    return None;
-                }
+        let bytes = match std::fs::metadata(path) {
+            Ok(meta) if meta.len() > self.max_bytes => {
+                let why = format!(
+                    "{} bytes, over the budget of {}",
+                    meta.len(),
+                    self.max_bytes
+                );
+                return refuse(Unusable::Stale, why);
+            }
+            Ok(_) => match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                Err(e) => return refuse(Unusable::Unreadable, e.to_string()),
             },
-            Err(why) => return refuse(why),
+            Err(e) => return refuse(Unusable::Unreadable, e.to_string()),
         };
-        if recipe.stream_len() != cached.stats.bytes {
-            tracing::warn!(
-                "{}: makes {} bytes where its record says {}; not used",
-                path.display(),
-                recipe.stream_len(),
-                cached.stats.bytes
+        let recipe = match Recipe::parse(bytes) {
+            Ok(recipe) => recipe,
+            Err(why) => return refuse(Unusable::Stale, why),
+        };
+        if recipe.stream_len != cached.stats.bytes {
+            let why = format!(
+                "makes {} bytes where its record says {}",
+                recipe.stream_len, cached.stats.bytes
             );
-            return None;
+            return refuse(Unusable::Stale, why);
         }
         let mut found = Vec::with_capacity(recipe.packs.len());
         for checksum in &recipe.packs {
-            match packs
+            let Some(pack) = packs
                 .iter()
                 .find(|p| p.index().pack_checksum() == &checksum[..])
-            {
-                Some(pack) => found.push(pack.clone()),
-                None => return refuse(format!("pack {} is gone", hex(checksum))),
+            else {
+                tracing::debug!("{}: pack {} is gone", path.display(), hex(checksum));
+                return Err(Unusable::Stale);
+            };
+            // Its file must end with the checksum its index records: the recipe's ranges are
+            // that file's bytes.
+            if let Err(e) = crate::write::verified_trailer(pack) {
+                return refuse(Unusable::Unreadable, e.to_string());
             }
+            found.push(pack.clone());
         }
         let entries_end: Vec<u64> = found
             .iter()
             .map(|p| p.data_len().saturating_sub(20))
             .collect();
         if let Err(why) = recipe.check_ranges(&entries_end) {
-            tracing::warn!("{}: {why}; not used", path.display());
-            return None;
+            return refuse(Unusable::Stale, why);
         }
-        Some(LoadedRecipe {
+        Ok(LoadedRecipe {
             recipe: Arc::new(recipe),
             packs: found,
             stats: cached.stats,
@@ -425,82 +442,51 @@ impl CloneCacheConfig {
         }
     }
 
-    /// A recipe to record the pack for `key` into while it is sent; `None` (with a warning)
-    /// when the cache directory cannot be written, in which case the clone is simply not kept.
-    pub(crate) fn start(&self, key: &str) -> Option<Filling> {
-        if let Err(e) = std::fs::create_dir_all(&self.dir) {
-            tracing::warn!(
-                "cannot create {}: {e}; clones are not cached",
-                self.dir.display()
-            );
-            return None;
-        }
-        let temp = self.dir.join(format!(
-            "tmp_{}_{}",
-            std::process::id(),
-            &key[..key.len().min(16)]
-        ));
-        match File::create(&temp) {
-            Ok(file) => Some(Filling {
-                recipe: Some(RecipeWriter::new(file)),
-                temp: Some(temp),
-                key: key.to_string(),
-            }),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot create {}: {e}; clones are not cached",
-                    temp.display()
-                );
-                None
-            }
+    /// A recipe to record the pack for `key` into while it is sent (in memory: see
+    /// [`CloneCacheConfig::finish`]).
+    pub(crate) fn start(&self, key: &str) -> Filling {
+        Filling {
+            recipe: RecipeWriter::new(),
+            key: key.to_string(),
         }
     }
 
-    /// Keeps the recipe of a completely sent pack under its key, then evicts the least
-    /// recently used recipes beyond the budget.
-    pub(crate) fn finish(&self, mut filling: Filling, stats: &PackStats) {
-        let Some(temp) = filling.temp.take() else {
+    /// Keeps the recipe of a completely sent pack under its key, written at once, then evicts
+    /// beyond the budget. Nothing is kept when the recipe does not describe the stream, the
+    /// stream has too few objects, or the recipe is larger than the budget.
+    pub(crate) fn finish(&self, filling: Filling, stats: &PackStats) {
+        if stats.objects < self.min_objects || filling.recipe.described() != stats.bytes {
+            return;
+        }
+        let Some(bytes) = filling.recipe.finish() else {
             return;
         };
-        let kept = (|| -> std::io::Result<bool> {
-            let Some(recipe) = filling.recipe.take() else {
-                return Ok(false);
-            };
-            if stats.objects < self.min_objects || recipe.described() != stats.bytes {
-                return Ok(false);
-            }
-            // Synced by `finish`.
-            let Some(file) = recipe.finish() else {
-                return Ok(false);
-            };
-            if file.metadata()?.len() > self.max_bytes {
-                return Ok(false);
-            }
-            // The record first, the recipe last: a recipe is used only with its record, and a
-            // record without its recipe is a miss.
-            write_atomically(
-                &self.meta_path(&filling.key),
-                meta_text(stats, None).as_bytes(),
-            )?;
-            std::fs::rename(&temp, self.recipe_path(&filling.key))?;
-            Ok(true)
-        })();
+        if bytes.len() as u64 > self.max_bytes {
+            return;
+        }
+        // The record first, the recipe last: a recipe is used only with its record, and a
+        // record without its recipe is a miss.
+        let kept = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| {
+                write_atomically(
+                    &self.meta_path(&filling.key),
+                    meta_text(stats, None).as_bytes(),
+                )
+            })
+            .and_then(|()| write_atomically(&self.recipe_path(&filling.key), &bytes));
         match kept {
-            Ok(true) => self.evict(),
-            Ok(false) => {
-                let _ = std::fs::remove_file(&temp);
-            }
-            Err(e) => {
-                tracing::warn!("cannot keep the clone pack in {}: {e}", self.dir.display());
-                let _ = std::fs::remove_file(&temp);
-            }
+            Ok(()) => self.evict(),
+            Err(e) => tracing::warn!(
+                "cannot keep the clone recipe in {}: {e}",
+                self.dir.display()
+            ),
         }
     }
 
-    /// Removes the least recently used recipes and copies until the rest fit the budget
-    /// (with its `.meta`), the least recently used records
-    /// beyond [`MAX_RECORDS`], and leftovers of writers that died (temporary files older than
-    /// an hour).
+    /// Removes the least recently used recipes and copies until the rest fit the budget and
+    /// at most [`MAX_RECIPES`] recipes are left (an entry left with neither loses its `.meta`
+    /// too), the least recently used records beyond [`MAX_RECORDS`], and leftovers of writers
+    /// that died (temporary files older than an hour).
     fn evict(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -546,10 +532,24 @@ impl CloneCacheConfig {
         for body in &bodies {
             *left.entry(body.3.clone()).or_default() += 1;
         }
+        let is_recipe = |path: &Path| path.extension().is_some_and(|e| e == "recipe");
+        let mut recipes_over = bodies
+            .iter()
+            .filter(|b| is_recipe(&b.2))
+            .count()
+            .saturating_sub(MAX_RECIPES);
         let mut total: u64 = bodies.iter().map(|b| b.1).sum();
         for (_, len, path, key) in bodies {
-            if total <= self.max_bytes {
+            if total <= self.max_bytes && recipes_over == 0 {
                 break;
+            }
+            if total <= self.max_bytes {
+                if !is_recipe(&path) {
+                    continue;
+                }
+                recipes_over -= 1;
+            } else if is_recipe(&path) {
+                recipes_over = recipes_over.saturating_sub(1);
             }
             let _ = std::fs::remove_file(&path);
             total = total.saturating_sub(len);
@@ -578,27 +578,16 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&temp, path)
 }
 
-/// A recipe being recorded for the cache while its pack is sent. Dropped without
-/// [`CloneCacheConfig::finish`] (the clone failed or was cancelled), it removes its file.
+/// A recipe being recorded, in memory, for the cache while its pack is sent.
 pub(crate) struct Filling {
-    recipe: Option<RecipeWriter>,
-    temp: Option<PathBuf>,
+    recipe: RecipeWriter,
     key: String,
 }
 
 impl Filling {
     /// The recipe to record into.
-    pub(crate) fn recipe(&mut self) -> Option<&mut RecipeWriter> {
-        self.recipe.as_mut()
-    }
-}
-
-impl Drop for Filling {
-    fn drop(&mut self) {
-        self.recipe.take();
-        if let Some(temp) = self.temp.take() {
-            let _ = std::fs::remove_file(temp);
-        }
+    pub(crate) fn recipe(&mut self) -> &mut RecipeWriter {
+        &mut self.recipe
     }
 }
 
@@ -649,7 +638,7 @@ impl crate::PackSink for Tee<'_> {}
 /// Sends the copy `cached` to `out` as it is, in pieces of 1 MiB (as file ranges of 8 MiB
 /// when `out` takes them), checking `cancel`.
 pub(crate) fn send(
-    cached: &CachedPack,
+    cached: &CachedFile,
     out: &mut dyn crate::PackSink,
     progress: &mut dyn crate::ProgressSink,
     cancel: &std::sync::atomic::AtomicBool,

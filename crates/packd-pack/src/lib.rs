@@ -196,6 +196,12 @@ pub struct PackStats {
     pub new_deltas: u32,
 }
 
+/// How a clone being written is kept for the clone cache (a record is kept without either).
+enum Keeping<'a> {
+    Recipe(&'a clone_cache::CloneCacheConfig, clone_cache::Filling),
+    Copy(&'a clone_cache::CloneCacheConfig, clone_cache::Copying),
+}
+
 /// Pack generation for one repository, kept loaded between requests.
 pub struct PackServer {
     repo: Arc<Repository>,
@@ -345,9 +351,13 @@ impl PackServer {
             }
             Some(clone_cache::Cached::Recipe(cached)) => {
                 let packs: Vec<Arc<Pack>> = self.repo.objects().packs().cloned().collect();
-                let Some(loaded) = config.load(&cached, &packs) else {
-                    config.forget_recipe(key);
-                    return Ok(None);
+                let loaded = match config.load(&cached, &packs) {
+                    Ok(loaded) => loaded,
+                    Err(clone_cache::Unusable::Stale) => {
+                        config.forget_recipe(key);
+                        return Ok(None);
+                    }
+                    Err(clone_cache::Unusable::Unreadable) => return Ok(None),
                 };
                 (loaded.stats.objects, clone_cache::CacheUse::Replay(loaded))
             }
@@ -443,9 +453,11 @@ impl PackServer {
                         None
                     }
                     None if write::replays_cheaply(&plan.planned) => {
-                        config.start(key).map(|f| (config, Ok(f)))
+                        Some(Keeping::Recipe(config, config.start(key)))
                     }
-                    None => config.start_copy(key).map(|c| (config, Err(c))),
+                    None => config
+                        .start_copy(key)
+                        .map(|copying| Keeping::Copy(config, copying)),
                 }
             }
             _ => None,
@@ -467,8 +479,8 @@ impl PackServer {
                 }
                 Ok(stats)
             }
-            Some((config, Ok(mut filling))) => {
-                let recipe = filling.recipe();
+            Some(Keeping::Recipe(config, mut filling)) => {
+                let recipe = Some(filling.recipe());
                 let stats = self.write_planned(
                     &plan.planned,
                     ofs_delta,
@@ -481,7 +493,7 @@ impl PackServer {
                 config.finish(filling, &stats);
                 Ok(stats)
             }
-            Some((config, Err(mut copying))) => {
+            Some(Keeping::Copy(config, mut copying)) => {
                 let stats = {
                     let mut tee = clone_cache::Tee {
                         out,

@@ -4,11 +4,11 @@
 //! ```text
 //! "packd clone recipe 1\n"
 //! step*   b'L' len (u32 BE), then len bytes         bytes made for the stream: the header,
-//!                                                   rewritten entry headers, new entries, the
-//!                                                   trailer
+//!                                                   pushed objects, the trailer
 //!         b'R' pack (u32 BE) offset (u64 BE) len (u64 BE)
 //!                                                   bytes copied from that pack file
 //! b'P' count (u32 BE), then each pack's checksum (20 bytes), numbered from 0 in this order
+//! SHA-1 of everything above (20 bytes)
 //! ```
 //!
 //! Why: a clone whose stream is a pack's entries as they are, then a few objects (a mirror
@@ -17,73 +17,81 @@
 //! its recipe is 334 bytes. Replaying it sends the same bytes, the trailer included, without
 //! hashing anything: the pack's entries go out by `sendfile`.
 //!
-//! Why it is safe: a pack file's checksum (its name) covers every byte of it, so a pack with
-//! the recorded checksum holds the recorded bytes. A recipe naming a pack that is gone (a
-//! repack) is not used. A file damaged since would give the client a stream whose trailer does
-//! not match, which it rejects.
-
-use std::io::Write;
+//! What is checked, and where: the recipe's own checksum when it is read, so a damaged recipe
+//! is refused; that each pack it names is there, its file ending with the checksum its index
+//! records (a pack file's checksum covers every byte of it, so a pack with the recorded
+//! checksum holds the recorded bytes); that each range lies within its pack's entries. The
+//! pack's bytes themselves are sent by the kernel, unread, as a pack file sent whole is: a
+//! pack damaged on disk since it was written gives the client a stream whose trailer does not
+//! match, which the client rejects.
 
 /// The first line of a recipe file.
 const MAGIC: &[u8] = b"packd clone recipe 1\n";
 
-/// Bytes made for the stream that are kept in memory before they become one step.
+/// Bytes made for the stream that one literal step holds at most.
 const LITERAL_STEP: usize = 1 << 20;
 
-/// Writes a recipe while its stream is sent.
+/// Bytes made for the stream a recipe holds at most: a stream with more is not a pack's
+/// entries then a few pushed objects, and is not kept (the recipe is built in memory).
+const MAX_LITERAL_BYTES: u64 = 64 << 20;
+
+/// Records a recipe, in memory, while its stream is sent.
 pub(crate) struct RecipeWriter {
-    out: std::io::BufWriter<std::fs::File>,
+    /// The recipe so far: the first line and the steps written.
+    out: Vec<u8>,
     /// Checksums of the packs named so far, by number.
     packs: Vec<[u8; 20]>,
-    /// Bytes made for the stream, not yet written as a step.
+    /// Bytes made for the stream, not yet a step.
     literal: Vec<u8>,
-    /// A range not yet written (joined by the next one when it continues it).
+    /// A range not yet a step (joined by the next one when it continues it).
     range: Option<(u32, u64, u64)>,
-    /// Bytes of the stream the recipe describes so far.
+    /// Bytes of the stream the recipe describes so far, and of them, bytes made for it.
     described: u64,
-    /// Set when writing failed or the stream went out some way the recipe cannot describe:
-    /// the recipe is then not kept.
+    literal_bytes: u64,
+    /// Set when the stream went out some way the recipe does not describe: it is not kept.
     failed: bool,
 }
 
 impl RecipeWriter {
-    /// A recipe written to `file`.
-    pub(crate) fn new(file: std::fs::File) -> RecipeWriter {
-        let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
-        let failed = out.write_all(MAGIC).is_err();
+    /// An empty recipe.
+    pub(crate) fn new() -> RecipeWriter {
         RecipeWriter {
-            out,
+            out: MAGIC.to_vec(),
             packs: Vec::new(),
             literal: Vec::new(),
             range: None,
             described: 0,
-            failed,
+            literal_bytes: 0,
+            failed: false,
         }
     }
 
-    /// The number by which steps name the pack with `checksum`.
+    /// The number by which steps name the pack with `checksum` (20 bytes).
     pub(crate) fn pack_number(&mut self, checksum: &[u8]) -> u32 {
-        if let Some(n) = self.packs.iter().position(|c| c[..] == checksum[..]) {
+        let Ok(checksum) = <[u8; 20]>::try_from(checksum) else {
+            // Not a SHA-1 pack: not described.
+            self.failed = true;
+            return 0;
+        };
+        if let Some(n) = self.packs.iter().position(|c| *c == checksum) {
             return n as u32;
         }
-        let mut c = [0u8; 20];
-        let n = checksum.len().min(20);
-        c[..n].copy_from_slice(&checksum[..n]);
-        self.packs.push(c);
+        self.packs.push(checksum);
         (self.packs.len() - 1) as u32
     }
 
     /// Records `bytes`, made for the stream.
     pub(crate) fn literal(&mut self, bytes: &[u8]) {
         self.described += bytes.len() as u64;
+        self.literal_bytes += bytes.len() as u64;
+        if self.literal_bytes > MAX_LITERAL_BYTES {
+            self.failed = true;
+        }
         if self.failed || bytes.is_empty() {
             return;
         }
         self.flush_range();
         self.literal.extend_from_slice(bytes);
-        if self.literal.len() >= LITERAL_STEP {
-            self.flush_literal();
-        }
     }
 
     /// Records `len` bytes copied from pack `pack` at `offset`.
@@ -114,65 +122,47 @@ impl RecipeWriter {
     }
 
     fn flush_literal(&mut self) {
-        if self.literal.is_empty() {
-            return;
+        for chunk in self.literal.chunks(LITERAL_STEP) {
+            self.out.push(b'L');
+            self.out
+                .extend_from_slice(&(chunk.len() as u32).to_be_bytes());
+            self.out.extend_from_slice(chunk);
         }
-        let len = self.literal.len() as u32;
-        let written = self
-            .out
-            .write_all(b"L")
-            .and_then(|()| self.out.write_all(&len.to_be_bytes()))
-            .and_then(|()| self.out.write_all(&self.literal));
         self.literal.clear();
-        self.note(written);
     }
 
     fn flush_range(&mut self) {
         let Some((pack, offset, len)) = self.range.take() else {
             return;
         };
-        let mut step = [0u8; 21];
-        step[0] = b'R';
-        step[1..5].copy_from_slice(&pack.to_be_bytes());
-        step[5..13].copy_from_slice(&offset.to_be_bytes());
-        step[13..21].copy_from_slice(&len.to_be_bytes());
-        let written = self.out.write_all(&step);
-        self.note(written);
+        self.out.push(b'R');
+        self.out.extend_from_slice(&pack.to_be_bytes());
+        self.out.extend_from_slice(&offset.to_be_bytes());
+        self.out.extend_from_slice(&len.to_be_bytes());
     }
 
-    fn note(&mut self, written: std::io::Result<()>) {
-        if let Err(e) = written {
-            tracing::warn!("cannot write a clone recipe: {e}");
-            self.failed = true;
-        }
-    }
-
-    /// Ends the recipe: its file, synced, or `None` when it does not describe the stream.
-    pub(crate) fn finish(mut self) -> Option<std::fs::File> {
+    /// The recipe file's bytes, or `None` when it does not describe the stream.
+    pub(crate) fn finish(mut self) -> Option<Vec<u8>> {
         self.flush_literal();
         self.flush_range();
         if self.failed {
             return None;
         }
-        let mut table = Vec::with_capacity(5 + 20 * self.packs.len());
-        table.push(b'P');
-        table.extend_from_slice(&(self.packs.len() as u32).to_be_bytes());
+        self.out.push(b'P');
+        self.out
+            .extend_from_slice(&(self.packs.len() as u32).to_be_bytes());
         for c in &self.packs {
-            table.extend_from_slice(c);
+            self.out.extend_from_slice(c);
         }
-        let done = self.out.write_all(&table).and_then(|()| {
-            let file = self.out.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()?;
-            Ok(file)
-        });
-        match done {
-            Ok(file) => Some(file),
-            Err(e) => {
-                tracing::warn!("cannot write a clone recipe: {e}");
-                None
-            }
-        }
+        let sum = sha1_of(&self.out);
+        self.out.extend_from_slice(&sum);
+        Some(self.out)
     }
+}
+
+fn sha1_of(bytes: &[u8]) -> [u8; 20] {
+    use sha1::Digest;
+    sha1::Sha1::digest(bytes).into()
 }
 
 /// One step of a [`Recipe`].
@@ -188,10 +178,12 @@ pub(crate) enum Step {
 #[derive(Debug)]
 pub(crate) struct Recipe {
     /// The recipe file's bytes (literal steps point into them).
-    pub(crate) bytes: Vec<u8>,
+    bytes: Vec<u8>,
     pub(crate) steps: Vec<Step>,
     /// Checksums of the packs the steps name.
     pub(crate) packs: Vec<[u8; 20]>,
+    /// Bytes of the stream the steps make.
+    pub(crate) stream_len: u64,
 }
 
 impl Recipe {
@@ -200,40 +192,56 @@ impl Recipe {
         if !bytes.starts_with(MAGIC) {
             return Err("not a packd clone recipe".into());
         }
-        let mut at = MAGIC.len();
-        let mut steps = Vec::new();
+        let Some(body_end) = bytes.len().checked_sub(20).filter(|&e| e > MAGIC.len()) else {
+            return Err("cut short".into());
+        };
+        if sha1_of(&bytes[..body_end]) != bytes[body_end..] {
+            return Err("its checksum does not match its contents".into());
+        }
+        let body = &bytes[..body_end];
         let field = |at: usize, n: usize| -> Result<&[u8], String> {
-            bytes
-                .get(at..at + n)
+            at.checked_add(n)
+                .and_then(|end| body.get(at..end))
                 .ok_or_else(|| format!("cut short at byte {at}"))
         };
+        let u32_at = |at: usize| -> Result<u32, String> {
+            Ok(u32::from_be_bytes(
+                field(at, 4)?.try_into().expect("4 bytes"),
+            ))
+        };
+        let u64_at = |at: usize| -> Result<u64, String> {
+            Ok(u64::from_be_bytes(
+                field(at, 8)?.try_into().expect("8 bytes"),
+            ))
+        };
+        let mut at = MAGIC.len();
+        let mut steps = Vec::new();
+        let mut stream_len = 0u64;
         loop {
-            let kind = *field(at, 1)?.first().expect("one byte");
-            match kind {
+            match field(at, 1)?[0] {
                 b'L' => {
-                    let len = u32::from_be_bytes(field(at + 1, 4)?.try_into().unwrap()) as usize;
+                    let len = u32_at(at + 1)? as usize;
                     field(at + 5, len)?;
                     steps.push(Step::Literal { at: at + 5, len });
+                    stream_len = stream_len.checked_add(len as u64).ok_or("too long")?;
                     at += 5 + len;
                 }
                 b'R' => {
-                    let f = field(at + 1, 20)?;
-                    steps.push(Step::Range {
-                        pack: u32::from_be_bytes(f[0..4].try_into().unwrap()),
-                        offset: u64::from_be_bytes(f[4..12].try_into().unwrap()),
-                        len: u64::from_be_bytes(f[12..20].try_into().unwrap()),
-                    });
+                    let (pack, offset, len) = (u32_at(at + 1)?, u64_at(at + 5)?, u64_at(at + 13)?);
+                    steps.push(Step::Range { pack, offset, len });
+                    stream_len = stream_len.checked_add(len).ok_or("too long")?;
                     at += 21;
                 }
                 b'P' => {
-                    let count = u32::from_be_bytes(field(at + 1, 4)?.try_into().unwrap()) as usize;
+                    let count = u32_at(at + 1)? as usize;
                     let table = field(at + 5, count.checked_mul(20).ok_or("too many packs")?)?;
                     let packs: Vec<[u8; 20]> = table
                         .chunks_exact(20)
-                        .map(|c| c.try_into().unwrap())
+                        .map(|c| c.try_into().expect("20 bytes"))
                         .collect();
-                    if at + 5 + table.len() != bytes.len() {
-                        return Err(format!("bytes after its end, at {}", at + 5 + table.len()));
+                    let end = at + 5 + table.len();
+                    if end != body.len() {
+                        return Err(format!("bytes after its pack table, at {end}"));
                     }
                     if let Some(bad) = steps.iter().find(
                         |s| matches!(s, Step::Range { pack, .. } if *pack as usize >= packs.len()),
@@ -244,22 +252,12 @@ impl Recipe {
                         bytes,
                         steps,
                         packs,
+                        stream_len,
                     });
                 }
                 other => return Err(format!("unknown step {other:#04x} at byte {at}")),
             }
         }
-    }
-
-    /// Bytes of the stream the recipe makes.
-    pub(crate) fn stream_len(&self) -> u64 {
-        self.steps
-            .iter()
-            .map(|s| match *s {
-                Step::Literal { len, .. } => len as u64,
-                Step::Range { len, .. } => len,
-            })
-            .sum()
     }
 
     /// Checks that every range lies within its pack's entries, which end at `entries_end`
@@ -271,7 +269,7 @@ impl Recipe {
                 if offset.checked_add(len).is_none_or(|e| e > end) {
                     return Err(format!(
                         "it copies {len} bytes at offset {offset} of pack {}, whose entries end at {end}",
-                        hex(&self.packs[pack as usize])
+                        self.packs.get(pack as usize).map_or(String::new(), |c| hex(c))
                     ));
                 }
             }
@@ -279,13 +277,16 @@ impl Recipe {
         Ok(())
     }
 
-    /// The bytes of a literal step.
+    /// The bytes of a literal step (empty for a step that is not this recipe's).
     pub(crate) fn literal(&self, at: usize, len: usize) -> &[u8] {
-        &self.bytes[at..at + len]
+        at.checked_add(len)
+            .and_then(|end| self.bytes.get(at..end))
+            .unwrap_or_default()
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -295,9 +296,7 @@ mod tests {
 
     #[test]
     fn round_trips_joins_steps_and_rejects_damage() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r");
-        let mut w = RecipeWriter::new(std::fs::File::create(&path).unwrap());
+        let mut w = RecipeWriter::new();
         let a = w.pack_number(&[1u8; 20]);
         let b = w.pack_number(&[2u8; 20]);
         assert_eq!((a, b, w.pack_number(&[1u8; 20])), (0, 1, 0));
@@ -308,8 +307,7 @@ mod tests {
         w.range(b, 162, 7); // another pack: a step of its own
         w.literal(b"trailer");
         assert_eq!(w.described(), 8 + 150 + 7 + 7);
-        w.finish().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
+        let bytes = w.finish().unwrap();
         let r = Recipe::parse(bytes.clone()).unwrap();
         assert_eq!(r.packs, vec![[1u8; 20], [2u8; 20]]);
         assert_eq!(r.steps.len(), 4, "{:?}", r.steps);
@@ -326,41 +324,80 @@ mod tests {
             panic!("{:?}", r.steps[3])
         };
         assert_eq!(r.literal(at, len), b"trailer");
-        assert_eq!(r.stream_len(), 172);
+        assert_eq!(r.stream_len, 172);
         assert!(r.check_ranges(&[162, 169]).is_ok());
         assert!(r
             .check_ranges(&[161, 169])
             .unwrap_err()
             .contains("offset 12 of pack 0101"));
         assert!(r.check_ranges(&[162]).is_err(), "a pack without an end");
-        // Damage of each kind is refused, with a reason.
+        // Damage of each kind is refused, with a reason: cut short, a byte changed (the
+        // checksum), something after the end.
         for cut in [bytes.len() - 1, MAGIC.len() + 3, 5] {
             assert!(
                 Recipe::parse(bytes[..cut].to_vec()).is_err(),
                 "cut at {cut}"
             );
         }
+        let mut flipped = bytes.clone();
+        flipped[MAGIC.len() + 2] ^= 1;
+        assert!(Recipe::parse(flipped).unwrap_err().contains("checksum"));
         let mut extra = bytes.clone();
         extra.push(0);
-        assert!(Recipe::parse(extra).unwrap_err().contains("after its end"));
-        let mut unknown = bytes.clone();
-        unknown[MAGIC.len()] = b'X';
-        assert!(Recipe::parse(unknown).unwrap_err().contains("unknown step"));
-        // A range naming a pack the table does not list.
-        let mut w = RecipeWriter::new(std::fs::File::create(&path).unwrap());
-        w.range(3, 12, 1);
-        w.finish().unwrap();
-        assert!(Recipe::parse(std::fs::read(&path).unwrap())
+        assert!(Recipe::parse(extra).is_err());
+    }
+
+    /// A recipe whose checksum matches but whose steps are wrong (as a writer with a bug
+    /// would make): refused with the reason.
+    #[test]
+    fn bad_steps_behind_a_good_checksum_are_refused() {
+        let sealed = |body: &[u8]| {
+            let mut b = MAGIC.to_vec();
+            b.extend_from_slice(body);
+            let sum = sha1_of(&b);
+            b.extend_from_slice(&sum);
+            b
+        };
+        let cases: [(&[u8], &str); 4] = [
+            (b"X", "unknown step"),
+            (
+                b"R\0\0\0\x03\0\0\0\0\0\0\0\x0c\0\0\0\0\0\0\0\x01P\0\0\0\0",
+                "does not list",
+            ),
+            (b"L\xff\xff\xff\xffab", "cut short"),
+            (b"P\0\0\0\0junk", "after its pack table"),
+        ];
+        for (body, why) in cases {
+            let err = Recipe::parse(sealed(body)).unwrap_err();
+            assert!(err.contains(why), "{body:?}: {err}");
+        }
+        // Two ranges whose lengths overflow the stream's length.
+        let mut body = Vec::new();
+        for _ in 0..2 {
+            body.extend_from_slice(b"R\0\0\0\0\0\0\0\0\0\0\0\x0c");
+            body.extend_from_slice(&u64::MAX.to_be_bytes());
+        }
+        body.extend_from_slice(b"P\0\0\0\x01");
+        body.extend_from_slice(&[7u8; 20]);
+        assert!(Recipe::parse(sealed(&body))
             .unwrap_err()
-            .contains("does not list"));
+            .contains("too long"));
     }
 
     #[test]
-    fn an_abandoned_recipe_is_not_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = RecipeWriter::new(std::fs::File::create(dir.path().join("r")).unwrap());
+    fn an_abandoned_or_oversized_recipe_is_not_kept() {
+        let mut w = RecipeWriter::new();
         w.literal(b"x");
         w.abandon();
         assert!(w.finish().is_none());
+        let mut w = RecipeWriter::new();
+        let big = vec![0u8; LITERAL_STEP];
+        for _ in 0..=(MAX_LITERAL_BYTES as usize / LITERAL_STEP) {
+            w.literal(&big);
+        }
+        assert!(w.finish().is_none(), "more made bytes than a recipe holds");
+        let mut w = RecipeWriter::new();
+        w.pack_number(&[1u8; 32]);
+        assert!(w.finish().is_none(), "a checksum that is not SHA-1's");
     }
 }

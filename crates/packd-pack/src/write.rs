@@ -131,8 +131,8 @@ const MAX_HEADER: u64 = 64;
 struct Output<'a> {
     out: &'a mut dyn PackSink,
     buf: Vec<u8>,
-    /// The running checksum; `None` when the stream is a pack file copied whole, whose trailer
-    /// is already known.
+    /// The running checksum; `None` when the stream's trailer is already known: a pack file
+    /// copied whole, or a replayed recipe, whose last step is the trailer.
     hash: Option<Sha1>,
     /// Bytes counted as written, the pending range included.
     written: u64,
@@ -142,21 +142,13 @@ struct Output<'a> {
     pending: Option<Pending>,
     /// Runs sent as file ranges, and their bytes (for the debug log).
     ranges_sent: (u64, u64),
-    /// The recipe of the stream being kept for the clone cache, if it is (see [`crate::recipe`]).
+    /// The recipe of the stream being kept for the clone cache, if it is (see [`crate::recipe`]):
+    /// what [`Output::write`] and [`Output::write_from_pack`] hand out, and the trailer.
     recipe: Option<&'a mut RecipeWriter>,
 }
 
-/// Where bytes handed to the output lie in a pack: its number in the recipe (see
-/// [`Output::pack_number`]), and the pack offset of the first byte of the buffer they are in.
-#[derive(Clone, Copy, Debug)]
-struct Origin {
-    pack: u32,
-    start: u64,
-}
-
-/// See [`Output::pending`]: the buffer, the range of it, where the buffer lies in its pack,
-/// and the pack's file when the output takes file ranges.
-type Pending = (Bytes, usize, usize, Origin, Option<FileRange>);
+/// See [`Output::pending`].
+type Pending = (Bytes, usize, usize, Option<(FileRange, u64)>);
 
 /// Runs of reused entries at least this long go out as file ranges when the output takes them
 /// (their bytes are hashed here, and sent by the kernel from the page cache); shorter ones are
@@ -217,19 +209,20 @@ impl<'a> Output<'a> {
         Ok(())
     }
 
-    /// Writes `buffer[from..to]`, copied from the pack at `origin`, joined to the pending
-    /// range when it continues it in the same buffer. `file`: the pack's file, when the
-    /// output takes file ranges.
+    /// Writes `buffer[from..to]`, joined to the pending range when it continues it in the
+    /// same buffer. `file`: the pack file `buffer` was read from and where in it the buffer
+    /// starts, when the output takes file ranges. (Not recorded in a recipe: see
+    /// [`replays_cheaply`].)
     fn write_shared(
         &mut self,
         buffer: &Bytes,
         from: usize,
         to: usize,
-        origin: Origin,
-        file: Option<&FileRange>,
+        file: Option<(&FileRange, u64)>,
     ) -> Result<(), PackError> {
+        debug_assert!(self.recipe.is_none(), "runs of entries are not recorded");
         self.written += (to - from) as u64;
-        if let Some((held, _, end, _, _)) = &mut self.pending {
+        if let Some((held, _, end, _)) = &mut self.pending {
             // The same buffer (held alive by `held`, so no other buffer can have its address).
             if held.as_ptr() == buffer.as_ptr() && held.len() == buffer.len() && *end == from {
                 *end = to;
@@ -237,23 +230,20 @@ impl<'a> Output<'a> {
             }
         }
         self.write_pending()?;
-        self.pending = Some((buffer.clone(), from, to, origin, file.cloned()));
+        let file = file.map(|(range, start)| (range.clone(), start));
+        self.pending = Some((buffer.clone(), from, to, file));
         Ok(())
     }
 
     /// Writes the pending range: hashed here and sent as a file range when it is long enough
     /// and the output takes ranges, else copied.
     fn write_pending(&mut self) -> Result<(), PackError> {
-        let Some((held, from, to, origin, file)) = self.pending.take() else {
+        let Some((held, from, to, file)) = self.pending.take() else {
             return Ok(());
         };
-        let offset = origin.start + from as u64;
-        if let Some(recipe) = &mut self.recipe {
-            recipe.range(origin.pack, offset, (to - from) as u64);
-        }
         match file {
-            Some(file) if to - from >= MIN_FILE_RANGE => {
-                self.send_from_file(&held[from..to], &file, offset)
+            Some((file, start)) if to - from >= MIN_FILE_RANGE => {
+                self.send_from_file(&held[from..to], &file, start + from as u64)
             }
             _ => self.put(&held[from..to]),
         }
@@ -301,21 +291,13 @@ impl<'a> Output<'a> {
         Ok(())
     }
 
-    /// Sends `len` bytes of `file` (pack number `pack`) at `offset` without reading them: a
-    /// replayed recipe, whose stream is not hashed.
-    fn send_unread(
-        &mut self,
-        pack: u32,
-        file: &FileRange,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), PackError> {
+    /// Sends `len` bytes of `file` at `offset` without reading them: a replayed recipe,
+    /// whose stream is not hashed.
+    fn send_unread(&mut self, file: &FileRange, offset: u64, len: u64) -> Result<(), PackError> {
         debug_assert!(self.hash.is_none(), "bytes not read cannot be hashed");
+        debug_assert!(self.recipe.is_none(), "a replay is not recorded");
         self.write_pending()?;
         self.written += len;
-        if let Some(recipe) = &mut self.recipe {
-            recipe.range(pack, offset, len);
-        }
         self.flush_buffer()?;
         self.out.send_file_range(&file.sub(offset, len))?;
         self.ranges_sent.0 += 1;
@@ -954,14 +936,6 @@ pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
     Ok(head[..] == expected)
 }
 
-/// Ranges of a replayed recipe at least this long are sent from the file (`sendfile`, when
-/// the output takes ranges): with nothing to hash, only a range too short to pay for the call
-/// is worth reading. (Recorded, a branch-and-tag clone of git/git was 117,516 ranges, most of
-/// them an entry header apart; 3,074 of them of 16 KiB or more held 171 of its 317 MB. That
-/// clone, replayed, cost 0.21-0.23 s against 0.07 s for sending a copy, which is why only
-/// streams of whole packs are kept as recipes: see `replays_cheaply`.)
-const MIN_REPLAYED_RANGE: u64 = 16 << 10;
-
 /// Whether the stream for `plan` is bound to copy its pack's entries in one run, so that its
 /// recipe replays by `sendfile` (see `clone_cache`): a whole pack and what follows it. A
 /// stream of chosen entries leaves some out, and every entry left out, or header rewritten,
@@ -972,10 +946,10 @@ pub(crate) fn replays_cheaply(plan: &Planned) -> bool {
 }
 
 /// Sends the pack stream `recipe` describes (see [`crate::recipe`]), whose packs, by number,
-/// are `packs` (found in the repository by their checksums), and whose figures are `stats`.
-/// Nothing is hashed: the trailer is one of the recipe's steps. The recipe is checked against
-/// the packs before anything is sent: a range must lie within its pack's entries, and the
-/// steps must make as many bytes as `stats` says.
+/// are `packs`, and whose figures are `stats`, as `CloneCacheConfig::load` found and checked
+/// them. Nothing is hashed: the trailer is one of the recipe's steps. Ranges go out as file
+/// ranges when the output takes them, else are read and copied, in pieces, so that progress
+/// moves and a cancel is seen.
 pub(crate) fn replay(
     recipe: &Recipe,
     packs: &[Arc<Pack>],
@@ -984,22 +958,6 @@ pub(crate) fn replay(
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
-    let entries_end: Vec<u64> = packs
-        .iter()
-        .map(|p| p.data_len().saturating_sub(20))
-        .collect();
-    if let Err(why) = recipe.check_ranges(&entries_end) {
-        return Err(PackError::Io(std::io::Error::other(format!(
-            "a clone recipe cannot be used: {why}"
-        ))));
-    }
-    if recipe.stream_len() != stats.bytes {
-        return Err(PackError::Io(std::io::Error::other(format!(
-            "a clone recipe makes {} bytes where its record says {}",
-            recipe.stream_len(),
-            stats.bytes
-        ))));
-    }
     let takes_ranges = out.takes_file_ranges();
     let files: Vec<Option<FileRange>> = packs
         .iter()
@@ -1013,69 +971,39 @@ pub(crate) fn replay(
     let objects = stats.objects as u64;
     let total = stats.bytes.max(1);
     let mut output = Output::new(out, false, None);
-    let mut window = Window {
-        rank: u32::MAX,
-        start: 0,
-        bytes: Bytes::new(),
-    };
-    for (i, step) in recipe.steps.iter().enumerate() {
-        if i % 1024 == 0 {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(PackError::Cancelled);
-            }
-            progress.update(
-                "Writing objects",
-                objects * output.written / total,
-                Some(objects),
-            );
+    let mut piece_sent = |output: &Output| -> Result<(), PackError> {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
         }
+        let done = (objects as u128 * output.written as u128 / total as u128) as u64;
+        progress.update("Writing objects", done, Some(objects));
+        Ok(())
+    };
+    for step in &recipe.steps {
         match *step {
             Step::Literal { at, len } => output.write(recipe.literal(at, len))?,
             Step::Range { pack, offset, len } => {
-                let file = files[pack as usize].as_ref();
-                if let (Some(file), true) = (file, len >= MIN_REPLAYED_RANGE) {
-                    output.send_unread(pack, file, offset, len)?;
-                    continue;
-                }
-                let p = &packs[pack as usize];
-                let end = offset + len;
+                let (p, file) = (&packs[pack as usize], files[pack as usize].as_ref());
+                let end = offset.saturating_add(len);
                 let mut at = offset;
                 while at < end {
-                    let piece_end = end.min(at + WINDOW);
-                    // Ranges of a clone follow one another closely, most of them a rewritten
-                    // entry header apart: one read serves those that are read.
-                    let ahead = || {
-                        let mut span_end = piece_end;
-                        for next in &recipe.steps[i + 1..] {
-                            match *next {
-                                Step::Literal { .. } => {}
-                                Step::Range {
-                                    pack: p2,
-                                    offset: o2,
-                                    len: l2,
-                                } => {
-                                    let sent_unread = file.is_some() && l2 >= MIN_REPLAYED_RANGE;
-                                    if p2 != pack
-                                        || sent_unread
-                                        || o2 < span_end
-                                        || o2 > span_end + MAX_GAP
-                                        || o2 + l2 > at + WINDOW
-                                    {
-                                        break;
-                                    }
-                                    span_end = o2 + l2;
-                                }
-                            }
+                    match file {
+                        Some(file) => {
+                            let piece = (end - at).min(FILE_PIECE);
+                            output.send_unread(file, at, piece)?;
+                            at += piece;
                         }
-                        span_end
-                    };
-                    let (from, to) = window.locate(pack, p, at..piece_end, ahead)?;
-                    let origin = Origin {
-                        pack,
-                        start: window.start,
-                    };
-                    output.write_shared(&window.bytes, from, to, origin, None)?;
-                    at = piece_end;
+                        None => {
+                            let piece_end = end.min(at + WINDOW);
+                            let bytes = p
+                                .data()
+                                .read_copy(at..piece_end)
+                                .map_err(packd_odb::Error::from)?;
+                            output.write(&bytes)?;
+                            at = piece_end;
+                        }
+                    }
+                    piece_sent(&output)?;
                 }
             }
         }
@@ -1084,7 +1012,7 @@ pub(crate) fn replay(
     let written = output.end()?;
     progress.finish("Writing objects", objects);
     tracing::debug!(
-        "sent from a clone recipe of {} steps ({runs} ranges, {run_bytes} of {written} bytes, by sendfile)",
+        "sent from a clone recipe of {} steps ({run_bytes} of {written} bytes in {runs} file ranges)",
         recipe.steps.len()
     );
     Ok(*stats)
@@ -1103,7 +1031,7 @@ fn crc_mismatch(pack: &Pack, offset: u64, id: ObjectId) -> PackError {
 
 /// The trailer of `pack` (its checksum, which a stream that copies every entry of the file
 /// ends with), checked against the one its index records.
-fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
+pub(crate) fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
     let len = pack.data_len();
     let at = len.saturating_sub(20);
     let stored = pack
@@ -1123,7 +1051,9 @@ fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
 
 impl PackServer {
     /// Writes `plan` to `out` (see the module documentation).
-    /// With `recipe`, the stream's recipe is recorded into it (see [`crate::recipe`]).
+    /// With `recipe`, the stream's recipe is recorded into it (see [`crate::recipe`]) when
+    /// the stream is a whole pack then other objects (see [`replays_cheaply`]); otherwise it
+    /// is abandoned.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_planned(
         &self,
@@ -1145,17 +1075,16 @@ impl PackServer {
                 recipe,
             );
         }
+        // Only a whole pack and what follows it is recorded (see `replays_cheaply`).
+        if let Some(recipe) = recipe {
+            recipe.abandon();
+        }
         if let Some(pack) = sent_whole(plan, ofs_delta)? {
-            // A pack file sent as it is is kept as a record of it, not as a recipe.
-            if let Some(recipe) = recipe {
-                recipe.abandon();
-            }
             return write_whole_pack(pack, out, progress, cancel);
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
-        let mut output = Output::new(out, true, recipe);
-        let pack_numbers: Vec<u32> = plan.packs.iter().map(|p| output.pack_number(p)).collect();
+        let mut output = Output::new(out, true, None);
         let mut head = Vec::with_capacity(12);
         head.extend_from_slice(b"PACK");
         head.extend_from_slice(&2u32.to_be_bytes());
@@ -1318,24 +1247,14 @@ impl PackServer {
                 return Err(crc_mismatch(pack, item.offset, id()));
             }
             let file = files[item.rank as usize].as_ref();
-            let pack_number = pack_numbers[item.rank as usize];
             if small {
                 let (from, to) = in_window;
-                let origin = Origin {
-                    pack: pack_number,
-                    start: window.start,
-                };
+                let file = file.map(|file| (file, window.start));
                 if header[..] == head_bytes[..entry.header_len] {
-                    output.write_shared(&window.bytes, from, to, origin, file)?;
+                    output.write_shared(&window.bytes, from, to, file)?;
                 } else {
                     output.write(&header)?;
-                    output.write_shared(
-                        &window.bytes,
-                        from + entry.header_len,
-                        to,
-                        origin,
-                        file,
-                    )?;
+                    output.write_shared(&window.bytes, from + entry.header_len, to, file)?;
                 }
             } else {
                 output.write(&header)?;
@@ -1343,7 +1262,7 @@ impl PackServer {
                 while at < end {
                     let piece_end = end.min(at + WINDOW);
                     let piece = window.get(item.rank, pack, at..piece_end, || 0)?;
-                    output.write_from_pack(&piece, pack_number, at, file)?;
+                    output.write_from_pack(&piece, 0, at, file)?;
                     at = piece_end;
                 }
             }

@@ -259,6 +259,7 @@ const SMALL_PACKET: usize = 512;
 /// A packet's four-digit hexadecimal length (`len` includes the four digits; it must be
 /// below 65,536).
 pub(crate) fn length_header(len: usize) -> [u8; 4] {
+    debug_assert!(len < 1 << 16, "a pkt-line length of {len}");
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     [
         DIGITS[(len >> 12) & 0xf],

@@ -58,7 +58,9 @@ pub struct Args {
     /// Room for clone packs in each repository (k/m/g suffixes; 0 turns it off). The pack sent
     /// to a clone (no haves, not shallow) of 10,000 objects or more is kept in
     /// `<git dir>/packd-cache/clone/`, and an identical clone later (same wants, filter and
-    /// tags) is sent from it as a file copy; the least recently used go first.
+    /// tags) is sent from it as a file copy; the least recently used go first. A clone that is
+    /// a pack's entries as they are, then pushed objects, is kept as a recipe of the pack's
+    /// ranges instead, a few hundred bytes.
     #[arg(long, value_name = "BYTES", default_value = "1g", value_parser = crate::parse_size)]
     clone_cache_bytes: u64,
 
