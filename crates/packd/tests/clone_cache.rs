@@ -384,6 +384,50 @@ fn a_clone_of_the_pack_then_what_was_pushed_is_kept_as_a_recipe() {
     }
 }
 
+/// Over HTTP a recipe is replayed too, its pack's range as file ranges (`sendfile`), byte for
+/// byte the first clone's pack, which a mirror clone checks whole.
+#[test]
+fn over_http_a_recipe_is_replayed() {
+    let sb = Sandbox::new();
+    let repo = packed_then_pushed(&sb);
+    let server = serve_support::Server::start_logging(&sb, sb.path(), &[], "info,packd_pack=debug");
+    let url = format!("http://{}/src.git", server.http);
+    let mut received = Vec::new();
+    for name in ["first.git", "second.git"] {
+        let dest = sb.path().join(name);
+        let mut cmd = sb.git_cmd(sb.path());
+        cmd.args(["-c", "protocol.version=2", "clone", "-q", "--mirror"])
+            .arg(&url)
+            .arg(&dest);
+        run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+        sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(refs(&sb, &dest), refs(&sb, &repo.path));
+        received.push(serve_support::only_pack_of(&dest));
+    }
+    assert_eq!(
+        cached(&repo, ".recipe").len(),
+        1,
+        "the first clone was kept"
+    );
+    assert_same_bytes("the replayed clone's pack", &received[1], &received[0]);
+    let log = server.log_text();
+    let replayed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("sent from a clone recipe"))
+        .collect();
+    assert_eq!(
+        replayed.len(),
+        1,
+        "the repeated clone was not replayed:\n{log}"
+    );
+    assert!(
+        !replayed[0].contains(" 0 file ranges"),
+        "the pack's range was not sent from its file: {}",
+        replayed[0]
+    );
+}
+
 /// Where the first range step of a recipe file starts (see `packd-pack`'s `recipe` module:
 /// a first line, then steps `L` len bytes, or `R` pack offset len).
 fn first_range_step(recipe: &[u8]) -> usize {
