@@ -463,36 +463,7 @@ impl PackServer {
             _ => None,
         };
         let (ofs_delta, thin) = (plan.ofs_delta, plan.thin);
-        match fill {
-            None => {
-                let stats = self.write_planned(
-                    &plan.planned,
-                    ofs_delta,
-                    thin,
-                    out,
-                    progress,
-                    cancel,
-                    None,
-                )?;
-                if let Some((config, key, name)) = record {
-                    config.keep_record(key, &name, &stats);
-                }
-                Ok(stats)
-            }
-            Some(Keeping::Recipe(config, mut filling)) => {
-                let recipe = Some(filling.recipe());
-                let stats = self.write_planned(
-                    &plan.planned,
-                    ofs_delta,
-                    thin,
-                    out,
-                    progress,
-                    cancel,
-                    recipe,
-                )?;
-                config.finish(filling, &stats);
-                Ok(stats)
-            }
+        let mut filling = match fill {
             Some(Keeping::Copy(config, mut copying)) => {
                 let stats = {
                     let mut tee = clone_cache::Tee {
@@ -503,9 +474,28 @@ impl PackServer {
                     self.write_planned(&plan.planned, ofs_delta, thin, tee, progress, cancel, None)?
                 };
                 config.finish_copy(copying, &stats);
-                Ok(stats)
+                return Ok(stats);
             }
+            Some(Keeping::Recipe(config, filling)) => Some((config, filling)),
+            None => None,
+        };
+        let recipe = filling.as_mut().map(|(_, f)| f.recipe());
+        let stats = self.write_planned(
+            &plan.planned,
+            ofs_delta,
+            thin,
+            out,
+            progress,
+            cancel,
+            recipe,
+        )?;
+        if let Some((config, filling)) = filling {
+            config.finish(filling, &stats);
         }
+        if let Some((config, key, name)) = record {
+            config.keep_record(key, &name, &stats);
+        }
+        Ok(stats)
     }
 }
 

@@ -945,6 +945,20 @@ pub(crate) fn replays_cheaply(plan: &Planned) -> bool {
     plan.whole.is_some()
 }
 
+/// Each pack's whole file as a range, by rank, when the output takes file ranges (`None` for
+/// a pack without a file, or when it does not).
+fn pack_files(packs: &[Arc<Pack>], takes_ranges: bool) -> Vec<Option<FileRange>> {
+    packs
+        .iter()
+        .map(|pack| {
+            let data = pack.data();
+            takes_ranges
+                .then(|| data.file_range(0..data.len()).ok().flatten())
+                .flatten()
+        })
+        .collect()
+}
+
 /// Sends the pack stream `recipe` describes (see [`crate::recipe`]), whose packs, by number,
 /// are `packs`, and whose figures are `stats`, as `CloneCacheConfig::load` found and checked
 /// them. Nothing is hashed: the trailer is one of the recipe's steps. Ranges go out as file
@@ -958,16 +972,7 @@ pub(crate) fn replay(
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
-    let takes_ranges = out.takes_file_ranges();
-    let files: Vec<Option<FileRange>> = packs
-        .iter()
-        .map(|pack| {
-            let data = pack.data();
-            takes_ranges
-                .then(|| data.file_range(0..data.len()).ok().flatten())
-                .flatten()
-        })
-        .collect();
+    let files = pack_files(packs, out.takes_file_ranges());
     let objects = stats.objects as u64;
     let total = stats.bytes.max(1);
     let mut output = Output::new(out, false, None);
@@ -1102,18 +1107,7 @@ impl PackServer {
             bytes: Bytes::new(),
         };
         let mut cursor: Option<Cursor> = None;
-        // Each pack's whole file as a range, by rank, when the output takes file ranges.
-        let takes_ranges = output.out.takes_file_ranges();
-        let files: Vec<Option<FileRange>> = plan
-            .packs
-            .iter()
-            .map(|pack| {
-                let data = pack.data();
-                takes_ranges
-                    .then(|| data.file_range(0..data.len()).ok().flatten())
-                    .flatten()
-            })
-            .collect();
+        let files = pack_files(&plan.packs, output.out.takes_file_ranges());
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
         // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a

@@ -142,6 +142,28 @@ fn a_repeated_clone_is_sent_from_the_kept_pack() {
     );
 }
 
+/// Two clones of `repo` (`kind`: `--bare` or `--mirror`) over HTTP from one `packd serve`
+/// logging the pack writer's debug lines, each checked by `git fsck`: the server, and the pack
+/// each clone received.
+fn two_http_clones(sb: &Sandbox, repo: &Repo, kind: &str) -> (serve_support::Server, Vec<Vec<u8>>) {
+    let server = serve_support::Server::start_logging(sb, sb.path(), &[], "info,packd_pack=debug");
+    let url = format!("http://{}/src.git", server.http);
+    let mut received = Vec::new();
+    for name in ["first.git", "second.git"] {
+        let dest = sb.path().join(name);
+        let mut cmd = sb.git_cmd(sb.path());
+        cmd.args(["-c", "protocol.version=2", "clone", "-q", kind])
+            .arg(&url)
+            .arg(&dest);
+        run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+        sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
+            .assert_success();
+        assert_eq!(refs(sb, &dest), refs(sb, &repo.path));
+        received.push(serve_support::only_pack_of(&dest));
+    }
+    (server, received)
+}
+
 /// Over HTTP the kept pack goes out from its file (`sendfile`, the bytes never pass through
 /// packd): the repeated clone is complete and byte for byte the first one's pack, which is the
 /// kept file.
@@ -149,21 +171,7 @@ fn a_repeated_clone_is_sent_from_the_kept_pack() {
 fn over_http_the_kept_pack_is_sent_from_its_file() {
     let sb = Sandbox::new();
     let repo = big_enough(&sb);
-    let server = serve_support::Server::start_logging(&sb, sb.path(), &[], "info,packd_pack=debug");
-    let url = format!("http://{}/src.git", server.http);
-    let mut received = Vec::new();
-    for name in ["first.git", "second.git"] {
-        let dest = sb.path().join(name);
-        let mut cmd = sb.git_cmd(sb.path());
-        cmd.args(["-c", "protocol.version=2", "clone", "-q", "--bare"])
-            .arg(&url)
-            .arg(&dest);
-        run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
-        sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        assert_eq!(refs(&sb, &dest), refs(&sb, &repo.path));
-        received.push(serve_support::only_pack_of(&dest));
-    }
+    let (server, received) = two_http_clones(&sb, &repo, "--bare");
     assert_eq!(cached(&repo, ".pack").len(), 1, "the first clone was kept");
     assert_same_bytes("the repeated clone's pack", &received[1], &received[0]);
     let kept = std::fs::read(&cached(&repo, ".pack")[0]).unwrap();
@@ -390,21 +398,7 @@ fn a_clone_of_the_pack_then_what_was_pushed_is_kept_as_a_recipe() {
 fn over_http_a_recipe_is_replayed() {
     let sb = Sandbox::new();
     let repo = packed_then_pushed(&sb);
-    let server = serve_support::Server::start_logging(&sb, sb.path(), &[], "info,packd_pack=debug");
-    let url = format!("http://{}/src.git", server.http);
-    let mut received = Vec::new();
-    for name in ["first.git", "second.git"] {
-        let dest = sb.path().join(name);
-        let mut cmd = sb.git_cmd(sb.path());
-        cmd.args(["-c", "protocol.version=2", "clone", "-q", "--mirror"])
-            .arg(&url)
-            .arg(&dest);
-        run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
-        sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None)
-            .assert_success();
-        assert_eq!(refs(&sb, &dest), refs(&sb, &repo.path));
-        received.push(serve_support::only_pack_of(&dest));
-    }
+    let (server, received) = two_http_clones(&sb, &repo, "--mirror");
     assert_eq!(
         cached(&repo, ".recipe").len(),
         1,
