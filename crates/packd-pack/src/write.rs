@@ -1750,6 +1750,8 @@ mod tests {
             let mut out = Vec::new();
             let never = AtomicBool::new(false);
             let mut then = |o: &mut Output| o.write(&extra);
+            // Its recipe is recorded as it goes: replayed, it makes the same stream.
+            let mut recipe = RecipeWriter::new();
             let stats = write_whole_pack_in(
                 &pack,
                 &mut out,
@@ -1757,7 +1759,7 @@ mod tests {
                 &never,
                 range_entries,
                 Some((2, &mut then)),
-                None,
+                Some(&mut recipe),
             )
             .unwrap();
             assert_eq!(stats.objects, pack.len() + 2);
@@ -1769,6 +1771,35 @@ mod tests {
             assert!(out[entries_end..out.len() - 20] == extra[..]);
             let sum = Sha1::digest(&out[..out.len() - 20]);
             assert_eq!(&out[out.len() - 20..], &sum[..]);
+
+            assert_eq!(recipe.described(), stats.bytes);
+            let recipe = Recipe::parse(recipe.finish().unwrap()).unwrap();
+            let ranges: Vec<&Step> = recipe
+                .steps
+                .iter()
+                .filter(|s| matches!(s, Step::Range { .. }))
+                .collect();
+            assert_eq!(
+                ranges,
+                [&Step::Range {
+                    pack: 0,
+                    offset: 12,
+                    len: entries_end as u64 - 12
+                }],
+                "the entries are one range"
+            );
+            let mut replayed = Vec::new();
+            let again = replay(
+                &recipe,
+                std::slice::from_ref(&pack),
+                &stats,
+                &mut replayed,
+                &mut Quiet,
+                &never,
+            )
+            .unwrap();
+            assert_eq!(again.bytes, stats.bytes);
+            assert!(replayed == out, "the replay differs from the stream");
         }
         let mut out = Vec::new();
         let never = AtomicBool::new(false);
