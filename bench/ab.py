@@ -6,14 +6,20 @@ with what it replaces, each as a ratio against git measured in the same run.
     DAYS="1 8 32" RUNS=15 bench/ab.py OLD NEW REPO
     CLONE=heads RUNS=4 bench/ab.py OLD NEW REPO     # clones instead: branches and tags
     CLONE=all RUNS=4 bench/ab.py OLD NEW REPO       # clones instead: every ref (mirror)
+    CLONE=all CACHE=1 PUSHED=1 bench/ab.py OLD NEW REPO
+                                 # with the clone cache, on a copy with one pushed commit
 
 Fetches: `git upload-pack --stateless-rpc` and each build's `packd upload-pack --stateless-rpc`,
 one process per request (as over ssh), HEAD wanted and the newest commit N days older had;
 median CPU of RUNS processes each. Clones: one fresh `packd serve` per run for each build
 (clone cache off), its CPU for its first clone and for a second one, against `git pack-objects`
 for the same wants; medians of RUNS. Pack sizes are printed: a change may choose other deltas.
+With CACHE=1 the servers keep the clone cache (emptied before each server starts): three clones
+each, the first filling the cache, and the bytes the cache then holds. With PUSHED=1 the clones
+are of a hard-linked copy of REPO with one new loose commit on HEAD's branch, as a push leaves.
 """
 import os
+import shutil
 import statistics
 import sys
 
@@ -41,29 +47,59 @@ def fetches(old, new, repo, tmp, runs):
               f" {size['old']:>10} {size['new']:>10}", flush=True)
 
 
+def pushed_copy(repo, tmp):
+    """A hard-linked copy of `repo` in `tmp` with one new loose commit on HEAD's branch."""
+    copy = f"{tmp}/pushed.git"
+    fb.linked_copy(repo, copy)
+    shutil.rmtree(f"{copy}/packd-cache", ignore_errors=True)
+    branch = fb.git(copy, "symbolic-ref", "HEAD")
+    head = fb.git(copy, "rev-parse", "HEAD")
+    fb.git(copy, "update-ref", branch, fb.commit_on(copy, head, "pushed"), head)
+    return copy
+
+
+def cache_bytes(repo):
+    """Bytes of every file in `repo`'s clone cache."""
+    return sum(os.path.getsize(os.path.join(d, f))
+               for d, _, files in os.walk(f"{repo}/packd-cache") for f in files)
+
+
 def clones(old, new, repo, tmp, runs, which):
+    if os.environ.get("PUSHED") == "1":
+        repo = pushed_copy(repo, tmp)
+    cache = os.environ.get("CACHE") == "1"
     args = ["--format=%(objectname)"] + (["refs/heads", "refs/tags"] if which == "heads" else [])
     wants = sorted(set(fb.git(repo, "for-each-ref", *args).split()))
     git_cpu = [fb.run_rusage(["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
                               "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
                              "".join(w + "\n" for w in wants).encode())[0]
                for _ in range(runs)]
-    cpu = {k: ([], []) for k in ("old", "new")}
+    nth = ("first", "second", "third") if cache else ("first", "second")
+    cpu = {k: tuple([] for _ in nth) for k in ("old", "new")}
+    held = {}
     for _ in range(runs):
         for k, packd in (("old", old), ("new", new)):
-            server = fb.Packd(packd, os.path.dirname(repo), ["--clone-cache-bytes", "0"])
-            for first_or_second in cpu[k]:
+            shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
+            server = fb.Packd(packd, os.path.dirname(repo),
+                              [] if cache else ["--clone-cache-bytes", "0"])
+            for clone in cpu[k]:
                 before = server.cpu()
                 server.fetch(os.path.basename(repo), wants, [], f"{tmp}/ab.pack",
                              include_tag=True)
-                first_or_second.append(server.cpu() - before)
+                clone.append(server.cpu() - before)
             server.stop()
+            held[k] = cache_bytes(repo)
+    shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
+    if os.environ.get("PUSHED") == "1":
+        shutil.rmtree(repo, ignore_errors=True)
     g = statistics.median(git_cpu)
     print(f"git pack-objects {g:.3f} s")
     for k in ("old", "new"):
-        first, second = (statistics.median(v) for v in cpu[k])
-        print(f"{k}: first clone {first:.3f} s ({first / g:.2f}), second {second:.3f} s"
-              f" ({second / g:.2f})", flush=True)
+        line = ", ".join(f"{name} clone {m:.3f} s ({m / g:.2f})"
+                         for name, m in zip(nth, (statistics.median(v) for v in cpu[k])))
+        if cache:
+            line += f"; the cache holds {held[k]} bytes"
+        print(f"{k}: {line}", flush=True)
 
 
 def main():
