@@ -89,6 +89,13 @@ impl ObjectId {
         }
     }
 
+    /// Appends the hexadecimal spelling to `out` (a protocol line being put together).
+    pub fn extend_hex(&self, out: &mut Vec<u8>) {
+        let mut hex = [0u8; 40];
+        self.write_hex(&mut hex);
+        out.extend_from_slice(&hex);
+    }
+
     /// The hexadecimal spelling.
     pub fn to_hex(&self) -> String {
         let mut buf = [0u8; 40];

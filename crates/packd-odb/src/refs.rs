@@ -25,6 +25,11 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
     ("refs/remotes/", "/HEAD"),
 ];
 
+/// The name a loose ref file's text points at when it is a symbolic ref (`ref: <name>`).
+fn symref_in(text: &str) -> Option<&str> {
+    text.trim_end().strip_prefix("ref:").map(str::trim)
+}
+
 /// One ref as listed: what an advertisement needs to say of it without reading more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedRef {
@@ -92,29 +97,26 @@ impl<'a> RefReader<'a> {
         Ok(self.resolve_with_target(name)?.map(|(id, _)| id))
     }
 
-    /// [`RefReader::resolve_full`], also giving what `name` itself points at when it is a
-    /// symbolic ref (as [`RefReader::symref_target`] would): listing refs learns both from one
-    /// read of each loose file.
+    /// [`RefReader::resolve_full`], also giving the name at the end of `name`'s chain of
+    /// symbolic refs when it is one (as [`RefReader::symref_target`] would): listing refs
+    /// learns both from one read of each loose file.
     fn resolve_with_target(&self, name: &str) -> Result<Option<(ObjectId, Option<String>)>> {
-        let mut first_target: Option<String> = None;
         let mut name = name.to_string();
         for depth in 0..MAX_SYMREF_DEPTH {
             if !is_valid_ref_path(&name) {
                 return Ok(None);
             }
             let path = self.loose_path(&name);
+            // Reached through a symbolic ref: the name its chain ends at.
+            let target = |name: &str| (depth > 0).then(|| name.to_string());
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
-                    let text = text.trim_end();
-                    if let Some(target) = text.strip_prefix("ref:") {
-                        name = target.trim().to_string();
-                        if depth == 0 && is_valid_ref_path(&name) {
-                            first_target = Some(name.clone());
-                        }
+                    if let Some(next) = symref_in(&text) {
+                        name = next.to_string();
                         continue;
                     }
-                    return ObjectId::from_hex(text.get(..40).unwrap_or(""))
-                        .map(|id| Some((id, first_target)))
+                    return ObjectId::from_hex(text.trim_end().get(..40).unwrap_or(""))
+                        .map(|id| Some((id, target(&name))))
                         .ok_or_else(|| {
                             Error::corrupt(
                                 path.display().to_string(),
@@ -125,13 +127,10 @@ impl<'a> RefReader<'a> {
                 }
                 Err(e)
                     if e.kind() == std::io::ErrorKind::NotFound
-                        || e.kind() == std::io::ErrorKind::IsADirectory =>
+                        || e.kind() == std::io::ErrorKind::IsADirectory
+                        || path.is_dir() =>
                 {
-                    return Ok(self.packed(&name)?.map(|id| (id, first_target)));
-                }
-                Err(e) if path.is_dir() => {
-                    let _ = e;
-                    return Ok(self.packed(&name)?.map(|id| (id, first_target)));
+                    return Ok(self.packed(&name)?.map(|id| (id, target(&name))));
                 }
                 Err(source) => {
                     return Err(Error::Io {
@@ -146,20 +145,35 @@ impl<'a> RefReader<'a> {
         )))
     }
 
-    /// The name a symbolic ref points at (`HEAD` -> `refs/heads/main`), one level, whether or
-    /// not that ref exists; `None` when `name` is not a symbolic ref (or does not exist).
-    /// Symbolic refs are always loose files, so `packed-refs` is not read.
+    /// The name at the end of `name`'s chain of symbolic refs (`HEAD` -> `refs/heads/main`),
+    /// whether or not that ref exists, as git's `resolve_ref_unsafe` names it; `None` when
+    /// `name` is not a symbolic ref (or does not exist).
     pub fn symref_target(&self, name: &str) -> Result<Option<String>> {
+        let mut target = None;
+        let mut at = name.to_string();
+        for _ in 0..MAX_SYMREF_DEPTH {
+            match self.symref_hop(&at)? {
+                Some(next) => {
+                    target = Some(next.clone());
+                    at = next;
+                }
+                None => break,
+            }
+        }
+        Ok(target)
+    }
+
+    /// What the symbolic ref `name` points at, one level; `None` when it is not one. Symbolic
+    /// refs are always loose files, so `packed-refs` is not read.
+    fn symref_hop(&self, name: &str) -> Result<Option<String>> {
         if !is_valid_ref_path(name) {
             return Ok(None);
         }
         let path = self.loose_path(name);
         match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(text
-                .trim_end()
-                .strip_prefix("ref:")
-                .map(|t| t.trim().to_string())
-                .filter(|t| is_valid_ref_path(t))),
+            Ok(text) => Ok(symref_in(&text)
+                .filter(|t| is_valid_ref_path(t))
+                .map(str::to_string)),
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
                     || e.kind() == std::io::ErrorKind::IsADirectory

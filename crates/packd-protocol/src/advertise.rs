@@ -128,11 +128,9 @@ impl UploadPack {
             .map(|r| (r.name.as_str(), r.id, peeled_ref(repo, r)));
         // Each line is put together in one buffer: thousands of refs are common.
         let mut line: Vec<u8> = Vec::with_capacity(256);
-        let mut hex = [0u8; 40];
         for (name, id, peeled) in head.into_iter().chain(refs) {
             line.clear();
-            id.write_hex(&mut hex);
-            line.extend_from_slice(&hex);
+            id.extend_hex(&mut line);
             line.push(b' ');
             line.extend_from_slice(name.as_bytes());
             if let Some(c) = caps.take() {
@@ -143,8 +141,7 @@ impl UploadPack {
             pkt_line::write_packet(out, &line)?;
             if let Some(p) = peeled {
                 line.clear();
-                p.write_hex(&mut hex);
-                line.extend_from_slice(&hex);
+                p.extend_hex(&mut line);
                 line.push(b' ');
                 line.extend_from_slice(name.as_bytes());
                 line.extend_from_slice(b"^{}\n");

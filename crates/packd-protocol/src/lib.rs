@@ -36,7 +36,6 @@ pub use advertise::agent;
 pub use receive_pack::{PushStats, ReceivePack, ReceivePackOptions};
 
 use packd_pack::{PackServer, PackSink};
-use packd_reach::bitmap_walk::BitmapIndex;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -190,12 +189,6 @@ impl UploadPack {
     /// upload-pack serving `packs`' repository.
     pub fn new(packs: Arc<PackServer>, options: UploadPackOptions) -> UploadPack {
         UploadPack { packs, options }
-    }
-
-    /// The repository's bitmap index, for checking that wanted trees and blobs are reachable:
-    /// the one counting uses, loaded once for both.
-    fn bitmap(&self) -> Option<&BitmapIndex> {
-        self.packs.bitmap()
     }
 
     /// The pack generator (and through it the repository) served.

@@ -13,6 +13,7 @@
 use crate::advertise::{peeled, peeled_ref, RefSnapshot};
 use crate::pkt_line::{self, show};
 use crate::{ProtocolError, UploadPack};
+use packd_odb::ObjectId;
 use std::io::Write;
 
 /// More prefixes than this and git sends every ref (the filter is only an optimization).
@@ -75,52 +76,48 @@ impl UploadPack {
         let args = LsRefsArgs::parse(args)?;
         let repo = self.packs.repository();
         let snapshot = RefSnapshot::read(repo)?;
+        // Each line is put together in one buffer: thousands of refs are common.
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        let mut send = |out: &mut dyn Write,
+                        id: Option<&ObjectId>,
+                        name: &str,
+                        target: Option<&String>,
+                        peeled: Option<ObjectId>| {
+            line.clear();
+            match id {
+                Some(id) => id.extend_hex(&mut line),
+                None => line.extend_from_slice(b"unborn"),
+            }
+            line.push(b' ');
+            line.extend_from_slice(name.as_bytes());
+            if let (true, Some(t)) = (args.symrefs, target) {
+                line.extend_from_slice(b" symref-target:");
+                line.extend_from_slice(t.as_bytes());
+            }
+            if let Some(p) = peeled {
+                line.extend_from_slice(b" peeled:");
+                p.extend_hex(&mut line);
+            }
+            line.push(b'\n');
+            pkt_line::write_packet(out, &line)
+        };
         if args.matches("HEAD") {
-            match (snapshot.head, &snapshot.head_target) {
+            match (&snapshot.head, &snapshot.head_target) {
                 (Some(id), target) => {
-                    let mut line = format!("{id} HEAD");
-                    if let (true, Some(t)) = (args.symrefs, target) {
-                        line.push_str(&format!(" symref-target:{t}"));
-                    }
-                    if args.peel {
-                        if let Some(p) = peeled(repo, &id) {
-                            line.push_str(&format!(" peeled:{p}"));
-                        }
-                    }
-                    line.push('\n');
-                    pkt_line::write_text(out, &line)?;
+                    let peeled = args.peel.then(|| peeled(repo, id)).flatten();
+                    send(out, Some(id), "HEAD", target.as_ref(), peeled)?;
                 }
                 (None, Some(t)) if args.unborn && args.symrefs => {
-                    pkt_line::write_text(out, &format!("unborn HEAD symref-target:{t}\n"))?;
+                    send(out, None, "HEAD", Some(t), None)?;
                 }
                 _ => {}
             }
         }
-        // Each line is put together in one buffer: thousands of refs are common.
-        let mut line: Vec<u8> = Vec::with_capacity(256);
-        let mut hex = [0u8; 40];
         for r in &snapshot.refs {
-            if !args.matches(&r.name) {
-                continue;
+            if args.matches(&r.name) {
+                let peeled = args.peel.then(|| peeled_ref(repo, r)).flatten();
+                send(out, Some(&r.id), &r.name, r.symref_target.as_ref(), peeled)?;
             }
-            line.clear();
-            r.id.write_hex(&mut hex);
-            line.extend_from_slice(&hex);
-            line.push(b' ');
-            line.extend_from_slice(r.name.as_bytes());
-            if let (true, Some(t)) = (args.symrefs, &r.symref_target) {
-                line.extend_from_slice(b" symref-target:");
-                line.extend_from_slice(t.as_bytes());
-            }
-            if args.peel {
-                if let Some(p) = peeled_ref(repo, r) {
-                    p.write_hex(&mut hex);
-                    line.extend_from_slice(b" peeled:");
-                    line.extend_from_slice(&hex);
-                }
-            }
-            line.push(b'\n');
-            pkt_line::write_packet(out, &line)?;
         }
         pkt_line::write_flush(out)?;
         Ok(())

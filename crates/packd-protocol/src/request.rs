@@ -250,7 +250,8 @@ impl UploadPack {
         if others.is_empty() {
             return Ok(None);
         }
-        if let Some(bitmap) = self.bitmap() {
+        // The bitmap index counting uses, loaded once for both.
+        if let Some(bitmap) = self.packs.bitmap() {
             // Tips pushed since the last repack are walked into the bitmapped pack.
             if let Some(answer) =
                 bitmap.difference_with_outside(repo, &others, tips, &Default::default(), cancel)?

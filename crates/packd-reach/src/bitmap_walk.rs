@@ -293,7 +293,7 @@ impl BitmapIndex {
                 let objects = Bitmapped::pack(storage.as_ref(), pack)?;
                 // With a `.rev`, positions are searched in it until a walk needs its inverse:
                 // building that for a query that turns out to need no walk only costs.
-                if !objects.has_rev_file() {
+                if !objects.has_pack_order() {
                     objects.warm_positions();
                 }
                 early = Some(objects);

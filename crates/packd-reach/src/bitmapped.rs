@@ -207,9 +207,9 @@ impl Bitmapped {
         }
     }
 
-    /// Whether positions can be read from a `.rev` file (one pack with a valid `.rev`, or a
-    /// multi-pack-index with its reverse index).
-    pub(crate) fn has_rev_file(&self) -> bool {
+    /// Whether positions can be read from an order on disk without building one: a pack's
+    /// `.rev` in use, not found damaged, or a multi-pack-index's reverse index.
+    pub(crate) fn has_pack_order(&self) -> bool {
         match self {
             Bitmapped::Pack { pack, .. } => pack.has_pack_order(),
             Bitmapped::Midx { .. } => true,

@@ -341,11 +341,7 @@ fn answer_id(
     for atom in &format.atoms {
         match atom {
             Atom::Literal(s) => line.extend_from_slice(s.as_bytes()),
-            Atom::Name => {
-                let mut hex = [0u8; 40];
-                id.write_hex(&mut hex);
-                line.extend_from_slice(&hex);
-            }
+            Atom::Name => id.extend_hex(&mut line),
             Atom::Type => line.extend_from_slice(kind.name().as_bytes()),
             Atom::Size => line.extend_from_slice(size.to_string().as_bytes()),
             Atom::DiskSize => {

@@ -120,11 +120,17 @@ fn fsck(sb: &Sandbox, dir: &Path) {
 fn ls_remote_equals_gits() {
     let sb = Sandbox::new();
     let repo = history(&sb);
-    // A symbolic ref under refs/ too: protocol v2 names its target, as it does HEAD's.
+    // A symbolic ref under refs/ too: protocol v2 names its target, as it does HEAD's; and one
+    // that points at another symbolic ref, whose target is where the chain ends.
     repo.git(&[
         "symbolic-ref",
         "refs/remotes/origin/HEAD",
         "refs/heads/main",
+    ]);
+    repo.git(&[
+        "symbolic-ref",
+        "refs/remotes/mirror/HEAD",
+        "refs/remotes/origin/HEAD",
     ]);
     let src = repo.path.to_str().unwrap();
     let up = upload_pack_cmd();
@@ -158,6 +164,12 @@ fn ls_remote_equals_gits() {
                         "{}",
                         ours.out()
                     );
+                    assert!(
+                        ours.out()
+                            .contains("ref: refs/heads/main\trefs/remotes/mirror/HEAD"),
+                        "{}",
+                        ours.out()
+                    );
                 }
             }
             assert_same_bytes(
@@ -176,13 +188,8 @@ fn listing_refs_does_not_read_the_bitmap() {
     let sb = Sandbox::new();
     let repo = history(&sb);
     repo.git(&["repack", "-adbq"]);
-    let pack_dir = repo.path.join(".git/objects/pack");
-    let bitmap = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "bitmap"))
-        .expect("repack -adb wrote a bitmap");
-    std::fs::remove_file(&bitmap).unwrap();
+    let bitmap = repo.packs()[0].with_extension("bitmap");
+    std::fs::remove_file(&bitmap).expect("repack -adb wrote a bitmap");
     std::fs::create_dir(&bitmap).unwrap();
     let url = format!("file://{}", repo.path.to_str().unwrap());
     let up = format!("--upload-pack={}", upload_pack_cmd());
