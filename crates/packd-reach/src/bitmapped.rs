@@ -13,6 +13,7 @@
 
 use crate::rev_index::RevIndex;
 use packd_odb::pack::multi_index::MultiPackIndex;
+use packd_odb::pack::order::PackOrder as _;
 use packd_odb::pack::Pack;
 use packd_odb::{Error, Location, ObjectId, Result};
 use packd_storage::Storage;

@@ -17,6 +17,7 @@
 //! themselves (`Pack::positions_in_pack_order`). [`encode`] writes one.
 
 use bytes::Bytes;
+use packd_odb::pack::order::PackOrder as _;
 use packd_storage::Blob;
 
 /// Why a `.rev` file was rejected: the same kinds of failure as a `.bitmap`'s (unreadable,
@@ -188,19 +189,6 @@ impl RevIndex {
     /// True for the reverse index of an empty pack.
     pub fn is_empty(&self) -> bool {
         self.count == 0
-    }
-
-    /// The index position of the object at pack position `pack_pos`, if there is one.
-    ///
-    /// `None` also when the file names a position past the objects (a damaged file that
-    /// [`RevIndex::open`] does not look for).
-    pub fn index_position(&self, pack_pos: u32) -> Option<u32> {
-        if pack_pos >= self.count {
-            return None;
-        }
-        let at = HEADER + 4 * pack_pos as usize;
-        let pos = u32::from_be_bytes(self.bytes[at..at + 4].try_into().expect("4 bytes"));
-        (pos < self.count).then_some(pos)
     }
 
     /// All index positions in pack order.

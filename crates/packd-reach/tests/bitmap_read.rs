@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use packd_odb::pack::multi_index::MultiPackIndex;
+use packd_odb::pack::order::PackOrder as _;
 use packd_odb::pack::Pack;
 use packd_odb::{HashKind, ObjectId, ObjectKind};
 use packd_reach::bitmap::{BitmapError, PackBitmap};

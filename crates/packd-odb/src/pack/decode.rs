@@ -98,7 +98,7 @@ impl Pack {
         if self.has_reverse_index() {
             return Ok((self.entry_end(offset)?, true));
         }
-        let trailer = self.data.len() - 20;
+        let trailer = self.entries_end();
         if !(12..trailer).contains(&offset) {
             // Let the exact path produce its precise error.
             return Ok((self.entry_end(offset)?, true));

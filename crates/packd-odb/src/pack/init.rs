@@ -94,7 +94,7 @@ impl Pack {
             return Ok(self.reverse.get_or_init(|| reverse));
         }
         let n = self.index.len();
-        let trailer = self.data.len() - 20;
+        let trailer = self.entries_end();
         let mut misplaced = Vec::new();
         // (offset << 32 | position) keys when offsets fit in 32 bits (packs under 4 GiB): sorting
         // the keys sorts by offset, then position, in half the memory of pairs.
@@ -158,7 +158,7 @@ impl Pack {
             return Ok(None);
         };
         let n = self.index.len();
-        let trailer = self.data.len() - 20;
+        let trailer = self.entries_end();
         let mut offsets = Vec::with_capacity(n as usize + 1);
         let mut positions = Vec::with_capacity(n as usize);
         let mut last = None;
@@ -206,7 +206,7 @@ impl Pack {
         // be read) leaves the exact reverse index to report it.
         self.rank
             .get_or_init(|| {
-                super::rank::RankIndex::build(&self.index, self.data.len() - 20)
+                super::rank::RankIndex::build(&self.index, self.entries_end())
                     .ok()
                     .flatten()
             })
@@ -248,7 +248,7 @@ impl Pack {
                 None => None,
             },
             OneByOne::Rank(rank) => rank.index_position(&self.index, offset).map(|index_pos| {
-                let trailer = self.data.len() - 20;
+                let trailer = self.entries_end();
                 (index_pos, rank.next_offset(offset).unwrap_or(trailer))
             }),
         })
@@ -399,7 +399,7 @@ impl Pack {
         match self.take_one_by_one() {
             // The rank index finds an end without the entry's index position.
             Some(OneByOne::Rank(rank)) if rank.rank(offset).is_some() => {
-                return Ok(rank.next_offset(offset).unwrap_or(self.data.len() - 20));
+                return Ok(rank.next_offset(offset).unwrap_or(self.entries_end()));
             }
             Some(way @ OneByOne::Order(_)) => {
                 if let Some((_, end)) = self.span_one_by_one(way, offset)? {
@@ -411,13 +411,13 @@ impl Pack {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
-            _ if offset < 12 || offset >= self.data.len() - 20 => Err(Error::corrupt(
+            _ if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
                 self.index.name(),
                 0,
                 format!(
                     "places an object at offset {offset}, outside the entries of {} (12..{})",
                     self.data.name(),
-                    self.data.len() - 20
+                    self.entries_end()
                 ),
             )),
             _ => Err(self.no_entry_at(offset)),

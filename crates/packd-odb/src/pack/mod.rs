@@ -86,6 +86,12 @@ impl Pack {
         self.data.len()
     }
 
+    /// Where the entries end and the trailer (the pack's checksum) starts. (A pack is opened
+    /// only when its file holds at least a header and a trailer.)
+    pub fn entries_end(&self) -> u64 {
+        self.data.len() - 20
+    }
+
     /// The data file, for reading.
     pub fn data(&self) -> &Arc<dyn Blob> {
         &self.data

@@ -23,14 +23,21 @@ pub trait PackOrder: Send + Sync + std::fmt::Debug {
     /// The index position of each pack position, as a `.rev` stores them: four bytes each,
     /// big-endian, one per entry of the pack.
     fn positions_be(&self) -> &[u8];
+
+    /// The index position of the entry at pack position `pack_pos`; `None` past the last entry,
+    /// or when the order names a position past the entries (a damaged file).
+    fn index_position(&self, pack_pos: u32) -> Option<u32> {
+        let positions = self.positions_be();
+        let at = 4 * pack_pos as usize;
+        let pos = u32::from_be_bytes(positions.get(at..at + 4)?.try_into().ok()?);
+        ((pos as usize) < positions.len() / 4).then_some(pos)
+    }
 }
 
 /// A pack's order and its inverse, built on first use.
 #[derive(Debug)]
 pub(crate) struct Order {
     list: Arc<dyn PackOrder>,
-    /// The pack's number of entries.
-    count: u32,
     /// Pack position by index position; `None` inside when the list is no permutation.
     inverse: OnceLock<Option<Vec<u32>>>,
     /// Set when the list proved not to be in offset order (see `Pack::reverse_index`).
@@ -38,13 +45,10 @@ pub(crate) struct Order {
 }
 
 impl Order {
-    /// The index position of the entry at pack position `pack_pos`; `None` past the last entry
-    /// (or for a damaged file's position past the entries).
+    /// The index position of the entry at pack position `pack_pos` (see
+    /// [`PackOrder::index_position`]).
     pub(crate) fn index_position(&self, pack_pos: u32) -> Option<u32> {
-        let at = 4 * pack_pos as usize;
-        let bytes = self.list.positions_be().get(at..at + 4)?;
-        let pos = u32::from_be_bytes(bytes.try_into().ok()?);
-        (pos < self.count).then_some(pos)
+        self.list.index_position(pack_pos)
     }
 }
 
@@ -66,7 +70,6 @@ impl Pack {
         }
         let _ = self.order.set(Order {
             list,
-            count: self.len(),
             inverse: OnceLock::new(),
             disordered: Default::default(),
         });
@@ -95,10 +98,14 @@ impl Pack {
     }
 
     /// The index position of the entry at pack position `pos` (the bit that stands for it in a
-    /// bitmap): one lookup in the pack's order when it has one, else
-    /// [`Pack::entry_at_position`]. `None` past the last entry.
+    /// bitmap): one lookup in the pack's order while it is live, else
+    /// [`Pack::entry_at_position`] (which a built reverse index answers exactly). `None` past
+    /// the last entry.
     pub fn index_position_at(&self, pos: u32) -> Result<Option<u32>> {
-        if let Some(index_pos) = self.order().and_then(|order| order.index_position(pos)) {
+        if let Some(index_pos) = self
+            .live_order()
+            .and_then(|order| order.index_position(pos))
+        {
             return Ok(Some(index_pos));
         }
         Ok(self.entry_at_position(pos)?.map(|(_, index_pos)| index_pos))
@@ -217,7 +224,7 @@ impl Pack {
         let Some(index_pos) = order.index_position(pack_pos) else {
             return Ok(None);
         };
-        let trailer = self.data.len() - 20;
+        let trailer = self.entries_end();
         if offset < 12 {
             return Ok(None);
         }
