@@ -46,10 +46,10 @@
 //! Requests with haves, shallow boundaries or `deepen` are never cached: their answers depend
 //! on what the client has.
 
-use crate::recipe::{hex, Recipe, RecipeWriter};
+use crate::recipe::{Recipe, RecipeWriter};
 use crate::{FetchRequest, Filter, PackError, PackStats};
 use packd_odb::pack::Pack;
-use packd_odb::Repository;
+use packd_odb::{ObjectId, Repository};
 use sha1::{Digest, Sha1};
 use std::fs::File;
 use std::io::Write;
@@ -103,7 +103,8 @@ pub(crate) struct CachedFile {
 pub(crate) enum Unusable {
     /// It is damaged, or names a pack that is gone: drop it.
     Stale,
-    /// It could not be read now, or a pack it names is damaged: leave it.
+    /// It could not be read now, or it does not match its record (two fills crossing): leave
+    /// it.
     Unreadable,
 }
 
@@ -169,7 +170,7 @@ pub(crate) fn key(repo: &Repository, request: &FetchRequest) -> Result<Option<St
             hash.update(id.as_bytes());
         }
     }
-    Ok(Some(hex(&hash.finalize())))
+    Ok(Some(checksum_hex(&hash.finalize())))
 }
 
 /// A `.meta` file's text; `pack` names the repository's pack a record stands for.
@@ -212,7 +213,12 @@ fn parse_meta(text: &str) -> Option<(PackStats, Option<String>)> {
 
 /// A pack's checksum in hex, as a record names it.
 pub(crate) fn pack_key(pack: &packd_odb::pack::Pack) -> String {
-    hex(pack.index().pack_checksum())
+    checksum_hex(pack.index().pack_checksum())
+}
+
+/// A SHA-1 checksum (a pack's, a cache key's) in hex, as an object id is spelled.
+pub(crate) fn checksum_hex(checksum: &[u8]) -> String {
+    ObjectId::from_bytes(checksum).map_or_else(String::new, |id| id.to_hex())
 }
 
 impl CloneCacheConfig {
@@ -258,13 +264,7 @@ impl CloneCacheConfig {
     /// A temporary file name in the cache for `what` of `key`, this process's own and no
     /// other request's (two identical clones may fill at once).
     fn temp_path(&self, what: &str, key: &str) -> PathBuf {
-        static FILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = FILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.dir.join(format!(
-            "tmp_{}_{n}_{what}_{}",
-            std::process::id(),
-            &key[..key.len().min(16)]
-        ))
+        temp_path(&self.dir, &format!("{what}_{}", &key[..key.len().min(16)]))
     }
 
     /// A file to copy the stream for `key` into while it is sent; `None` (with a warning)
@@ -365,11 +365,12 @@ impl CloneCacheConfig {
             Err(why) => return refuse(Unusable::Stale, why),
         };
         if recipe.stream_len != cached.stats.bytes {
+            // A record and recipe of two fills, one of them still being written: left.
             let why = format!(
                 "makes {} bytes where its record says {}",
                 recipe.stream_len, cached.stats.bytes
             );
-            return refuse(Unusable::Stale, why);
+            return refuse(Unusable::Unreadable, why);
         }
         let mut found = Vec::with_capacity(recipe.packs.len());
         for checksum in &recipe.packs {
@@ -377,14 +378,15 @@ impl CloneCacheConfig {
                 .iter()
                 .find(|p| p.index().pack_checksum() == &checksum[..])
             else {
-                tracing::debug!("{}: pack {} is gone", path.display(), hex(checksum));
+                tracing::debug!(
+                    "{}: pack {} is gone",
+                    path.display(),
+                    checksum_hex(checksum)
+                );
                 return Err(Unusable::Stale);
             };
-            // Its file must end with the checksum its index records: the recipe's ranges are
-            // that file's bytes.
-            if let Err(e) = crate::write::verified_trailer(pack) {
-                return refuse(Unusable::Unreadable, e.to_string());
-            }
+            // (Its file ends with the checksum its index records, which `Pack::open` checked:
+            // the recipe's ranges are that file's bytes.)
             found.push(pack.clone());
         }
         let entries_end: Vec<u64> = found
@@ -401,11 +403,11 @@ impl CloneCacheConfig {
         })
     }
 
-    /// Drops the entry for `key` (its recipe could not be used).
+    /// Drops the recipe of `key` (damaged, or naming a pack that is gone).
     pub(crate) fn forget_recipe(&self, key: &str) {
-        let _ = std::fs::remove_file(self.meta_path(key));
+        // The fill that follows writes the key's record again; a copy of the key is another
+        // writer's and left alone.
         let _ = std::fs::remove_file(self.recipe_path(key));
-        let _ = std::fs::remove_file(self.copy_path(key));
     }
 
     /// Keeps the answer for `key` as a record naming the repository's pack `pack` (checksum
@@ -442,23 +444,14 @@ impl CloneCacheConfig {
         }
     }
 
-    /// A recipe to record the pack for `key` into while it is sent (in memory: see
-    /// [`CloneCacheConfig::finish`]).
-    pub(crate) fn start(&self, key: &str) -> Filling {
-        Filling {
-            recipe: RecipeWriter::new(),
-            key: key.to_string(),
-        }
-    }
-
-    /// Keeps the recipe of a completely sent pack under its key, written at once, then evicts
-    /// beyond the budget. Nothing is kept when the recipe does not describe the stream, the
-    /// stream has too few objects, or the recipe is larger than the budget.
-    pub(crate) fn finish(&self, filling: Filling, stats: &PackStats) {
-        if stats.objects < self.min_objects || filling.recipe.described() != stats.bytes {
+    /// Keeps `recipe`, recorded (in memory) while the pack for `key` was sent, written at
+    /// once, then evicts beyond the budget. Nothing is kept when the recipe does not describe
+    /// the stream, the stream has too few objects, or the recipe is larger than the budget.
+    pub(crate) fn finish(&self, key: &str, recipe: RecipeWriter, stats: &PackStats) {
+        if stats.objects < self.min_objects || recipe.described() != stats.bytes {
             return;
         }
-        let Some(bytes) = filling.recipe.finish() else {
+        let Some(bytes) = recipe.finish() else {
             return;
         };
         if bytes.len() as u64 > self.max_bytes {
@@ -468,12 +461,9 @@ impl CloneCacheConfig {
         // record without its recipe is a miss.
         let kept = std::fs::create_dir_all(&self.dir)
             .and_then(|()| {
-                write_atomically(
-                    &self.meta_path(&filling.key),
-                    meta_text(stats, None).as_bytes(),
-                )
+                write_atomically(&self.meta_path(key), meta_text(stats, None).as_bytes())
             })
-            .and_then(|()| write_atomically(&self.recipe_path(&filling.key), &bytes));
+            .and_then(|()| write_atomically(&self.recipe_path(key), &bytes));
         match kept {
             Ok(()) => self.evict(),
             Err(e) => tracing::warn!(
@@ -492,7 +482,7 @@ impl CloneCacheConfig {
             return;
         };
         let now = std::time::SystemTime::now();
-        // (last use, bytes, file, key) of recipes and copies.
+        // (last use, bytes, file, key, whether a recipe) of recipes and copies.
         let mut bodies = Vec::new();
         let mut metas = Vec::new();
         for entry in entries.flatten() {
@@ -504,11 +494,10 @@ impl CloneCacheConfig {
                 if age > std::time::Duration::from_secs(3600) {
                     let _ = std::fs::remove_file(entry.path());
                 }
-            } else if let Some(key) = name
-                .strip_suffix(".recipe")
-                .or_else(|| name.strip_suffix(".pack"))
-            {
-                bodies.push((modified, meta.len(), entry.path(), key.to_string()));
+            } else if let Some(key) = name.strip_suffix(".recipe") {
+                bodies.push((modified, meta.len(), entry.path(), key.to_string(), true));
+            } else if let Some(key) = name.strip_suffix(".pack") {
+                bodies.push((modified, meta.len(), entry.path(), key.to_string(), false));
             } else if let Some(key) = name.strip_suffix(".meta") {
                 metas.push((modified, key.to_string()));
             }
@@ -532,23 +521,22 @@ impl CloneCacheConfig {
         for body in &bodies {
             *left.entry(body.3.clone()).or_default() += 1;
         }
-        let is_recipe = |path: &Path| path.extension().is_some_and(|e| e == "recipe");
         let mut recipes_over = bodies
             .iter()
-            .filter(|b| is_recipe(&b.2))
+            .filter(|b| b.4)
             .count()
             .saturating_sub(MAX_RECIPES);
         let mut total: u64 = bodies.iter().map(|b| b.1).sum();
-        for (_, len, path, key) in bodies {
+        for (_, len, path, key, is_recipe) in bodies {
             if total <= self.max_bytes && recipes_over == 0 {
                 break;
             }
             if total <= self.max_bytes {
-                if !is_recipe(&path) {
+                if !is_recipe {
                     continue;
                 }
                 recipes_over -= 1;
-            } else if is_recipe(&path) {
+            } else if is_recipe {
                 recipes_over = recipes_over.saturating_sub(1);
             }
             let _ = std::fs::remove_file(&path);
@@ -565,30 +553,24 @@ impl CloneCacheConfig {
 /// Writes `bytes` to `path` through a temporary file of this writer's own (`tmp_*`, which
 /// [`CloneCacheConfig::evict`] cleans up if it is left behind), renamed over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = path.with_file_name(format!("tmp_{}_{n}_{name}", std::process::id()));
+    let temp = temp_path(path.parent().unwrap_or(Path::new(".")), &name);
     let mut file = File::create(&temp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&temp, path)
 }
 
-/// A recipe being recorded, in memory, for the cache while its pack is sent.
-pub(crate) struct Filling {
-    recipe: RecipeWriter,
-    key: String,
-}
-
-impl Filling {
-    /// The recipe to record into.
-    pub(crate) fn recipe(&mut self) -> &mut RecipeWriter {
-        &mut self.recipe
-    }
+/// A temporary file name in `dir` for `what`, this process's own and no other writer's (two
+/// identical clones may fill at once): `tmp_*`, which [`CloneCacheConfig::evict`] cleans up
+/// if it is left behind.
+fn temp_path(dir: &Path, what: &str) -> PathBuf {
+    static TEMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = TEMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("tmp_{}_{n}_{what}", std::process::id()))
 }
 
 /// A copy of a stream being written into the cache. Dropped without
@@ -665,18 +647,7 @@ pub(crate) fn send(
             offset: 0,
             len: total,
         };
-        let mut sent = 0u64;
-        while sent < total {
-            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(PackError::Cancelled);
-            }
-            let piece = whole.sub(sent, 8 << 20);
-            out.send_file_range(&piece)?;
-            sent += piece.len;
-            progress.update("Writing objects", objects * sent / total, Some(objects));
-        }
-        out.flush()?;
-        progress.finish("Writing objects", objects);
+        crate::write::send_file_in_pieces(&whole, objects, out, progress, cancel)?;
         tracing::debug!("{}: sent as file ranges", path.display());
         return Ok(cached.stats);
     }

@@ -19,6 +19,7 @@ pub mod clone_cache;
 mod count;
 mod delta_encode;
 mod recipe;
+use recipe::RecipeWriter;
 mod walk;
 mod write;
 
@@ -194,12 +195,6 @@ pub struct PackStats {
     pub reused_deltas: u32,
     /// Deltas made for this pack (objects whose delta on disk could not be sent).
     pub new_deltas: u32,
-}
-
-/// How a clone being written is kept for the clone cache (a record is kept without either).
-enum Keeping<'a> {
-    Recipe(&'a clone_cache::CloneCacheConfig, clone_cache::Filling),
-    Copy(&'a clone_cache::CloneCacheConfig, clone_cache::Copying),
 }
 
 /// Pack generation for one repository, kept loaded between requests.
@@ -429,10 +424,9 @@ impl PackServer {
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
         // An answer that is a pack file of the repository is kept as a record of it (its
-        // cache entry and the pack's checksum); one that copies long runs of the packs'
-        // entries as its recipe; any other as a copy (see `clone_cache`).
-        let mut record = None;
-        let fill = match (&self.clone_cache, &plan.cache) {
+        // cache entry and the pack's checksum); one that copies a pack's entries in one run as
+        // its recipe; any other as a copy (see `clone_cache`).
+        let mut fill = match (&self.clone_cache, &plan.cache) {
             (_, Some(clone_cache::CacheUse::Copy(cached))) => {
                 return clone_cache::send(cached, out, progress, cancel);
             }
@@ -447,56 +441,52 @@ impl PackServer {
                 );
             }
             (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
-                match write::sent_whole(&plan.planned, plan.ofs_delta)? {
-                    Some(pack) => {
-                        record = Some((config, key, clone_cache::pack_key(pack)));
-                        None
-                    }
+                let keep = match write::sent_whole(&plan.planned, plan.ofs_delta)? {
+                    Some(pack) => Some(Keep::Record(clone_cache::pack_key(pack))),
                     None if write::replays_cheaply(&plan.planned) => {
-                        Some(Keeping::Recipe(config, config.start(key)))
+                        Some(Keep::Recipe(RecipeWriter::new()))
                     }
-                    None => config
-                        .start_copy(key)
-                        .map(|copying| Keeping::Copy(config, copying)),
-                }
+                    None => config.start_copy(key).map(Keep::Copy),
+                };
+                keep.map(|keep| (config, key, keep))
             }
             _ => None,
         };
-        let (ofs_delta, thin) = (plan.ofs_delta, plan.thin);
-        let mut filling = match fill {
-            Some(Keeping::Copy(config, mut copying)) => {
-                let stats = {
-                    let mut tee = clone_cache::Tee {
-                        out,
-                        copying: &mut copying,
-                    };
-                    let tee: &mut dyn PackSink = &mut tee;
-                    self.write_planned(&plan.planned, ofs_delta, thin, tee, progress, cancel, None)?
-                };
-                config.finish_copy(copying, &stats);
-                return Ok(stats);
+        let (planned, ofs_delta, thin) = (&plan.planned, plan.ofs_delta, plan.thin);
+        let stats = match &mut fill {
+            Some((_, _, Keep::Copy(copying))) => {
+                let mut tee = clone_cache::Tee { out, copying };
+                self.write_planned(planned, ofs_delta, thin, &mut tee, progress, cancel, None)?
             }
-            Some(Keeping::Recipe(config, filling)) => Some((config, filling)),
-            None => None,
+            Some((_, _, Keep::Recipe(recipe))) => self.write_planned(
+                planned,
+                ofs_delta,
+                thin,
+                out,
+                progress,
+                cancel,
+                Some(recipe),
+            )?,
+            _ => self.write_planned(planned, ofs_delta, thin, out, progress, cancel, None)?,
         };
-        let recipe = filling.as_mut().map(|(_, f)| f.recipe());
-        let stats = self.write_planned(
-            &plan.planned,
-            ofs_delta,
-            thin,
-            out,
-            progress,
-            cancel,
-            recipe,
-        )?;
-        if let Some((config, filling)) = filling {
-            config.finish(filling, &stats);
-        }
-        if let Some((config, key, name)) = record {
-            config.keep_record(key, &name, &stats);
+        match fill {
+            Some((config, key, Keep::Record(name))) => config.keep_record(key, &name, &stats),
+            Some((config, key, Keep::Recipe(recipe))) => config.finish(key, recipe, &stats),
+            Some((config, _, Keep::Copy(copying))) => config.finish_copy(copying, &stats),
+            None => {}
         }
         Ok(stats)
     }
+}
+
+/// How a clone being written is kept in the clone cache.
+enum Keep {
+    /// As a record naming the repository's pack it is, by checksum (hex).
+    Record(String),
+    /// As a recipe, recorded while it is written.
+    Recipe(RecipeWriter),
+    /// As a copy, written while it is sent.
+    Copy(clone_cache::Copying),
 }
 
 #[cfg(test)]

@@ -269,7 +269,9 @@ impl Recipe {
                 if offset.checked_add(len).is_none_or(|e| e > end) {
                     return Err(format!(
                         "it copies {len} bytes at offset {offset} of pack {}, whose entries end at {end}",
-                        self.packs.get(pack as usize).map_or(String::new(), |c| hex(c))
+                        self.packs
+                            .get(pack as usize)
+                            .map_or_else(String::new, |c| crate::clone_cache::checksum_hex(c))
                     ));
                 }
             }
@@ -277,17 +279,10 @@ impl Recipe {
         Ok(())
     }
 
-    /// The bytes of a literal step (empty for a step that is not this recipe's).
+    /// The bytes of a literal step of this recipe (which [`Recipe::parse`] found within it).
     pub(crate) fn literal(&self, at: usize, len: usize) -> &[u8] {
-        at.checked_add(len)
-            .and_then(|end| self.bytes.get(at..end))
-            .unwrap_or_default()
+        &self.bytes[at..at + len]
     }
-}
-
-/// `bytes` as lowercase hexadecimal.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -143,7 +143,8 @@ struct Output<'a> {
     /// Runs sent as file ranges, and their bytes (for the debug log).
     ranges_sent: (u64, u64),
     /// The recipe of the stream being kept for the clone cache, if it is (see [`crate::recipe`]):
-    /// what [`Output::write`] and [`Output::write_from_pack`] hand out, and the trailer.
+    /// what [`Output::write`] hands out and the trailer are recorded here, the pack's ranges by
+    /// [`WholePackStream::send_window`].
     recipe: Option<&'a mut RecipeWriter>,
 }
 
@@ -171,14 +172,6 @@ impl<'a> Output<'a> {
             pending: None,
             ranges_sent: (0, 0),
             recipe,
-        }
-    }
-
-    /// The number by which the recipe names `pack` (0 when no recipe is kept).
-    fn pack_number(&mut self, pack: &Pack) -> u32 {
-        match &mut self.recipe {
-            Some(recipe) => recipe.pack_number(pack.index().pack_checksum()),
-            None => 0,
         }
     }
 
@@ -249,21 +242,17 @@ impl<'a> Output<'a> {
         }
     }
 
-    /// Writes `bytes`, copied from pack number `pack` at `offset`: hashed here, and sent as
-    /// that range of the pack's `file` (for an output that takes ranges) when they are long
-    /// enough, else copied.
-    fn write_from_pack(
+    /// Writes `bytes`, copied from a pack at `offset`: hashed here, and sent as that range of
+    /// the pack's `file` (for an output that takes ranges) when they are long enough, else
+    /// copied. (The caller records them in a recipe: see [`WholePackStream::send_window`].)
+    fn write_from_file(
         &mut self,
         bytes: &[u8],
-        pack: u32,
         offset: u64,
         file: Option<&FileRange>,
     ) -> Result<(), PackError> {
         self.write_pending()?;
         self.written += bytes.len() as u64;
-        if let Some(recipe) = &mut self.recipe {
-            recipe.range(pack, offset, bytes.len() as u64);
-        }
         match file {
             Some(file) if bytes.len() >= MIN_FILE_RANGE => self.send_from_file(bytes, file, offset),
             _ => self.put(bytes),
@@ -607,6 +596,25 @@ fn send_whole_file(
 ) -> Result<PackStats, PackError> {
     verified_trailer(pack)?;
     let count = pack.index().len();
+    send_file_in_pieces(file, count as u64, out, progress, cancel)?;
+    tracing::debug!("{}: sent as file ranges", pack.data_name());
+    Ok(PackStats {
+        objects: count,
+        reused: count,
+        bytes: file.len,
+        ..PackStats::default()
+    })
+}
+
+/// Sends `file`, a whole pack stream of `objects` objects, through `out`'s file ranges in
+/// pieces of [`FILE_PIECE`], so that progress moves and a cancel is seen; then flushes.
+pub(crate) fn send_file_in_pieces(
+    file: &FileRange,
+    objects: u64,
+    out: &mut dyn PackSink,
+    progress: &mut dyn ProgressSink,
+    cancel: &AtomicBool,
+) -> Result<(), PackError> {
     let mut sent = 0;
     while sent < file.len {
         if cancel.load(Ordering::Relaxed) {
@@ -615,21 +623,12 @@ fn send_whole_file(
         let piece = file.sub(sent, FILE_PIECE);
         out.send_file_range(&piece)?;
         sent += piece.len;
-        progress.update(
-            "Writing objects",
-            count as u64 * sent / file.len,
-            Some(count as u64),
-        );
+        let done = (objects as u128 * sent as u128 / file.len as u128) as u64;
+        progress.update("Writing objects", done, Some(objects));
     }
     out.flush()?;
-    progress.finish("Writing objects", count as u64);
-    tracing::debug!("{}: sent as file ranges", pack.data_name());
-    Ok(PackStats {
-        objects: count,
-        reused: count,
-        bytes: file.len,
-        ..PackStats::default()
-    })
+    progress.finish("Writing objects", objects);
+    Ok(())
 }
 
 /// [`write_whole_pack`] holding about `range_entries` index entries at once. With `then`, the
@@ -689,7 +688,10 @@ fn write_whole_pack_in(
     };
     let out_takes_ranges = out.takes_file_ranges();
     let mut output = Output::new(out, then.is_some(), recipe);
-    let pack_number = output.pack_number(pack);
+    let pack_number = output
+        .recipe
+        .as_mut()
+        .map_or(0, |recipe| recipe.pack_number(pack.index().pack_checksum()));
     let mut stream = WholePackStream {
         pack,
         pack_number,
@@ -789,7 +791,7 @@ fn write_whole_pack_in(
 /// and sent.
 struct WholePackStream<'a> {
     pack: &'a Pack,
-    /// The pack's number in the output's recipe.
+    /// The pack's number in the output's recipe, if it records one.
     pack_number: u32,
     output: Output<'a>,
     /// The object count the stream's header says, when it is not the file's (objects follow
@@ -824,12 +826,12 @@ impl WholePackStream<'_> {
             0
         };
         self.output.write(&self.window[..patched])?;
-        self.output.write_from_pack(
-            &self.window[patched..],
-            self.pack_number,
-            self.window_start + patched as u64,
-            self.file.as_ref(),
-        )
+        let (bytes, offset) = (&self.window[patched..], self.window_start + patched as u64);
+        if let Some(recipe) = &mut self.output.recipe {
+            recipe.range(self.pack_number, offset, bytes.len() as u64);
+        }
+        self.output
+            .write_from_file(bytes, offset, self.file.as_ref())
     }
 
     /// Reads and checks up to `to` (the next entry's start, or the trailer), which ends the
@@ -942,7 +944,7 @@ pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
 /// moves the entries after it and so rewrites the headers of the deltas whose bases lie
 /// before it: its runs are short.
 pub(crate) fn replays_cheaply(plan: &Planned) -> bool {
-    plan.whole.is_some()
+    plan.whole.is_some() && !plan.after_whole.is_empty()
 }
 
 /// Each pack's whole file as a range, by rank, when the output takes file ranges (`None` for
@@ -1036,7 +1038,7 @@ fn crc_mismatch(pack: &Pack, offset: u64, id: ObjectId) -> PackError {
 
 /// The trailer of `pack` (its checksum, which a stream that copies every entry of the file
 /// ends with), checked against the one its index records.
-pub(crate) fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
+fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
     let len = pack.data_len();
     let at = len.saturating_sub(20);
     let stored = pack
@@ -1070,7 +1072,7 @@ impl PackServer {
         cancel: &AtomicBool,
         recipe: Option<&mut RecipeWriter>,
     ) -> Result<PackStats, PackError> {
-        if let (Some(pack), false) = (&plan.whole, plan.after_whole.is_empty()) {
+        if let (Some(pack), true) = (&plan.whole, replays_cheaply(plan)) {
             return self.write_whole_pack_then(
                 pack,
                 &plan.after_whole,
@@ -1080,7 +1082,8 @@ impl PackServer {
                 recipe,
             );
         }
-        // Only a whole pack and what follows it is recorded (see `replays_cheaply`).
+        // Other streams are not recorded (`PackServer::write` asks only for those): should a
+        // recipe come anyway, it is abandoned, not left describing part of the stream.
         if let Some(recipe) = recipe {
             recipe.abandon();
         }
@@ -1256,7 +1259,7 @@ impl PackServer {
                 while at < end {
                     let piece_end = end.min(at + WINDOW);
                     let piece = window.get(item.rank, pack, at..piece_end, || 0)?;
-                    output.write_from_pack(&piece, 0, at, file)?;
+                    output.write_from_file(&piece, at, file)?;
                     at = piece_end;
                 }
             }
@@ -1694,20 +1697,32 @@ mod tests {
             .expect("a pack")
     }
 
-    fn whole(repo: &std::path::Path, range_entries: u32) -> Result<Vec<u8>, PackError> {
-        let opened = packd_odb::Repository::open(repo, &Default::default()).unwrap();
-        let pack = opened.objects().packs().next().expect("a pack").clone();
+    /// The stream [`write_whole_pack_in`] makes of `pack` (with what `then` writes after
+    /// it, recording into `recipe`), and its figures.
+    fn stream(
+        pack: &Pack,
+        range_entries: u32,
+        then: Option<Then<'_>>,
+        recipe: Option<&mut RecipeWriter>,
+    ) -> Result<(Vec<u8>, PackStats), PackError> {
         let mut out = Vec::new();
         let never = AtomicBool::new(false);
         let stats = write_whole_pack_in(
-            &pack,
+            pack,
             &mut out,
             &mut Quiet,
             &never,
             range_entries,
-            None,
-            None,
+            then,
+            recipe,
         )?;
+        Ok((out, stats))
+    }
+
+    fn whole(repo: &std::path::Path, range_entries: u32) -> Result<Vec<u8>, PackError> {
+        let opened = packd_odb::Repository::open(repo, &Default::default()).unwrap();
+        let pack = opened.objects().packs().next().expect("a pack").clone();
+        let (out, stats) = stream(&pack, range_entries, None, None)?;
         assert_eq!(stats.bytes, out.len() as u64);
         assert_eq!(stats.objects, pack.len());
         assert!(
@@ -1746,17 +1761,12 @@ mod tests {
             let id = ObjectId::from_bytes(&[0; 20]).unwrap();
             extra.extend_from_slice(&deflate(&mut compressor, &id, content).unwrap());
         }
-        for range_entries in [7, WHOLE_PACK_ENTRIES] {
-            let mut out = Vec::new();
-            let never = AtomicBool::new(false);
+        for range_entries in [7, 64, WHOLE_PACK_ENTRIES] {
             let mut then = |o: &mut Output| o.write(&extra);
             // Its recipe is recorded as it goes: replayed, it makes the same stream.
             let mut recipe = RecipeWriter::new();
-            let stats = write_whole_pack_in(
+            let (out, stats) = stream(
                 &pack,
-                &mut out,
-                &mut Quiet,
-                &never,
                 range_entries,
                 Some((2, &mut then)),
                 Some(&mut recipe),
@@ -1789,6 +1799,7 @@ mod tests {
                 "the entries are one range"
             );
             let mut replayed = Vec::new();
+            let never = AtomicBool::new(false);
             let again = replay(
                 &recipe,
                 std::slice::from_ref(&pack),
@@ -1800,26 +1811,15 @@ mod tests {
             .unwrap();
             assert_eq!(again.bytes, stats.bytes);
             assert!(replayed == out, "the replay differs from the stream");
+            if range_entries == 64 {
+                git(&repo, &["index-pack", "--stdin"], Some(&out));
+                git(
+                    &repo,
+                    &["cat-file", "-e", "45b983be36b73c0788dc9cbcb76cbb80fc7bb057"],
+                    None,
+                );
+            }
         }
-        let mut out = Vec::new();
-        let never = AtomicBool::new(false);
-        let mut then = |o: &mut Output| o.write(&extra);
-        write_whole_pack_in(
-            &pack,
-            &mut out,
-            &mut Quiet,
-            &never,
-            64,
-            Some((2, &mut then)),
-            None,
-        )
-        .unwrap();
-        git(&repo, &["index-pack", "--stdin"], Some(&out));
-        git(
-            &repo,
-            &["cat-file", "-e", "45b983be36b73c0788dc9cbcb76cbb80fc7bb057"],
-            None,
-        );
     }
 
     #[test]

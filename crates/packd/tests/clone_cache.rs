@@ -449,9 +449,14 @@ fn a_damaged_recipe_is_not_used() {
     let recipes = cached(&repo, ".recipe");
     assert_eq!(recipes.len(), 1);
     let bytes = std::fs::read(&recipes[0]).unwrap();
+    // The range's offset moved past the pack's entries, and the recipe's own checksum made
+    // again, so that it is the check against the pack that refuses it.
     let mut past_the_end = bytes.clone();
     let at = first_range_step(&bytes);
     past_the_end[at + 5..at + 13].copy_from_slice(&(u64::MAX / 2).to_be_bytes());
+    let body = past_the_end.len() - 20;
+    let sum = sha1(&past_the_end[..body]);
+    past_the_end[body..].copy_from_slice(&sum);
     for damaged in [bytes[..bytes.len() / 2].to_vec(), past_the_end] {
         std::fs::write(&recipes[0], &damaged).unwrap();
         let again = clone(&sb, &repo, "again.git", 2, "");
@@ -496,5 +501,9 @@ fn a_recipe_whose_pack_is_gone_is_not_used() {
             .iter()
             .all(|r| std::fs::read(r).unwrap() != before),
         "the recipe of the removed pack is still there"
+    );
+    assert!(
+        cached(&repo, ".recipe").is_empty(),
+        "a recipe was kept for a clone that is a pack file"
     );
 }
