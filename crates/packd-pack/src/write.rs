@@ -60,8 +60,8 @@ const CANDIDATES: usize = 4;
 
 /// Name-hashes a process serving one request (`PackServer::for_one_request`) looks up by
 /// scanning the bitmap's name-hash cache rather than by building the table by name-hash (see
-/// `delta_against_known` and `BitmapIndex::objects_with_name_hash`): each scan costs a pass
-/// over 4 bytes an object, the table a pack position for every object. A running server
+/// `delta_against_known` and `BitmapIndex::objects_with_name_hash`): each scan costs two
+/// passes over 4 bytes an object, the table a pack position for every object. A running server
 /// builds the table at its first search and keeps it: when it scanned instead, it paid for the
 /// scans in every fetch (0.42-0.59x git's CPU 1 to 128 days behind on git/git, against
 /// 0.13-0.41x with the table).

@@ -262,17 +262,23 @@ impl Pack {
         )
     }
 
-    /// The index position of the entry at `offset`.
+    /// The index position of the entry at `offset`. Neither way one by one needs the entry's
+    /// end for it: the rank index is exact, and a search of the order stops only at a pack
+    /// position whose entry starts at `offset` (so no neighbour is read to check the order).
     pub fn position_at(&self, offset: u64) -> Result<u32> {
-        match self.take_one_by_one() {
-            // The rank index finds a position without the entry's end.
-            Some(OneByOne::Rank(rank)) => rank
-                .index_position(&self.index, offset)
-                .ok_or_else(|| self.no_entry_at(offset)),
-            Some(way) => match self.span_one_by_one(way, offset)? {
-                Some((index_pos, _)) => Ok(index_pos),
-                None => self.exact_span(offset).map(|(index_pos, _)| index_pos),
-            },
+        let found = match self.take_one_by_one() {
+            Some(OneByOne::Rank(rank)) => {
+                return rank
+                    .index_position(&self.index, offset)
+                    .ok_or_else(|| self.no_entry_at(offset))
+            }
+            Some(OneByOne::Order(order)) => self
+                .search_order(order, offset)?
+                .and_then(|p| order.index_position(p)),
+            None => None,
+        };
+        match found {
+            Some(index_pos) => Ok(index_pos),
             None => self.exact_span(offset).map(|(index_pos, _)| index_pos),
         }
     }
