@@ -42,8 +42,9 @@ pub(crate) struct RecipeWriter {
     out: Vec<u8>,
     /// Checksums of the packs named so far, by number.
     packs: Vec<[u8; 20]>,
-    /// Bytes made for the stream, not yet a step.
-    literal: Vec<u8>,
+    /// Where the length field of the literal step still open sits in `out` (the step's bytes
+    /// follow it, to the end of `out`): the next bytes made for the stream join it.
+    literal_at: Option<usize>,
     /// A range not yet a step (joined by the next one when it continues it).
     range: Option<(u32, u64, u64)>,
     /// Bytes of the stream the recipe describes so far, and of them, bytes made for it.
@@ -59,7 +60,7 @@ impl RecipeWriter {
         RecipeWriter {
             out: MAGIC.to_vec(),
             packs: Vec::new(),
-            literal: Vec::new(),
+            literal_at: None,
             range: None,
             described: 0,
             literal_bytes: 0,
@@ -92,7 +93,23 @@ impl RecipeWriter {
             return;
         }
         self.flush_range();
-        self.literal.extend_from_slice(bytes);
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let at = match self.literal_at {
+                Some(at) if self.out.len() - (at + 4) < LITERAL_STEP => at,
+                _ => {
+                    self.out.push(b'L');
+                    self.out.extend_from_slice(&[0; 4]);
+                    self.out.len() - 4
+                }
+            };
+            let take = rest.len().min(LITERAL_STEP - (self.out.len() - (at + 4)));
+            self.out.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            let len = (self.out.len() - (at + 4)) as u32;
+            self.out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            self.literal_at = Some(at);
+        }
     }
 
     /// Records `len` bytes copied from pack `pack` at `offset`.
@@ -107,8 +124,8 @@ impl RecipeWriter {
                 return;
             }
         }
-        self.flush_literal();
         self.flush_range();
+        self.literal_at = None;
         self.range = Some((pack, offset, len));
     }
 
@@ -120,16 +137,6 @@ impl RecipeWriter {
     /// Bytes of the stream described so far.
     pub(crate) fn described(&self) -> u64 {
         self.described
-    }
-
-    fn flush_literal(&mut self) {
-        for chunk in self.literal.chunks(LITERAL_STEP) {
-            self.out.push(b'L');
-            self.out
-                .extend_from_slice(&(chunk.len() as u32).to_be_bytes());
-            self.out.extend_from_slice(chunk);
-        }
-        self.literal.clear();
     }
 
     fn flush_range(&mut self) {
@@ -144,7 +151,6 @@ impl RecipeWriter {
 
     /// The recipe file's bytes, or `None` when it does not describe the stream.
     pub(crate) fn finish(mut self) -> Option<Vec<u8>> {
-        self.flush_literal();
         self.flush_range();
         if self.failed {
             return None;
@@ -378,6 +384,27 @@ mod tests {
         assert!(Recipe::parse(sealed(&body))
             .unwrap_err()
             .contains("too long"));
+    }
+
+    /// Bytes made for the stream go in steps of at most `LITERAL_STEP`, whatever the pieces
+    /// they came in, and read back as they were written.
+    #[test]
+    fn long_literals_are_split_into_steps() {
+        let made: Vec<u8> = (0..LITERAL_STEP + 10).map(|i| (i % 251) as u8).collect();
+        let mut w = RecipeWriter::new();
+        w.literal(&made[..7]);
+        w.literal(&made[7..]);
+        let r = Recipe::parse(w.finish().unwrap()).unwrap();
+        let mut back = Vec::new();
+        for step in &r.steps {
+            let Step::Literal { at, len } = *step else {
+                panic!("{step:?}")
+            };
+            assert!(len <= LITERAL_STEP);
+            back.extend_from_slice(r.literal(at, len));
+        }
+        assert_eq!(r.steps.len(), 2);
+        assert!(back == made);
     }
 
     #[test]
