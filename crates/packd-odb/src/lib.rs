@@ -26,6 +26,7 @@ pub mod odb;
 pub mod pack;
 pub mod packed_refs;
 pub mod parse;
+pub mod prefetch;
 pub mod quarantine;
 pub mod refs;
 pub mod refs_update;
@@ -39,7 +40,7 @@ pub use error::{Error, Result};
 /// thread: starting the thread pool would cost more than the work.
 pub(crate) const PARALLEL_FROM: usize = 512;
 pub use hash::{HashKind, ObjectId, Prefix};
-pub use id_set::{IdMap, IdSet};
+pub use id_set::{IdMap, IdSet, OffsetMap, OffsetSet};
 pub use object::{Object, ObjectHeader, ObjectKind};
 pub use odb::{
     IdOrder, Location, ObjectDb, OpenOptions, PrefixMatch, SERVING_CACHE_BUDGET, SERVING_MAP_BUDGET,

@@ -188,7 +188,7 @@ impl<'a> Output<'a> {
     /// Hashes and writes `bytes`, buffering small pieces.
     fn put(&mut self, bytes: &[u8]) -> Result<(), PackError> {
         if let Some(hash) = &mut self.hash {
-            hash.update(bytes);
+            packd_odb::prefetch::for_each_piece(bytes, |piece| hash.update(piece));
         }
         let direct = bytes.len() >= OUT_BUFFER / 4;
         if direct || self.buf.len() + bytes.len() > OUT_BUFFER {
@@ -270,7 +270,7 @@ impl<'a> Output<'a> {
         // The bytes lie within the file, so `sub` never shortens the range.
         debug_assert!(offset + bytes.len() as u64 <= file.len);
         if let Some(hash) = &mut self.hash {
-            hash.update(bytes);
+            packd_odb::prefetch::for_each_piece(bytes, |piece| hash.update(piece));
         }
         self.flush_buffer()?;
         self.out
@@ -871,8 +871,11 @@ impl WholePackStream<'_> {
             }
             let upto = to.min(window_end);
             let from = (self.at - self.window_start) as usize;
-            self.crc
-                .update(&self.window[from..(upto - self.window_start) as usize]);
+            let crc = &mut self.crc;
+            packd_odb::prefetch::for_each_piece(
+                &self.window[from..(upto - self.window_start) as usize],
+                |piece| crc.update(piece),
+            );
             self.at = upto;
         }
         match self.current.take() {

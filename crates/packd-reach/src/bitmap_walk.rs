@@ -18,14 +18,21 @@ use crate::tree_diff::{scan_tree_against, Against};
 use crate::walk::Walker;
 use packd_odb::parse::parse_commit;
 use packd_odb::parse::CommitInfo;
-use packd_odb::{IdMap, IdSet, Location, Object, ObjectId, ObjectKind, Repository, Result};
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use packd_odb::{
+    IdMap, IdSet, Location, Object, ObjectId, ObjectKind, OffsetMap, OffsetSet, Repository, Result,
+};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
 const SPLIT_ROOTS: usize = 16;
+
+/// Trees to walk from which the walk first prepares the index for many lookups by id
+/// (`PackIndex::warm_lookups`: a few milliseconds, against hundreds of nanoseconds saved per
+/// lookup, a few lookups per tree).
+const WARM_LOOKUPS_FROM: usize = 2048;
 
 /// Tips with bitmaps from which their union is taken in one pass over the bitmap file (see
 /// `PackBitmap::union_of`) rather than tip by tip, skipping tips already covered.
@@ -447,8 +454,8 @@ impl BitmapIndex {
         let mut done = TreeWalk::default();
         // Trees read by this walk, and trees on its stack (with their bits), by where they are
         // stored: a delta names its base by place, and a place read is the content compared.
-        let mut walked: HashSet<StoredAt> = HashSet::new();
-        let mut pending: HashMap<StoredAt, u64> = HashMap::new();
+        let mut walked: OffsetSet<StoredAt> = OffsetSet::default();
+        let mut pending: OffsetMap<StoredAt, u64> = OffsetMap::default();
         let mut last = LastAtPath::new(LAST_AT_PATH_BUDGET);
         // Where the entries of the tree scanned, and of a delta base read early, start.
         let (mut starts, mut base_starts) = (Vec::new(), Vec::new());
@@ -588,6 +595,13 @@ impl BitmapIndex {
         }
         done.held = last.held();
         Ok(Some(done))
+    }
+
+    /// Prepares the index for many lookups by id, once (see `PackIndex::warm_lookups`).
+    fn warm_lookups(&self) {
+        let started = std::time::Instant::now();
+        self.objects.warm_lookups();
+        tracing::debug!("lookups by id prepared in {:?}", started.elapsed());
     }
 
     /// What a tree walk stacks for the object at `index_pos`: its bit and, for a tree, where it
@@ -834,6 +848,11 @@ impl BitmapIndex {
             // A fill-in walk: it will need pack positions.
             self.objects.warm_positions();
         }
+        // Thousands of tips to walk from: thousands of commits and trees, and as many lookups
+        // by id, and more.
+        if plain.len() + later.len() >= WARM_LOOKUPS_FROM {
+            self.warm_lookups();
+        }
         // A kept answer for some of these tips: start from what it found (see `WalkMemo`). The
         // tips are listed only when an answer may be used or kept.
         let plain_tips: Vec<ObjectId> = if taken.track {
@@ -946,6 +965,10 @@ impl BitmapIndex {
         // Each object is checked against `seen` when first met, before it is stacked: most
         // entries of a walked tree are objects met in another tree (the same file in the
         // parent commit's version of the tree) and never reach the stack.
+        // Thousands of trees to read: about as many lookups by id as there are trees, and more.
+        if objects.len() >= WARM_LOOKUPS_FROM {
+            self.warm_lookups();
+        }
         let mut roots: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
         for (id, kind) in objects {
             if seen.insert(id) {

@@ -169,6 +169,14 @@ impl Bitmapped {
         }
     }
 
+    /// Prepares for many lookups by id (see `PackIndex::warm_lookups`); nothing for a
+    /// multi-pack-index.
+    pub(crate) fn warm_lookups(&self) {
+        if let Bitmapped::Pack { pack, .. } = self {
+            pack.index().warm_lookups();
+        }
+    }
+
     /// The id at position `pos` of id order.
     pub(crate) fn id(&self, pos: u32) -> ObjectId {
         match self {

@@ -13,10 +13,11 @@
 //! The table is split into shards so that many threads rarely wait on one lock; the byte budget is
 //! global, so one large base may take up to half of it wherever it lands.
 
+use crate::id_set::OffsetMap;
 use crate::ObjectKind;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const SHARDS: usize = 16;
@@ -46,7 +47,7 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<CacheKey, Entry>,
+    map: OffsetMap<CacheKey, Entry>,
     clock: VecDeque<CacheKey>,
     bytes: usize,
 }

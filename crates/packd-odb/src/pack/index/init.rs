@@ -66,6 +66,7 @@ impl PackIndex {
             large_offsets_at: 0,
             large_offsets_count: 0,
             blob: None,
+            fine_fanout: std::sync::OnceLock::new(),
         };
         match version {
             IndexVersion::V1 => {

@@ -99,7 +99,64 @@ impl PackIndex {
 
     /// The position of `id` in id order, if the pack has it.
     pub fn find(&self, id: &ObjectId) -> Option<u32> {
-        self.find_id(id)
+        let Some(fine) = self.fine_fanout.get() else {
+            return self.find_id(id);
+        };
+        let want = id.as_bytes();
+        let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
+        let (mut lo, end) = (fine[prefix], fine[prefix + 1]);
+        let mut hi = end;
+        // The dozen ids of the bucket span a few cache lines, which the search would miss one
+        // after the other: asking for them all at once costs about one miss.
+        if lo < end {
+            let first = self.id_bytes(lo).as_ptr();
+            let len = (end - lo) as usize * self.id_stride();
+            let mut line = 0;
+            while line < len + 64 {
+                crate::prefetch::line(first.wrapping_add(line));
+                line += 64;
+            }
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.id_bytes(mid) < &want[..] {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo < end && self.id_bytes(lo) == &want[..]).then_some(lo)
+    }
+
+    /// Bytes from one id to the next in the id table.
+    fn id_stride(&self) -> usize {
+        match self.version {
+            IndexVersion::V1 => 4 + HASH,
+            IndexVersion::V2 => HASH,
+        }
+    }
+
+    /// Prepares this index for many lookups by id: a fanout by the ids' first two bytes
+    /// (65,536 counts, 256 KiB), built in one pass over the ids, leaves a lookup a binary
+    /// search over a dozen neighbouring ids (for 841,000 objects) instead of probes spread
+    /// over a bucket of 3,300. A fill-in walk over thousands of trees looks up about one id
+    /// in each tree's changed entries: on git/git, 111,000 lookups took 775 ns each, every
+    /// probe a cache and TLB miss in the 17 MB id table while the walk's inflating evicts it.
+    /// Costs a few milliseconds once (the pass touches every page of the id table), so only a
+    /// caller about to make tens of thousands of lookups calls it; a long-running server then
+    /// keeps it for every later request.
+    pub fn warm_lookups(&self) {
+        self.fine_fanout.get_or_init(|| {
+            let mut fine = vec![0u32; (1 << 16) + 1];
+            for i in 0..self.count {
+                let id = self.id_bytes(i);
+                fine[u16::from_be_bytes([id[0], id[1]]) as usize + 1] += 1;
+            }
+            for p in 0..1 << 16 {
+                fine[p + 1] += fine[p];
+            }
+            fine.into_boxed_slice()
+        });
     }
 
     /// Keeps the index's file for [`PackIndex::find_by_read`] when the index is at least
@@ -206,5 +263,62 @@ mod tests {
         assert_eq!(index.find_by_read(&edge), index.find(&edge));
         let last = entries.last().unwrap().id;
         assert_eq!(index.find_by_read(&last), index.find(&last));
+    }
+
+    #[test]
+    fn warmed_lookups_agree_with_the_fanout_search() {
+        // Ids sharing their first two bytes in long runs (a bucket of the fine fanout with
+        // hundreds of ids), the first and last possible prefixes, and random ids.
+        let mut ids: Vec<ObjectId> = (0..20_000u32)
+            .map(|i| ObjectId::compute(crate::ObjectKind::Blob, &i.to_be_bytes()).unwrap())
+            .collect();
+        for (first, second) in [(0u8, 0u8), (0xab, 0xcd), (0xff, 0xff)] {
+            for i in 0..300u32 {
+                let mut id = [0u8; 20];
+                id[0] = first;
+                id[1] = second;
+                id[16..].copy_from_slice(&(i * 3).to_be_bytes());
+                ids.push(ObjectId::from_bytes(&id).unwrap());
+            }
+        }
+        let mut entries: Vec<IndexEntry> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| IndexEntry {
+                id,
+                offset: 12 + i as u64,
+                crc32: 0,
+            })
+            .collect();
+        let bytes = encode_v2(&mut entries, &[0; 20]);
+        let cold = PackIndex::from_bytes("cold.idx", bytes::Bytes::from(bytes.clone())).unwrap();
+        let warm = PackIndex::from_bytes("warm.idx", bytes::Bytes::from(bytes)).unwrap();
+        warm.warm_lookups();
+        assert!(warm.fine_fanout.get().is_some() && cold.fine_fanout.get().is_none());
+        let mut probes = ids.clone();
+        probes.extend(
+            (0..2000u32)
+                .map(|i| ObjectId::compute(crate::ObjectKind::Tree, &i.to_be_bytes()).unwrap()),
+        );
+        for (first, second) in [(0u8, 0u8), (0xab, 0xcd), (0xff, 0xff)] {
+            for i in 0..900u32 {
+                let mut id = [0u8; 20];
+                id[0] = first;
+                id[1] = second;
+                id[16..].copy_from_slice(&i.to_be_bytes());
+                probes.push(ObjectId::from_bytes(&id).unwrap());
+            }
+        }
+        let mut found = 0;
+        for id in &probes {
+            let expected = cold.find(id);
+            assert_eq!(warm.find(id), expected, "{id}");
+            if let Some(pos) = expected {
+                assert_eq!(warm.id(pos), *id);
+                found += 1;
+            }
+        }
+        // Every id of the index, and a third of the 900 ids probed per long run.
+        assert_eq!(found, ids.len() + 3 * 300);
     }
 }

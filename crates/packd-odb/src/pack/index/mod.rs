@@ -39,6 +39,9 @@ pub struct PackIndex {
     large_offsets_count: usize,
     /// The file, kept for [`PackIndex::find_by_read`] when the index is large (see there).
     blob: Option<std::sync::Arc<dyn packd_storage::Blob>>,
+    /// The fanout by the ids' first two bytes, built by [`PackIndex::warm_lookups`] for a
+    /// process about to make many lookups (see there).
+    fine_fanout: std::sync::OnceLock<Box<[u32]>>,
 }
 
 impl PackIndex {
