@@ -21,9 +21,10 @@ least N days older than HEAD's commit date) fetches HEAD:
 
 Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
 RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request, in
-four states: a fresh server's first clone and the running server's next one (both with the clone
-cache off), then with the clone cache the clone that fills it and the next one, sent from it;
-with a
+five states: a fresh server's first clone (nothing kept from earlier servers) and the running
+server's next one, then a server started again, which reads back what the first kept of its
+fill-in walk (`packd-cache/walk/`) (all three with the clone cache off), then, with nothing kept
+again and the clone cache on, the clone that fills it and the next one, sent from it; with a
 fourth argument (a copy that keeps every ref), the same for a mirror clone of it (wants = every
 ref, the issue's own full-clone setting), and with a fifth (that copy with the bitmaps
 `packd write-bitmap --every-tip` wrote) for a mirror clone of that; then the same repository
@@ -272,7 +273,7 @@ def index_pack(client, pack_path):
 
 def full_clone(packd, repo, wants, tmp):
     """Server CPU and peak memory of one clone of `repo` wanting `wants` (include-tag): git's
-    pack-objects (median of 3) against packd serve in four states, as the module doc says."""
+    pack-objects (median of 3) against packd serve in five states, as the module doc says."""
     root, name = os.path.dirname(repo), os.path.basename(repo)
     revs = "".join(w + "\n" for w in wants).encode()
     git_runs = [git_pack_objects(repo, revs, f"{tmp}/git-clone.pack", include_tag=True)
@@ -300,6 +301,17 @@ def full_clone(packd, repo, wants, tmp):
         identical = filecmp.cmp(f"{tmp}/packd-clone.pack", f"{tmp}/git-clone.pack", shallow=False)
     finally:
         server.stop()
+    # Started again over what the first server kept of its walk (a fill-in walk's answer, when
+    # there was one).
+    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
+    try:
+        pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+        rows.append(("packd, started again", pcpu, server.hwm(), pwall, size))
+        identical = identical and filecmp.cmp(f"{tmp}/packd-clone.pack",
+                                              f"{tmp}/git-clone.pack", shallow=False)
+    finally:
+        server.stop()
+    shutil.rmtree(cache, ignore_errors=True)
     server = Packd(packd, root)
     try:
         for label in ("packd, cache filled", "packd, from cache"):

@@ -257,7 +257,14 @@ impl PackServer {
     pub fn bitmap(&self) -> Option<&BitmapIndex> {
         self.bitmap
             .get_or_init(|| match BitmapIndex::open(&self.repo) {
-                Ok(loaded) => loaded,
+                Ok(loaded) => {
+                    // A large fill-in walk's answer survives the server (see
+                    // `BitmapIndex::keep_walks_in`).
+                    if let Some(index) = &loaded {
+                        index.keep_walks_in(&self.repo.git_dir().join("packd-cache").join("walk"));
+                    }
+                    loaded
+                }
                 Err(e) => {
                     tracing::warn!(
                         "{}: the bitmap cannot be read, so requests walk: {e}",

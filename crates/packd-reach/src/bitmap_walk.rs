@@ -65,16 +65,19 @@ const MEMO_SLOTS: usize = 2;
 /// walks again from scratch (a branch that was deleted, or moved to a commit that does not
 /// have the old one). Tags are left out of `walked` (a deleted tag is not sent), and so are the
 /// objects of tips that are not commits.
+///
+/// The last one kept also goes to a file (see [`crate::kept_walk`]) when the server said where
+/// ([`BitmapIndex::keep_walks_in`]), and the first request that could use one reads it back.
 #[derive(Debug)]
-struct WalkMemo {
+pub(crate) struct WalkMemo {
     /// The commit tips without bitmaps walked from, sorted.
-    tips: Vec<ObjectId>,
+    pub(crate) tips: Vec<ObjectId>,
     /// Index positions of the commits whose bitmaps were taken for the tips with bitmaps.
-    tip_bitmaps: Vec<u32>,
+    pub(crate) tip_bitmaps: Vec<u32>,
     /// Index positions of the commits with bitmaps the walk from `tips` reached.
-    reached: Vec<u32>,
+    pub(crate) reached: Vec<u32>,
     /// Objects reachable from `tips` in none of the bitmaps taken (no tags).
-    walked: Bitmap,
+    pub(crate) walked: Bitmap,
 }
 
 impl WalkMemo {
@@ -175,6 +178,10 @@ pub struct BitmapIndex {
     taken: std::sync::atomic::AtomicU32,
     /// Answers of large fill-in walks, most recently used first.
     memos: std::sync::Mutex<Vec<Arc<WalkMemo>>>,
+    /// The file that keeps the last answer and the key it is kept under (see
+    /// [`BitmapIndex::keep_walks_in`]), and whether it was read yet.
+    walk_file: std::sync::OnceLock<(std::path::PathBuf, [u8; 40])>,
+    walk_file_read: std::sync::atomic::AtomicBool,
 }
 
 /// What [`BitmapIndex::difference_with_outside`] answers.
@@ -339,6 +346,8 @@ impl BitmapIndex {
             bitmap,
             taken: Default::default(),
             memos: Default::default(),
+            walk_file: Default::default(),
+            walk_file_read: Default::default(),
         }
     }
 
@@ -1058,6 +1067,7 @@ impl BitmapIndex {
 
     /// The kept answer with the most tips among `tips` (sorted), made the most recently used.
     fn memo_for(&self, tips: &[ObjectId]) -> Option<Arc<WalkMemo>> {
+        self.read_kept_walk();
         let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
         let best = (0..memos.len())
             .filter(|&i| memos[i].tips_within(tips))
@@ -1070,10 +1080,65 @@ impl BitmapIndex {
     /// Keeps `memo` first, replacing one for the same tips and the least recently used beyond
     /// [`MEMO_SLOTS`].
     fn keep_memo(&self, memo: WalkMemo) {
+        if let Some((path, key)) = self.walk_file.get() {
+            let started = std::time::Instant::now();
+            match crate::kept_walk::write(path, &crate::kept_walk::encode(&memo, key)) {
+                Ok(()) => tracing::debug!(
+                    "the walk from {} tips kept in {} in {:?}",
+                    memo.tips.len(),
+                    path.display(),
+                    started.elapsed()
+                ),
+                Err(e) => tracing::debug!("the walk cannot be kept in {}: {e}", path.display()),
+            }
+        }
         let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
         memos.retain(|m| m.tips != memo.tips);
         memos.insert(0, Arc::new(memo));
         memos.truncate(MEMO_SLOTS);
+    }
+
+    /// Keeps the answer of each large fill-in walk in a file under `dir` too, and reads it
+    /// back for the first request that could start from it: a server started again then does
+    /// not walk again (a mirror clone of git/git: 0.7 s of CPU). The file is named after this
+    /// bitmap (its objects' checksum and its own), so another pack or bitmap never reads it.
+    pub fn keep_walks_in(&self, dir: &std::path::Path) {
+        let Ok(bitmap_sum) = self.bitmap.file_checksum() else {
+            return;
+        };
+        let mut key = [0u8; 40];
+        key[..20].copy_from_slice(self.objects.checksum());
+        key[20..].copy_from_slice(&bitmap_sum);
+        let _ = self.walk_file.set((crate::kept_walk::path(dir, &key), key));
+    }
+
+    /// Reads the kept answer (see [`BitmapIndex::keep_walks_in`]) once, if there is one that
+    /// checks out, behind the answers already in memory.
+    fn read_kept_walk(&self) {
+        let Some((path, key)) = self.walk_file.get() else {
+            return;
+        };
+        if self.walk_file_read.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Some(bytes) = crate::kept_walk::read(path) else {
+            return;
+        };
+        let objects = self.objects.len();
+        match crate::kept_walk::decode(&bytes, key, objects, |pos| self.bitmap.contains(pos)) {
+            Ok(memo) => {
+                tracing::debug!(
+                    "the walk from {} tips read back from {}",
+                    memo.tips.len(),
+                    path.display()
+                );
+                let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+                if memos.len() < MEMO_SLOTS && memos.iter().all(|m| m.tips != memo.tips) {
+                    memos.push(Arc::new(memo));
+                }
+            }
+            Err(e) => tracing::debug!("{} is not used: {e}", path.display()),
+        }
     }
 
     fn forget_memo(&self, memo: &Arc<WalkMemo>) {

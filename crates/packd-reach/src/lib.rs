@@ -10,6 +10,7 @@
 //! bitmap_walk.rs  the same questions answered from bitmaps, with a fill-in walk
 //! tree_diff.rs the entries of a tree its delta base lacks (what a fill-in walk must look up)
 //! last_at_path.rs  the last tree a fill-in walk read at each path (compared with the next)
+//! kept_walk.rs a large fill-in walk's answer kept on disk for a server started again
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
@@ -18,6 +19,7 @@ pub mod bitmap_walk;
 mod bitmapped;
 pub mod ewah;
 pub mod ewah_encode;
+mod kept_walk;
 mod last_at_path;
 pub mod rev_index;
 mod tree_diff;

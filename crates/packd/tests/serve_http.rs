@@ -501,6 +501,74 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     assert_eq!(kept_walks(), after_side + 1, "{}", server.log_text());
 }
 
+/// A large fill-in walk's answer is kept in `packd-cache/walk/` too: a server started again
+/// reads it back and does not walk again; a damaged file is not used, and the clone is still
+/// complete.
+#[test]
+fn a_server_started_again_reads_the_last_fill_in_walk_back() {
+    let f = Fixture::new();
+    let main = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_900_000_000);
+    for i in 0..300 {
+        fi.commit(
+            &format!("refs/pull/{i}/head"),
+            Some(&main),
+            "pull request\n",
+            &[common::inline(
+                &format!("pulls/{}.txt", i % 30),
+                format!("pull request {i}\n"),
+            )],
+        );
+    }
+    f.repo.fast_import(&fi.finish());
+    f.repo
+        .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
+    f.repack_whole();
+    let expected = f
+        .repo
+        .git_str(&["rev-list", "--all", "--objects", "--count"]);
+    let serve_one = |name: &str| -> String {
+        let server = Server::start_logging(
+            &f.sandbox,
+            &f.root,
+            &["--clone-cache-bytes", "0"],
+            "info,packd_reach=debug",
+        );
+        let dst = mirror_clone_checked(&f, &server, "2", name);
+        let held = f.sandbox.git_run_in(&dst, &["count-objects", "-v"], None);
+        let in_pack = held
+            .out()
+            .lines()
+            .find_map(|l| l.strip_prefix("in-pack: "))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(in_pack, expected, "objects sent to {name}");
+        server.log_text()
+    };
+    let walk_dir = f.repo.path.join("packd-cache").join("walk");
+    let first = serve_one("first.git");
+    assert!(first.contains("kept in"), "{first}");
+    assert!(!first.contains("a kept walk from"), "{first}");
+    let files: Vec<_> = std::fs::read_dir(&walk_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let second = serve_one("second.git");
+    assert!(second.contains("read back from"), "{second}");
+    assert!(second.contains("a kept walk from"), "{second}");
+    // Damaged: not used, and walked again (which keeps a good file again).
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let third = serve_one("third.git");
+    assert!(third.contains("is not used"), "{third}");
+    assert!(!third.contains("a kept walk from"), "{third}");
+    assert!(third.contains("kept in"), "{third}");
+}
+
 /// A clone that is not the whole pack (one branch, no tags) still sends the runs of reused
 /// entries of 64 KiB or more from the file (here the 256 KiB file's entry), over protocol v0
 /// and v2: git finds the clone complete, with the objects `main` reaches.

@@ -301,6 +301,14 @@ impl PackBitmap {
         Ok(Some(self.hash_cache.get().expect("just set")))
     }
 
+    /// The file's trailing SHA-1, which names this version of the bitmap: another bitmap of
+    /// the same pack (other commits chosen) has another.
+    pub fn file_checksum(&self) -> Result<[u8; 20], BitmapError> {
+        let len = self.blob.len();
+        let bytes = self.blob.read(len - 20..len)?;
+        Ok(bytes[..].try_into().expect("20 bytes read"))
+    }
+
     /// Checks the file's trailing SHA-1 against its content (reads the whole file).
     pub fn verify_checksum(&self) -> Result<(), BitmapError> {
         let len = self.blob.len();
