@@ -61,7 +61,7 @@ def pushed_copy(repo, tmp):
 def cache_bytes(repo):
     """Bytes of every file in `repo`'s clone cache."""
     return sum(os.path.getsize(os.path.join(d, f))
-               for d, _, files in os.walk(f"{repo}/packd-cache") for f in files)
+               for d, _, files in os.walk(f"{repo}/packd-cache/clone") for f in files)
 
 
 def clones(old, new, repo, tmp, runs, which):

@@ -411,7 +411,7 @@ def clone_cache_after_push(packd, tmp, copy, wants, git_cpu, git_bytes):
             size = server.fetch("pushed.git", wants, [], f"{tmp}/packd.pack", include_tag=True)
             pc = server.cpu() - before
             held = sum(os.path.getsize(os.path.join(d, f))
-                       for d, _, files in os.walk(cache) for f in files)
+                       for d, _, files in os.walk(f"{cache}/clone") for f in files)
             print(f"{label:30} {git_cpu:>9.4f} {pc:>9.4f} {pc / git_cpu:>6.2f}  {git_bytes:>11} "
                   f"{size:>11} {size / git_bytes:>6.3f}  cache holds {held} bytes, .meta included", flush=True)
     finally:

@@ -42,10 +42,22 @@ impl Hasher for IdHasher {
 
 /// Hashes keys made of integers (a pack number and an offset: where an object is stored) by
 /// mixing them with a multiply and shifts, for the tables a walk probes for every tree it
-/// reads; std's SipHash costs more than the probe. Offsets come from the server's own packs,
-/// and the mixing spreads neighbouring ones over the whole table.
-#[derive(Default, Clone, Copy)]
+/// reads; std's SipHash costs more than the probe. A pusher chooses the offsets of the pack
+/// it pushes (kept as it came until the next repack), so the mixing starts from a secret
+/// chosen per process: offsets cannot be padded to meet in one bucket. Not for keys a client
+/// names directly.
+#[derive(Clone, Copy)]
 pub struct OffsetHasher(u64);
+
+impl Default for OffsetHasher {
+    fn default() -> OffsetHasher {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        OffsetHasher(*SEED.get_or_init(|| {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+        }))
+    }
+}
 
 impl Hasher for OffsetHasher {
     fn finish(&self) -> u64 {

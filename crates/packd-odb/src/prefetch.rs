@@ -19,7 +19,7 @@ const AHEAD: usize = 2 * PIECE;
 pub fn line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch only hints the cache; it does not access memory in a way that can
-    // fault or be observed.
+    // fault or be observed. It needs SSE, which every x86_64 processor has.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8);
     }
@@ -28,7 +28,8 @@ pub fn line(at: *const u8) {
 }
 
 /// Hands `bytes` to `pass` in order, in pieces of 1 KiB, each time asking for the memory
-/// 2 KiB ahead: for a hash or a checksum over bytes that are likely not in the cache.
+/// 2 KiB ahead: for a hash over bytes that are likely not in the cache. A slice of 2 KiB or
+/// less is passed whole.
 pub fn for_each_piece(bytes: &[u8], mut pass: impl FnMut(&[u8])) {
     if bytes.len() <= AHEAD {
         pass(bytes);

@@ -871,11 +871,8 @@ impl WholePackStream<'_> {
             }
             let upto = to.min(window_end);
             let from = (self.at - self.window_start) as usize;
-            let crc = &mut self.crc;
-            packd_odb::prefetch::for_each_piece(
-                &self.window[from..(upto - self.window_start) as usize],
-                |piece| crc.update(piece),
-            );
+            self.crc
+                .update(&self.window[from..(upto - self.window_start) as usize]);
             self.at = upto;
         }
         match self.current.take() {

@@ -170,10 +170,11 @@ impl Bitmapped {
     }
 
     /// Prepares for many lookups by id (see `PackIndex::warm_lookups`); nothing for a
-    /// multi-pack-index.
-    pub(crate) fn warm_lookups(&self) {
-        if let Bitmapped::Pack { pack, .. } = self {
-            pack.index().warm_lookups();
+    /// multi-pack-index. Whether this call did the work.
+    pub(crate) fn warm_lookups(&self) -> bool {
+        match self {
+            Bitmapped::Pack { pack, .. } => pack.index().warm_lookups(),
+            Bitmapped::Midx { .. } => false,
         }
     }
 

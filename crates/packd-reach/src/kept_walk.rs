@@ -14,9 +14,9 @@
 //! ```
 //! All integers but the words are big-endian. The file is `<dir>/<key in hex>.walk`, one per
 //! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the others
-//! (kept for packs a repack replaced). A file is written whole to a temporary name, then
-//! renamed; one that does not check out (damaged, another key, positions without bitmaps) is
-//! ignored.
+//! not written for ten minutes (kept for packs a repack replaced). A file is written whole to a
+//! temporary name, then renamed; one that does not check out (damaged, another key, a position
+//! without a bitmap, a bit past the last object) is ignored.
 
 use crate::bitmap_walk::WalkMemo;
 use crate::ewah::Bitmap;
@@ -27,6 +27,9 @@ const MAGIC: &[u8] = b"packd walk 1\n";
 
 /// The largest file read: 3,300 tips and 841,000 objects take 170 KB.
 const MAX_FILE: u64 = 256 << 20;
+
+/// How long another bitmap's file is left after it was last written (see [`write`]).
+const OTHERS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The file for the bitmap named by `key` (see the module documentation) in `dir`.
 pub(crate) fn path(dir: &Path, key: &[u8; 40]) -> PathBuf {
@@ -41,7 +44,13 @@ pub(crate) fn path(dir: &Path, key: &[u8; 40]) -> PathBuf {
 /// `memo` as the file's bytes.
 pub(crate) fn encode(memo: &WalkMemo, key: &[u8; 40]) -> Vec<u8> {
     let mut out = Vec::with_capacity(
-        MAGIC.len() + 40 + 16 + memo.tips.len() * 20 + memo.walked.words().len() * 8 + 20,
+        MAGIC.len()
+            + 40
+            + 16
+            + memo.tips.len() * 20
+            + (memo.tip_bitmaps.len() + memo.reached.len()) * 4
+            + memo.walked.words().len() * 8
+            + 20,
     );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(key);
@@ -60,18 +69,19 @@ pub(crate) fn encode(memo: &WalkMemo, key: &[u8; 40]) -> Vec<u8> {
     for w in words {
         out.extend_from_slice(&w.to_le_bytes());
     }
-    let digest: [u8; 20] = sha1_of(&out);
+    // Bytes packd made: they carry no collision attack, and an all-zero trailer would only
+    // make the file unusable.
+    let digest = sha1_of(&out).unwrap_or([0; 20]);
     out.extend_from_slice(&digest);
     out
 }
 
-fn sha1_of(bytes: &[u8]) -> [u8; 20] {
-    // The file is packd's own: a collision attack on it gains nothing, and the digest only
-    // guards against damage.
-    match sha1dc::digest(bytes) {
-        Ok(d) => d.as_ref().try_into().expect("20 bytes"),
-        Err(_) => [0; 20],
-    }
+/// The SHA-1 of `bytes`; `None` for bytes that carry a collision attack (never written, and
+/// refused when read).
+fn sha1_of(bytes: &[u8]) -> Option<[u8; 20]> {
+    sha1dc::digest(bytes)
+        .ok()
+        .map(|d| d.as_ref().try_into().expect("20 bytes"))
 }
 
 /// Why a kept file was not used.
@@ -92,7 +102,7 @@ pub(crate) fn decode(
         return Err(bad("not a kept walk"));
     }
     let (body, trailer) = bytes.split_at(bytes.len() - 20);
-    if sha1_of(body) != trailer {
+    if sha1_of(body).as_ref().map(|d| &d[..]) != Some(trailer) {
         return Err(bad("its checksum does not match its content"));
     }
     let mut at = MAGIC.len();
@@ -101,7 +111,7 @@ pub(crate) fn decode(
     }
     at += 40;
     let mut input = Cursor { body, at };
-    let n_tips = input.count(objects)?;
+    let n_tips = input.count(objects, 20)?;
     let mut tips = Vec::with_capacity(n_tips);
     for _ in 0..n_tips {
         tips.push(ObjectId::from_bytes(input.take(20)?).expect("20 bytes"));
@@ -111,7 +121,7 @@ pub(crate) fn decode(
     }
     let mut lists = [Vec::new(), Vec::new()];
     for list in &mut lists {
-        let n = input.count(objects)?;
+        let n = input.count(objects, 4)?;
         list.reserve(n);
         for _ in 0..n {
             let pos = input.u32()?;
@@ -121,7 +131,7 @@ pub(crate) fn decode(
             list.push(pos);
         }
     }
-    let n_words = input.count(objects)?;
+    let n_words = input.count(objects, 8)?;
     if n_words as u64 * 64 > objects as u64 + 63 {
         return Err(bad("more bits than objects"));
     }
@@ -134,12 +144,19 @@ pub(crate) fn decode(
     if input.at != body.len() {
         return Err(bad("bytes after the bits"));
     }
+    let walked = Bitmap::from_words(words);
+    if walked
+        .last_set_bit()
+        .is_some_and(|bit| bit >= objects as u64)
+    {
+        return Err(bad("a bit past the last object"));
+    }
     let [tip_bitmaps, reached] = lists;
     Ok(WalkMemo {
         tips,
         tip_bitmaps,
         reached,
-        walked: Bitmap::from_words(words),
+        walked,
     })
 }
 
@@ -165,11 +182,15 @@ impl<'a> Cursor<'a> {
         ))
     }
 
-    /// A count, at most `objects`.
-    fn count(&mut self, objects: u32) -> Result<usize, Unusable> {
+    /// A count of items of `size` bytes each: at most `objects`, and no more than the bytes
+    /// left hold (checked before anything is allocated for them).
+    fn count(&mut self, objects: u32, size: usize) -> Result<usize, Unusable> {
         let n = self.u32()?;
         if n > objects {
             return Err(Unusable("a count larger than the objects".into()));
+        }
+        if n as usize > (self.body.len() - self.at) / size {
+            return Err(Unusable("truncated".into()));
         }
         Ok(n as usize)
     }
@@ -189,21 +210,31 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
 pub(crate) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // Not a `.walk` name: another writer's clean-up must not take it for an old file.
     let tmp = dir.join(format!(
-        ".tmp-{}-{:?}.walk",
+        ".tmp-{}-{}",
         std::process::id(),
-        std::thread::current().id()
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
         return result;
     }
-    // Files of other bitmaps: their packs were replaced by a repack.
+    // Files of other bitmaps not written for a while: their packs were replaced by a repack.
+    // (A server still serving the old pack may write its file now and then; a newer one is
+    // left to the servers that use it.)
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             let other = entry.path();
-            if other != path && other.extension().is_some_and(|e| e == "walk") {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= OTHERS_KEPT_FOR);
+            if other != path && old && other.extension().is_some_and(|e| e == "walk") {
                 let _ = std::fs::remove_file(other);
             }
         }
@@ -252,6 +283,14 @@ mod tests {
             "bits past the objects"
         );
         assert!(
+            decode(&bytes, &key, 999, |_| true).is_err(),
+            "bit 999 past 999 objects"
+        );
+        assert!(
+            decode(&bytes, &key, 1000, |_| true).is_ok(),
+            "bit 999 of 1000 objects"
+        );
+        assert!(
             decode(&bytes, &key, 1000, |p| p != 9).is_err(),
             "a position without a bitmap"
         );
@@ -278,10 +317,19 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
-        // Another bitmap's file replaces this one.
+        // Another bitmap's file replaces this one once this one is old.
         let newer = path(&dir.path().join("walk"), &[2; 40]);
         write(&newer, b"third").unwrap();
+        assert_eq!(read(&file).unwrap(), b"second", "written moments ago: kept");
+        let long_ago = std::time::SystemTime::now() - OTHERS_KEPT_FOR * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        write(&newer, b"fourth").unwrap();
         assert!(read(&file).is_none(), "the older bitmap's file is removed");
-        assert_eq!(read(&newer).unwrap(), b"third");
+        assert_eq!(read(&newer).unwrap(), b"fourth");
     }
 }

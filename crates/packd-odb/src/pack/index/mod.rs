@@ -40,8 +40,9 @@ pub struct PackIndex {
     /// The file, kept for [`PackIndex::find_by_read`] when the index is large (see there).
     blob: Option<std::sync::Arc<dyn packd_storage::Blob>>,
     /// The fanout by the ids' first two bytes, built by [`PackIndex::warm_lookups`] for a
-    /// process about to make many lookups (see there).
-    fine_fanout: std::sync::OnceLock<Box<[u32]>>,
+    /// process about to make many lookups (see there); `None` inside when the ids do not
+    /// allow one.
+    fine_fanout: std::sync::OnceLock<Option<Box<[u32]>>>,
 }
 
 impl PackIndex {
