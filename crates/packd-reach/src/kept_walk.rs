@@ -273,26 +273,20 @@ mod tests {
         assert_eq!(back.reached, vec![11]);
         assert_eq!(back.walked.words(), memo().walked.words());
 
-        let other = [0xcd; 40];
+        let all: fn(u32) -> bool = |_| true;
+        type Case = (&'static str, [u8; 40], u32, fn(u32) -> bool);
+        let refused: [Case; 4] = [
+            ("another bitmap", [0xcd; 40], 1000, all),
+            ("bits past the objects", key, 500, all),
+            ("bit 999 past 999 objects", key, 999, all),
+            ("a position without a bitmap", key, 1000, |p| p != 9),
+        ];
+        for (what, key, objects, has_bitmap) in refused {
+            assert!(decode(&bytes, &key, objects, has_bitmap).is_err(), "{what}");
+        }
         assert!(
-            decode(&bytes, &other, 1000, |_| true).is_err(),
-            "another bitmap"
-        );
-        assert!(
-            decode(&bytes, &key, 500, |_| true).is_err(),
-            "bits past the objects"
-        );
-        assert!(
-            decode(&bytes, &key, 999, |_| true).is_err(),
-            "bit 999 past 999 objects"
-        );
-        assert!(
-            decode(&bytes, &key, 1000, |_| true).is_ok(),
+            decode(&bytes, &key, 1000, all).is_ok(),
             "bit 999 of 1000 objects"
-        );
-        assert!(
-            decode(&bytes, &key, 1000, |p| p != 9).is_err(),
-            "a position without a bitmap"
         );
         for cut in [0, 13, 60, bytes.len() - 21, bytes.len() - 1] {
             assert!(

@@ -332,15 +332,24 @@ fn mirror_clone_after_a_push_through_packd() {
     );
 }
 
-/// A host with hundreds of pull-request refs whose bitmaps `packd write-bitmap --every-tip`
-/// wrote: a mirror clone over HTTP takes the union of every ref's bitmap in one pass, walks no
-/// commit, and sends the pack file as it is; git finds the clone complete.
-#[test]
-fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
+/// The objects in the packs of the repository at `dst`, as `git count-objects -v` says.
+fn objects_in_pack(f: &Fixture, dst: &std::path::Path) -> String {
+    let held = f.sandbox.git_run_in(dst, &["count-objects", "-v"], None);
+    held.out()
+        .lines()
+        .find_map(|l| l.strip_prefix("in-pack: "))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A fixture with `n` pull-request refs (`refs/pull/<i>/head`), each a commit on `main`
+/// that adds a file under `pulls/` (30 paths, so that they share trees).
+fn with_pull_requests_on_main(n: usize) -> Fixture {
     let f = Fixture::new();
     let main = f.repo.git_str(&["rev-parse", "main"]);
     let mut fi = common::FastImport::with_time(1_900_000_000);
-    for i in 0..300 {
+    for i in 0..n {
         fi.commit(
             &format!("refs/pull/{i}/head"),
             Some(&main),
@@ -352,6 +361,15 @@ fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
         );
     }
     f.repo.fast_import(&fi.finish());
+    f
+}
+
+/// A host with hundreds of pull-request refs whose bitmaps `packd write-bitmap --every-tip`
+/// wrote: a mirror clone over HTTP takes the union of every ref's bitmap in one pass, walks no
+/// commit, and sends the pack file as it is; git finds the clone complete.
+#[test]
+fn mirror_clone_with_every_tip_bitmaps_walks_nothing() {
+    let f = with_pull_requests_on_main(300);
     let served = f.repack_whole();
     f.repo
         .packd(&["write-bitmap", "--every-tip", "-q"], None)
@@ -452,15 +470,11 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
             .repo
             .git_str(&["rev-list", "--all", "--objects", "--count"]);
         // Exactly those: nothing the refs left no longer reach.
-        let held = f.sandbox.git_run_in(&dst, &["count-objects", "-v"], None);
-        let in_pack = held
-            .out()
-            .lines()
-            .find_map(|l| l.strip_prefix("in-pack: "))
-            .unwrap()
-            .trim()
-            .to_string();
-        assert_eq!(in_pack, expected, "objects sent to {name}");
+        assert_eq!(
+            objects_in_pack(&f, &dst),
+            expected,
+            "objects sent to {name}"
+        );
     };
     clone("first.git");
     assert_eq!(kept_walks(), 0, "{}", server.log_text());
@@ -506,21 +520,7 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
 /// complete.
 #[test]
 fn a_server_started_again_reads_the_last_fill_in_walk_back() {
-    let f = Fixture::new();
-    let main = f.repo.git_str(&["rev-parse", "main"]);
-    let mut fi = common::FastImport::with_time(1_900_000_000);
-    for i in 0..300 {
-        fi.commit(
-            &format!("refs/pull/{i}/head"),
-            Some(&main),
-            "pull request\n",
-            &[common::inline(
-                &format!("pulls/{}.txt", i % 30),
-                format!("pull request {i}\n"),
-            )],
-        );
-    }
-    f.repo.fast_import(&fi.finish());
+    let f = with_pull_requests_on_main(300);
     f.repo
         .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
     f.repack_whole();
@@ -535,15 +535,11 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
             "info,packd_reach=debug",
         );
         let dst = mirror_clone_checked(&f, &server, "2", name);
-        let held = f.sandbox.git_run_in(&dst, &["count-objects", "-v"], None);
-        let in_pack = held
-            .out()
-            .lines()
-            .find_map(|l| l.strip_prefix("in-pack: "))
-            .unwrap()
-            .trim()
-            .to_string();
-        assert_eq!(in_pack, expected, "objects sent to {name}");
+        assert_eq!(
+            objects_in_pack(&f, &dst),
+            expected,
+            "objects sent to {name}"
+        );
         server.log_text()
     };
     let walk_dir = f.repo.path.join("packd-cache").join("walk");
