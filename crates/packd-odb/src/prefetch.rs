@@ -1,11 +1,10 @@
 //! Asking for memory before a pass reaches it.
 //!
-//! Hashing a pack's bytes as they are sent reads them once, in order, from pages the walk or
-//! the kernel brought in long before: on this project's 2-core machine the SHA-1 of 318 MB
-//! then runs at 0.97 GB/s, each block waiting for its cache lines, against 1.85 GB/s over
-//! bytes already in the cache. Asking for the next 2 KiB while a 1 KiB piece is hashed
-//! brings it to 1.74 GB/s (`examples` measurements of 2026-11-26; git's own hashing reads
-//! the same way).
+//! Hashing a pack's bytes as they are sent reads them once, in order, from memory that is not
+//! in the cache: on this project's 2-core machine the SHA-1 of 318 MB such bytes ran at
+//! 0.97 GB/s (the `sha1` crate, and OpenSSL alike), each block waiting for its cache lines,
+//! against 1.85 GB/s over bytes already in the cache. Asking for the next 2 KiB while a 1 KiB
+//! piece is hashed brought it to 1.74 GB/s (a throwaway program, 2026-11-26).
 
 /// Pieces a pass over a long slice is cut into (see [`for_each_piece`]).
 const PIECE: usize = 1024;
