@@ -205,10 +205,19 @@ pub struct WithOutside {
 /// key that orders them as the pack does and its index position.
 #[derive(Debug, Clone)]
 pub struct SameName {
-    /// Whether the keys are pack positions (bits); else they are entry offsets.
-    pub by_position: bool,
+    /// What the keys are.
+    pub keys: NameKeys,
     /// (key, index position) of each object.
     pub objects: Vec<(u64, u32)>,
+}
+
+/// What orders the objects of a [`SameName`] as the pack does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKeys {
+    /// Pack positions, which are the objects' bits: the pack had them at hand.
+    PackPositions,
+    /// Entry offsets, read from the index without building the pack positions.
+    Offsets,
 }
 
 /// The `n` objects nearest to a target key on each side (keys as in [`SameName`]), offered
@@ -1477,15 +1486,18 @@ impl BitmapIndex {
             }
         }
         Ok(Some(SameName {
-            by_position: positions.is_some(),
+            keys: match positions {
+                Some(_) => NameKeys::PackPositions,
+                None => NameKeys::Offsets,
+            },
             objects,
         }))
     }
 
     /// The key of bit `bit` in the order of [`SameName`]'s keys: the bit itself when keys are
     /// pack positions, else its entry's offset; `None` when the bit names no entry.
-    fn order_key(&self, by_position: bool, bit: u64) -> Result<Option<u64>> {
-        if by_position {
+    fn order_key(&self, keys: NameKeys, bit: u64) -> Result<Option<u64>> {
+        if keys == NameKeys::PackPositions {
             return Ok(Some(bit));
         }
         let Some(pack) = self.objects.single_pack() else {
@@ -1500,8 +1512,8 @@ impl BitmapIndex {
     }
 
     /// The bit of an object picked by its key: the key itself when keys are pack positions.
-    fn chosen_bit(&self, by_position: bool, key: u64, index_pos: u32) -> Result<Option<u64>> {
-        if by_position {
+    fn chosen_bit(&self, keys: NameKeys, key: u64, index_pos: u32) -> Result<Option<u64>> {
+        if keys == NameKeys::PackPositions {
             Ok(Some(key))
         } else {
             self.bit_of(index_pos)
@@ -1517,10 +1529,10 @@ impl BitmapIndex {
     /// objects of git/git with its pull-request refs, cost a sixth of a small fetch); the
     /// caller sorts a list it asks again.
     pub fn bits_near(&self, same: &SameName, sorted: bool, bit: u64, n: usize) -> Result<Vec<u64>> {
-        let Some(target) = self.order_key(same.by_position, bit)? else {
+        let Some(target) = self.order_key(same.keys, bit)? else {
             return Ok(Vec::new());
         };
-        let chosen = |key, index_pos| self.chosen_bit(same.by_position, key, index_pos);
+        let chosen = |key, index_pos| self.chosen_bit(same.keys, key, index_pos);
         let objects = &same.objects[..];
         if sorted {
             let at = objects.partition_point(|&(key, _)| key < target);

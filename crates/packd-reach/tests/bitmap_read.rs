@@ -883,7 +883,7 @@ fn a_cancelled_bitmap_walk_answers_nothing() {
 #[test]
 fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     use packd_odb::{Repository, RepositoryOptions};
-    use packd_reach::bitmap_walk::{BitmapIndex, SameName};
+    use packd_reach::bitmap_walk::{BitmapIndex, NameKeys, SameName};
 
     let repo = build_repo(300);
     repack(&repo, true, true);
@@ -926,7 +926,7 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
             .or_insert_with(|| index.objects_with_name_hash(hash).unwrap().unwrap());
         let same = &by_hash[&hash];
         assert_eq!(objects.objects.len(), same.len(), "name-hash {hash:08x}");
-        assert!(!objects.by_position, "no .rev: keyed by offset");
+        assert_eq!(objects.keys, NameKeys::Offsets, "no .rev: keyed by offset");
         let mut sorted_objects = objects.clone();
         sorted_objects.objects.sort_unstable();
         for n in [1, 3, 16] {
@@ -977,7 +977,7 @@ fn objects_near_by_name_hash_match_a_table_of_every_bit() {
     for bit in (0..count).step_by(7) {
         let hash = hash_of[bit as usize];
         let objects: SameName = index.objects_with_name_hash(hash).unwrap().unwrap();
-        assert!(objects.by_position);
+        assert_eq!(objects.keys, NameKeys::PackPositions);
         let same = &by_hash[&hash];
         let at = same.partition_point(|&b| b < bit);
         let mut expected: Vec<u64> = same[at.saturating_sub(3)..at].to_vec();
