@@ -459,22 +459,15 @@ impl PackServer {
             }
             _ => None,
         };
-        let (planned, ofs_delta, thin) = (&plan.planned, plan.ofs_delta, plan.thin);
         let stats = match &mut fill {
             Some((_, _, Keep::Copy(copying))) => {
                 let mut tee = clone_cache::Tee { out, copying };
-                self.write_planned(planned, ofs_delta, thin, &mut tee, progress, cancel, None)?
+                self.write_planned(&plan, &mut tee, progress, cancel, None)?
             }
-            Some((_, _, Keep::Recipe(recipe))) => self.write_planned(
-                planned,
-                ofs_delta,
-                thin,
-                out,
-                progress,
-                cancel,
-                Some(recipe),
-            )?,
-            _ => self.write_planned(planned, ofs_delta, thin, out, progress, cancel, None)?,
+            Some((_, _, Keep::Recipe(recipe))) => {
+                self.write_planned(&plan, out, progress, cancel, Some(recipe))?
+            }
+            _ => self.write_planned(&plan, out, progress, cancel, None)?,
         };
         match fill {
             Some((config, key, Keep::Record(name))) => config.keep_record(key, &name, &stats),

@@ -1057,21 +1057,20 @@ fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
 }
 
 impl PackServer {
-    /// Writes `plan` to `out` (see the module documentation).
+    /// Writes the objects `pack_plan` counted to `out` (see the module documentation), in the
+    /// forms its request takes (offset deltas, thin).
     /// With `recipe`, the stream's recipe is recorded into it (see [`crate::recipe`]) when
     /// the stream is a whole pack then other objects (see [`replays_cheaply`]); otherwise it
     /// is abandoned.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_planned(
         &self,
-        plan: &Planned,
-        ofs_delta: bool,
-        thin: bool,
+        pack_plan: &crate::PackPlan,
         out: &mut dyn PackSink,
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
         recipe: Option<&mut RecipeWriter>,
     ) -> Result<PackStats, PackError> {
+        let (plan, ofs_delta, thin) = (&pack_plan.planned, pack_plan.ofs_delta, pack_plan.thin);
         if let (Some(pack), true) = (&plan.whole, replays_cheaply(plan)) {
             return self.write_whole_pack_then(
                 pack,
