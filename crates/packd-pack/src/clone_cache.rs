@@ -614,8 +614,32 @@ impl Write for Tee<'_> {
     }
 }
 
-/// The copy needs the bytes, so a tee takes no file ranges.
-impl crate::PackSink for Tee<'_> {}
+/// A tee takes file ranges when its output does: the output sends the range, and the copy
+/// gets it from the pack file by the kernel too (`sendfile` from file to file on Linux), so
+/// that neither passes the bytes through the process: filling the cache with a clone of every
+/// branch and tag of git/git (318 MB) took 0.90 s of CPU instead of 0.98 s (`bench/ab.py`,
+/// `CLONE=heads CACHE=1`; git 1.08 s), against about 0.5 s for the same clone without the cache.
+impl crate::PackSink for Tee<'_> {
+    fn takes_file_ranges(&self) -> bool {
+        cfg!(unix) && self.out.takes_file_ranges()
+    }
+
+    fn send_file_range(&mut self, range: &crate::FileRange) -> std::io::Result<()> {
+        self.out.send_file_range(range)?;
+        if let Some(file) = &mut self.copying.file {
+            // What the buffer holds comes first in the copy.
+            #[cfg(unix)]
+            let copied = file.flush().and_then(|()| range.send_to(file.get_mut()));
+            #[cfg(not(unix))]
+            let copied: std::io::Result<()> = Err(std::io::Error::other("no file ranges here"));
+            if let Err(e) = copied {
+                tracing::warn!("cannot write the clone copy: {e}");
+                self.copying.file = None;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Sends the copy `cached` to `out` as it is, in pieces of 1 MiB (as file ranges of 8 MiB
 /// when `out` takes them), checking `cancel`.

@@ -182,6 +182,12 @@ fn over_http_the_kept_pack_is_sent_from_its_file() {
         1,
         "the repeated clone went out from the kept file:\n{log}"
     );
+    // The first clone, copied into the cache as it went, still sent its runs of reused
+    // entries by sendfile (and the kept copy, checked above, got them from the pack file).
+    assert!(
+        log.contains("went out by sendfile"),
+        "the clone that filled the cache sent no file range:\n{log}"
+    );
 }
 
 #[test]
