@@ -58,26 +58,19 @@ def pushed_copy(repo, tmp):
     return copy
 
 
-def cache_bytes(repo):
-    """Bytes of every file in `repo`'s clone cache."""
-    return sum(os.path.getsize(os.path.join(d, f))
-               for d, _, files in os.walk(f"{repo}/packd-cache/clone") for f in files)
-
-
 def clones(old, new, repo, tmp, runs, which):
     if os.environ.get("PUSHED") == "1":
         repo = pushed_copy(repo, tmp)
     cache = os.environ.get("CACHE") == "1"
     args = ["--format=%(objectname)"] + (["refs/heads", "refs/tags"] if which == "heads" else [])
     wants = sorted(set(fb.git(repo, "for-each-ref", *args).split()))
-    git_cpu = [fb.run_rusage(["git", "-C", repo, "pack-objects", "--stdout", "--revs", "--thin",
-                              "--use-bitmap-index", "--delta-base-offset", "--include-tag"],
-                             "".join(w + "\n" for w in wants).encode())[0]
-               for _ in range(runs)]
+    revs = "".join(w + "\n" for w in wants).encode()
+    git_cpu = []
     nth = ("first", "second", "third") if cache else ("first", "second")
     cpu = {k: tuple([] for _ in nth) for k in ("old", "new")}
     held = {}
     for _ in range(runs):
+        git_cpu.append(fb.git_pack_objects(repo, revs, f"{tmp}/ab.git.pack", include_tag=True)[0])
         for k, packd in (("old", old), ("new", new)):
             shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
             server = fb.Packd(packd, os.path.dirname(repo),
@@ -88,7 +81,7 @@ def clones(old, new, repo, tmp, runs, which):
                              include_tag=True)
                 clone.append(server.cpu() - before)
             server.stop()
-            held[k] = cache_bytes(repo)
+            held[k] = fb.clone_cache_bytes(repo)
     shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
     if os.environ.get("PUSHED") == "1":
         shutil.rmtree(repo, ignore_errors=True)

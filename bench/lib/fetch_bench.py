@@ -287,38 +287,35 @@ def full_clone(packd, repo, wants, tmp):
         size = server.fetch(name, wants, [], path, include_tag=True)
         return server.cpu() - base_cpu, time.monotonic() - start, size
 
-    # Three ways packd may serve it: a fresh server's first clone, the same clone again from
-    # the running server (indexes loaded), both without the clone cache; then, with the clone
-    # cache (emptied first), the clone that fills it and the next one, sent from it.
     rows = []
+    identical = True
+
+    def serve(labels, args):
+        """One server started with `args`, a clone for each of `labels`: a row each."""
+        nonlocal identical
+        server = Packd(packd, root, args)
+        try:
+            for label in labels:
+                pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
+                rows.append((label, pcpu, server.hwm(), pwall, size))
+                identical = identical and filecmp.cmp(f"{tmp}/packd-clone.pack",
+                                                      f"{tmp}/git-clone.pack", shallow=False)
+        finally:
+            server.stop()
+
+    # A fresh server's first clone and the running server's next one (indexes loaded); a
+    # server started again over what the first kept of its walk; all three without the clone
+    # cache. Then, with nothing kept and the clone cache on, the clone that fills it and the
+    # next one, sent from it.
     cache = os.path.join(repo, "packd-cache")
+    no_cache = ["--clone-cache-bytes", "0"]
     shutil.rmtree(cache, ignore_errors=True)
-    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
-    try:
-        for label in ("packd, fresh server", "packd, running server"):
-            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
-            rows.append((label, pcpu, server.hwm(), pwall, size))
-        identical = filecmp.cmp(f"{tmp}/packd-clone.pack", f"{tmp}/git-clone.pack", shallow=False)
-    finally:
-        server.stop()
-    # Started again over what the first server kept of its walk (a fill-in walk's answer, when
-    # there was one).
-    server = Packd(packd, root, ["--clone-cache-bytes", "0"])
-    try:
-        pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
-        rows.append(("packd, started again", pcpu, server.hwm(), pwall, size))
-        identical = identical and filecmp.cmp(f"{tmp}/packd-clone.pack",
-                                              f"{tmp}/git-clone.pack", shallow=False)
-    finally:
-        server.stop()
+    serve(("packd, fresh server", "packd, running server"), no_cache)
+    serve(("packd, started again",), no_cache)
     shutil.rmtree(cache, ignore_errors=True)
-    server = Packd(packd, root)
     try:
-        for label in ("packd, cache filled", "packd, from cache"):
-            pcpu, pwall, size = clone_once(server, f"{tmp}/packd-clone.pack")
-            rows.append((label, pcpu, server.hwm(), pwall, size))
+        serve(("packd, cache filled", "packd, from cache"), [])
     finally:
-        server.stop()
         shutil.rmtree(cache, ignore_errors=True)
     os.unlink(f"{tmp}/packd-clone.pack")
     os.unlink(f"{tmp}/git-clone.pack")
@@ -328,7 +325,7 @@ def full_clone(packd, repo, wants, tmp):
     for label, pcpu, phwm, pwall, size in rows:
         print(f"   {label:22} {pcpu:>8.3f} {phwm:>8.1f} {pwall:>8.3f} {size:>11} "
               f"{pcpu / c:>9.2f} {phwm / rss:>9.2f}")
-    print(f"   packd's pack is byte for byte git's: {identical}")
+    print(f"   packd's packs are byte for byte git's: {identical}")
 
 
 def after_push(packd, repo, tmp, runs, every_ref=False):
@@ -396,6 +393,12 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
                 os.unlink(f"{tmp}/{f}")
 
 
+def clone_cache_bytes(repo):
+    """Bytes of every file in `repo`'s clone cache (not the rest of `packd-cache/`)."""
+    return sum(os.path.getsize(os.path.join(d, f))
+               for d, _, files in os.walk(f"{repo}/packd-cache/clone") for f in files)
+
+
 def clone_cache_after_push(packd, tmp, copy, wants, git_cpu, git_bytes):
     """The mirror clone after a push through the clone cache: a fresh server with the cache on
     (emptied first) fills it with the first clone, which is the pack's entries as they are then
@@ -410,8 +413,7 @@ def clone_cache_after_push(packd, tmp, copy, wants, git_cpu, git_bytes):
             before = server.cpu()
             size = server.fetch("pushed.git", wants, [], f"{tmp}/packd.pack", include_tag=True)
             pc = server.cpu() - before
-            held = sum(os.path.getsize(os.path.join(d, f))
-                       for d, _, files in os.walk(f"{cache}/clone") for f in files)
+            held = clone_cache_bytes(copy)
             print(f"{label:30} {git_cpu:>9.4f} {pc:>9.4f} {pc / git_cpu:>6.2f}  {git_bytes:>11} "
                   f"{size:>11} {size / git_bytes:>6.3f}  cache holds {held} bytes, .meta included", flush=True)
     finally:

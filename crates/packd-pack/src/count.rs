@@ -15,6 +15,7 @@ use crate::walk;
 use crate::{FetchRequest, Filter, PackError, PackServer, ProgressSink};
 use packd_odb::pack::Pack;
 use packd_odb::packed_refs::Peeled;
+use packd_odb::refs::ListedRef;
 use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind};
 use packd_reach::ewah::Bitmap;
 use std::collections::HashMap;
@@ -205,8 +206,29 @@ const MAX_AFTER_WHOLE: usize = 4096;
 const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
 
 /// Wants from which a request's wanted tags are peeled from `packed-refs` (see
-/// `PackServer::wanted_tags_peeled`).
+/// `wanted_tags_peeled`).
 const PEEL_WANTS_FROM: usize = 64;
+
+/// What the wanted annotated tags among `tag_refs` (the refs under refs/tags/) peel to, as
+/// `packed-refs` records it, for a request wanting at least [`PEEL_WANTS_FROM`] objects (a
+/// clone wants every tag): when every tag of the bitmapped pack is wanted, the walk then takes
+/// them all from the bitmap of tags instead of reading each one (1,006 tags on git/git).
+/// Fewer wants are not worth listing the refs for.
+fn wanted_tags_peeled(wants: &[ObjectId], tag_refs: &[ListedRef]) -> IdMap<ObjectId> {
+    let mut peeled = IdMap::default();
+    if wants.len() < PEEL_WANTS_FROM {
+        return peeled;
+    }
+    let wanted: IdSet = wants.iter().copied().collect();
+    for r in tag_refs {
+        if let Peeled::Tag(target) = r.peeled {
+            if wanted.contains(&r.id) {
+                peeled.insert(r.id, target);
+            }
+        }
+    }
+    peeled
+}
 
 fn missing(id: &ObjectId) -> PackError {
     PackError::BadRequest(format!("object {id} is missing from the repository"))
@@ -241,7 +263,13 @@ impl PackServer {
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
             if let Some(index) = self.bitmap() {
-                let peeled = self.wanted_tags_peeled(&request.wants)?;
+                // Listed once, for what the wanted tags peel to and for include-tag.
+                let tag_refs = if request.include_tag || request.wants.len() >= PEEL_WANTS_FROM {
+                    self.repo.refs().list_refs("refs/tags/", &[])?
+                } else {
+                    Vec::new()
+                };
+                let peeled = wanted_tags_peeled(&request.wants, &tag_refs);
                 if let Some(answer) =
                     index.difference_with_outside(repo, &request.wants, &haves, &peeled, cancel)?
                 {
@@ -261,7 +289,7 @@ impl PackServer {
                     }
                     let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
                     let tags = if request.include_tag {
-                        self.tags_to_add(index, &wanted, &had, &outside_ids)?
+                        self.tags_to_add(&tag_refs, index, &wanted, &had, &outside_ids)?
                     } else {
                         Vec::new()
                     };
@@ -370,7 +398,8 @@ impl PackServer {
             }
         }
         if request.include_tag {
-            for tag in self.tags_to_include(&|id| Ok(sent.contains(id)))? {
+            let tag_refs = self.repo.refs().list_refs("refs/tags/", &[])?;
+            for tag in self.tags_to_include(&tag_refs, &|id| Ok(sent.contains(id)))? {
                 // `insert`: a tag reached through several refs is added once.
                 if counted.had.contains(&tag) || !sent.insert(tag) {
                     continue;
@@ -437,6 +466,7 @@ impl PackServer {
     /// is added once: loose tags have no offset to deduplicate by.
     fn tags_to_add(
         &self,
+        tag_refs: &[ListedRef],
         index: &packd_reach::bitmap_walk::BitmapIndex,
         wanted: &Bitmap,
         had: &Bitmap,
@@ -444,7 +474,7 @@ impl PackServer {
     ) -> Result<Vec<ObjectId>, PackError> {
         let mut added = IdSet::default();
         let mut tags = Vec::new();
-        for tag in self.tags_to_include(&|id| {
+        for tag in self.tags_to_include(tag_refs, &|id| {
             Ok(match index.bit_of_id(id)? {
                 Some(bit) => wanted.get(bit),
                 None => outside.contains(id),
@@ -537,36 +567,16 @@ impl PackServer {
         Ok(())
     }
 
-    /// What the wanted annotated tags peel to, as `packed-refs` records it, for a request
-    /// wanting at least [`PEEL_WANTS_FROM`] objects (a clone wants every tag): when every tag
-    /// of the bitmapped pack is wanted, the walk then takes them all from the bitmap of tags
-    /// instead of reading each one (1,006 tags on git/git). Fewer wants are not worth listing
-    /// the refs for.
-    fn wanted_tags_peeled(&self, wants: &[ObjectId]) -> Result<IdMap<ObjectId>, PackError> {
-        let mut peeled = IdMap::default();
-        if wants.len() < PEEL_WANTS_FROM {
-            return Ok(peeled);
-        }
-        let wanted: IdSet = wants.iter().copied().collect();
-        for r in self.repo.refs().list_refs("refs/tags/", &[])? {
-            if let Peeled::Tag(target) = r.peeled {
-                if wanted.contains(&r.id) {
-                    peeled.insert(r.id, target);
-                }
-            }
-        }
-        Ok(peeled)
-    }
-
-    /// Annotated tags (and tags of tags) under refs/tags/ whose target `sent` says is sent:
-    /// include-tag sends them along.
+    /// Annotated tags (and tags of tags) among `tag_refs` (the refs under refs/tags/) whose
+    /// target `sent` says is sent: include-tag sends them along.
     fn tags_to_include(
         &self,
+        tag_refs: &[ListedRef],
         sent: &dyn Fn(&ObjectId) -> Result<bool, PackError>,
     ) -> Result<Vec<ObjectId>, PackError> {
         let walker = packd_reach::walk::Walker::new(&self.repo);
         let mut out = Vec::new();
-        for r in self.repo.refs().list_refs("refs/tags/", &[])? {
+        for r in tag_refs {
             // What `packed-refs` says spares reading the tag, unless its target is sent: then
             // the tags between the ref and its target (a tag of a tag) are read to send them.
             match r.peeled {

@@ -372,10 +372,10 @@ impl Window {
             let to = (range.end - self.start) as usize;
             return Ok((from, to));
         }
-        let data = pack.data();
-        let trailer = data.len().saturating_sub(20);
+        let trailer = pack.entries_end();
         let end = ahead().max(range.end).min(trailer.max(range.end));
-        let bytes = data
+        let bytes = pack
+            .data()
             .read_copy(range.start..end)
             .map_err(packd_odb::Error::from)?;
         self.rank = rank;
@@ -645,18 +645,12 @@ fn write_whole_pack_in(
 ) -> Result<PackStats, PackError> {
     let index = pack.index();
     let count = index.len();
-    let len = pack.data_len();
     let name = pack.data_name();
     let corrupt = |offset: u64, why: String| -> PackError {
         packd_odb::Error::corrupt(name, offset, why).into()
     };
-    if len < 32 {
-        return Err(corrupt(
-            0,
-            "shorter than a pack's header and trailer".into(),
-        ));
-    }
-    let trailer_at = len - 20;
+    // `Pack::open` took only a file that holds a header and a trailer.
+    let trailer_at = pack.entries_end();
     let trailer = verified_trailer(pack)?;
     // Ranges of the pack of at most `range_entries` entries each (a bucket more crowded
     // than that is a range of its own), from about 4096 buckets.
@@ -699,7 +693,7 @@ fn write_whole_pack_in(
         count: then.is_some().then_some(total),
         file: if out_takes_ranges {
             pack.data()
-                .file_range(0..len)
+                .file_range(0..pack.data_len())
                 .map_err(packd_odb::Error::from)?
         } else {
             None
@@ -927,9 +921,6 @@ pub(crate) fn sent_whole(plan: &Planned, ofs_delta: bool) -> Result<Option<&Arc<
 /// Whether `pack`'s file starts with the header a stream of all its entries starts with
 /// (version 2, its object count): then the file, sent as it is, is that stream.
 pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
-    if pack.data_len() < 32 {
-        return Ok(false);
-    }
     let head = pack.data().read(0..12).map_err(packd_odb::Error::from)?;
     let mut expected = [0u8; 12];
     expected[..4].copy_from_slice(b"PACK");
@@ -1039,11 +1030,10 @@ fn crc_mismatch(pack: &Pack, offset: u64, id: ObjectId) -> PackError {
 /// The trailer of `pack` (its checksum, which a stream that copies every entry of the file
 /// ends with), checked against the one its index records.
 fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
-    let len = pack.data_len();
-    let at = len.saturating_sub(20);
+    let at = pack.entries_end();
     let stored = pack
         .data()
-        .read_copy(at..len)
+        .read_copy(at..at + 20)
         .map_err(packd_odb::Error::from)?;
     if &stored[..] != pack.index().pack_checksum() {
         return Err(packd_odb::Error::corrupt(

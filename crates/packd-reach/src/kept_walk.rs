@@ -1,11 +1,12 @@
 //! A large fill-in walk's answer kept on disk, so that a server started again does not walk
 //! again (see `WalkMemo` in `bitmap_walk`): on git/git with its pull-request refs, a mirror
-//! clone's walk is 0.7 s of CPU that a running server spends once.
+//! clone's walk is most of the 1.11 s of CPU of a fresh server's first clone
+//! (`fetch-20261126-0427.txt`), which a running server spends once.
 //!
 //! ```text
 //! "packd walk 1\n"                      magic, 13 bytes
-//! key[40]                               the bitmapped objects' checksum (the pack's trailer or
-//!                                       the multi-pack-index's), then the .bitmap file's own
+//! key[20]                               the .bitmap file's own checksum (its trailer, which
+//!                                       covers the pack's or multi-pack-index's it records)
 //! n_tips: u32, tips: n_tips x 20 bytes  sorted, distinct
 //! n_tip_bitmaps: u32, n x u32           index positions of commits with bitmaps
 //! n_reached: u32, n x u32               index positions of commits with bitmaps
@@ -14,9 +15,10 @@
 //! ```
 //! All integers but the words are big-endian. The file is `<dir>/<key in hex>.walk`, one per
 //! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the others
-//! not written for ten minutes (kept for packs a repack replaced). A file is written whole to a
-//! temporary name, then renamed; one that does not check out (damaged, another key, a position
-//! without a bitmap, a bit past the last object) is ignored.
+//! not written for ten minutes (kept for packs a repack replaced). A file is written as the
+//! bitmap writer writes its files (`bitmap::write::replace_files`: a temporary file, synced,
+//! renamed); one that does not check out (damaged, another key, a position without a bitmap, a
+//! bit past the last object) is ignored.
 
 use crate::bitmap_walk::WalkMemo;
 use crate::ewah::Bitmap;
@@ -25,27 +27,25 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"packd walk 1\n";
 
-/// The largest file read: 3,300 tips and 841,000 objects take 170 KB.
+/// The largest file read: git/git's 3,277 tips and 841,300 objects took 188 KB (the
+/// `packd-cache/` of `bench/data/results/fetch-20261126-0416.txt`'s mirror clone after a push:
+/// 188,637 bytes with a 368-byte recipe).
 const MAX_FILE: u64 = 256 << 20;
 
 /// How long another bitmap's file is left after it was last written (see [`write`]).
 const OTHERS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The file for the bitmap named by `key` (see the module documentation) in `dir`.
-pub(crate) fn path(dir: &Path, key: &[u8; 40]) -> PathBuf {
-    let mut name = String::with_capacity(86);
-    for b in key {
-        name.push_str(&format!("{b:02x}"));
-    }
-    name.push_str(".walk");
-    dir.join(name)
+pub(crate) fn path(dir: &Path, key: &[u8; 20]) -> PathBuf {
+    let name = ObjectId::from_bytes(key).expect("20 bytes").to_hex();
+    dir.join(format!("{name}.walk"))
 }
 
 /// `memo` as the file's bytes.
-pub(crate) fn encode(memo: &WalkMemo, key: &[u8; 40]) -> Vec<u8> {
+pub(crate) fn encode(memo: &WalkMemo, key: &[u8; 20]) -> Vec<u8> {
     let mut out = Vec::with_capacity(
         MAGIC.len()
-            + 40
+            + 20
             + 16
             + memo.tips.len() * 20
             + (memo.tip_bitmaps.len() + memo.reached.len()) * 4
@@ -93,12 +93,12 @@ pub(crate) struct Unusable(String);
 /// says whether an index position has a commit bitmap (every kept position must).
 pub(crate) fn decode(
     bytes: &[u8],
-    key: &[u8; 40],
+    key: &[u8; 20],
     objects: u32,
     has_bitmap: impl Fn(u32) -> bool,
 ) -> Result<WalkMemo, Unusable> {
     let bad = |what: &str| Unusable(what.to_string());
-    if bytes.len() < MAGIC.len() + 40 + 20 || !bytes.starts_with(MAGIC) {
+    if bytes.len() < MAGIC.len() + 20 + 20 || !bytes.starts_with(MAGIC) {
         return Err(bad("not a kept walk"));
     }
     let (body, trailer) = bytes.split_at(bytes.len() - 20);
@@ -106,10 +106,10 @@ pub(crate) fn decode(
         return Err(bad("its checksum does not match its content"));
     }
     let mut at = MAGIC.len();
-    if &body[at..at + 40] != key {
+    if &body[at..at + 20] != key {
         return Err(bad("kept for another pack or bitmap"));
     }
-    at += 40;
+    at += 20;
     let mut input = Cursor { body, at };
     let n_tips = input.count(objects, 20)?;
     let mut tips = Vec::with_capacity(n_tips);
@@ -205,26 +205,15 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
-/// Writes `bytes` to `path` whole: to a temporary file in the same directory, then renamed
-/// over it, so that a reader finds the old file or the new one.
-pub(crate) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` whole (see the module documentation), then removes the files of
+/// other bitmaps, and temporary files, not written for [`OTHERS_KEPT_FOR`]: their packs were
+/// replaced by a repack (a server still serving an old pack may write its file now and then;
+/// a newer one is left to the servers that use it).
+pub(crate) fn write(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    // Not a `.walk` name: another writer's clean-up must not take it for an old file.
-    let tmp = dir.join(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        return result;
-    }
-    // Files of other bitmaps not written for a while: their packs were replaced by a repack.
-    // (A server still serving the old pack may write its file now and then; a newer one is
-    // left to the servers that use it.)
+    crate::bitmap::write::replace_files(&[(path.to_path_buf(), bytes)])
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             let other = entry.path();
@@ -234,7 +223,9 @@ pub(crate) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
                 .ok()
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= OTHERS_KEPT_FOR);
-            if other != path && old && other.extension().is_some_and(|e| e == "walk") {
+            let ours = other.extension().is_some_and(|e| e == "walk")
+                || entry.file_name().to_string_lossy().starts_with("tmp_");
+            if other != path && old && ours {
                 let _ = std::fs::remove_file(other);
             }
         }
@@ -265,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_kept_walk_reads_back_only_for_its_bitmap() {
-        let key = [0xab; 40];
+        let key = [0xab; 20];
         let bytes = encode(&memo(), &key);
         let back = decode(&bytes, &key, 1000, |_| true).unwrap();
         assert_eq!(back.tips, memo().tips);
@@ -274,9 +265,9 @@ mod tests {
         assert_eq!(back.walked.words(), memo().walked.words());
 
         let all: fn(u32) -> bool = |_| true;
-        type Case = (&'static str, [u8; 40], u32, fn(u32) -> bool);
+        type Case = (&'static str, [u8; 20], u32, fn(u32) -> bool);
         let refused: [Case; 4] = [
-            ("another bitmap", [0xcd; 40], 1000, all),
+            ("another bitmap", [0xcd; 20], 1000, all),
             ("bits past the objects", key, 500, all),
             ("bit 999 past 999 objects", key, 999, all),
             ("a position without a bitmap", key, 1000, |p| p != 9),
@@ -302,9 +293,9 @@ mod tests {
     #[test]
     fn a_file_is_replaced_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let file = path(&dir.path().join("walk"), &[1; 40]);
-        write(&file, b"first").unwrap();
-        write(&file, b"second").unwrap();
+        let file = path(&dir.path().join("walk"), &[1; 20]);
+        write(&file, b"first".to_vec()).unwrap();
+        write(&file, b"second".to_vec()).unwrap();
         assert_eq!(read(&file).unwrap(), b"second");
         let names: Vec<_> = std::fs::read_dir(dir.path().join("walk"))
             .unwrap()
@@ -312,17 +303,15 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
         // Another bitmap's file replaces this one once this one is old.
-        let newer = path(&dir.path().join("walk"), &[2; 40]);
-        write(&newer, b"third").unwrap();
+        let newer = path(&dir.path().join("walk"), &[2; 20]);
+        write(&newer, b"third".to_vec()).unwrap();
         assert_eq!(read(&file).unwrap(), b"second", "written moments ago: kept");
         let long_ago = std::time::SystemTime::now() - OTHERS_KEPT_FOR * 2;
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
+        std::fs::File::open(&file)
             .unwrap()
             .set_modified(long_ago)
             .unwrap();
-        write(&newer, b"fourth").unwrap();
+        write(&newer, b"fourth".to_vec()).unwrap();
         assert!(read(&file).is_none(), "the older bitmap's file is removed");
         assert_eq!(read(&newer).unwrap(), b"fourth");
     }

@@ -283,12 +283,7 @@ fn a_damaged_kept_pack_is_not_used() {
 
 /// The pack file of `repo` (it has one) and its checksum in hex.
 fn only_pack(repo: &Repo) -> (PathBuf, String) {
-    let packs: Vec<PathBuf> = std::fs::read_dir(repo.pack_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
-        .collect();
+    let packs = repo.packs();
     assert_eq!(packs.len(), 1, "{packs:?}");
     let bytes = std::fs::read(&packs[0]).unwrap();
     let checksum = bytes[bytes.len() - 20..]

@@ -343,16 +343,13 @@ fn objects_in_pack(f: &Fixture, dst: &std::path::Path) -> String {
         .to_string()
 }
 
-/// A fixture with `n` pull-request refs (`refs/pull/<i>/head`), each a commit on `main`
-/// that adds a file under `pulls/` (30 paths, so that they share trees).
-fn with_pull_requests_on_main(n: usize) -> Fixture {
-    let f = Fixture::new();
-    let main = f.repo.git_str(&["rev-parse", "main"]);
-    let mut fi = common::FastImport::with_time(1_900_000_000);
+/// Adds `n` pull-request refs (`refs/pull/<i>/head`) to `fi`, the `i`th a commit on
+/// `from(i)` that adds a file under `pulls/` (30 paths, so that they share trees).
+fn add_pull_requests<'a>(fi: &mut common::FastImport, n: usize, from: impl Fn(usize) -> &'a str) {
     for i in 0..n {
         fi.commit(
             &format!("refs/pull/{i}/head"),
-            Some(&main),
+            Some(from(i)),
             "pull request\n",
             &[common::inline(
                 &format!("pulls/{}.txt", i % 30),
@@ -360,6 +357,14 @@ fn with_pull_requests_on_main(n: usize) -> Fixture {
             )],
         );
     }
+}
+
+/// A fixture with `n` pull-request refs on `main` (see [`add_pull_requests`]).
+fn with_pull_requests_on_main(n: usize) -> Fixture {
+    let f = Fixture::new();
+    let main = f.repo.git_str(&["rev-parse", "main"]);
+    let mut fi = common::FastImport::with_time(1_900_000_000);
+    add_pull_requests(&mut fi, n, |_| &main);
     f.repo.fast_import(&fi.finish());
     f
 }
@@ -425,24 +430,15 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
             &[common::inline("feature-2.txt", "second on feature\n")],
         )
     );
-    for i in 0..300 {
-        // Some of the older pull requests (which git's bitmaps leave out: it takes the newest
-        // hundred or so) sit on `feature`'s tip; no newer one does.
-        let from = if i < 150 && i % 3 == 0 {
+    // Some of the older pull requests (which git's bitmaps leave out: it takes the newest
+    // hundred or so) sit on `feature`'s tip; no newer one does.
+    add_pull_requests(&mut fi, 300, |i| {
+        if i < 150 && i % 3 == 0 {
             &second
         } else {
             &main
-        };
-        fi.commit(
-            &format!("refs/pull/{i}/head"),
-            Some(from),
-            "pull request\n",
-            &[common::inline(
-                &format!("pulls/{}.txt", i % 30),
-                format!("pull request {i}\n"),
-            )],
-        );
-    }
+        }
+    });
     f.repo.fast_import(&fi.finish());
     f.repo
         .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
@@ -554,6 +550,10 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
     let second = serve_one("second.git");
     assert!(second.contains("read back from"), "{second}");
     assert!(second.contains("a kept walk from"), "{second}");
+    assert!(
+        second.contains(" 0 commits and 0 trees "),
+        "started from the kept answer, the walk reads nothing: {second}"
+    );
     // Damaged: not used, and walked again (which keeps a good file again).
     let mut bytes = std::fs::read(&files[0]).unwrap();
     let middle = bytes.len() / 2;

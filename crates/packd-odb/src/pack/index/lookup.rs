@@ -109,8 +109,7 @@ impl PackIndex {
         };
         let want = id.as_bytes();
         let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
-        let (mut lo, end) = (fine[prefix], fine[prefix + 1]);
-        let mut hi = end;
+        let (lo, end) = (fine[prefix], fine[prefix + 1]);
         // The dozen ids of the bucket span a few cache lines, which the search would miss one
         // after the other: asking for them all at once costs about one miss. (Not for a
         // bucket much larger than the dozen: ids crafted to share two bytes.)
@@ -123,15 +122,8 @@ impl PackIndex {
                 line += 64;
             }
         }
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.id_bytes(mid) < &want[..] {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        (lo < end && self.id_bytes(lo) == &want[..]).then_some(lo)
+        let at = self.lower_bound(lo..end, want);
+        (at < end && self.id_bytes(at) == want).then_some(at)
     }
 
     /// Prepares this index for many lookups by id: a fanout by the ids' first two bytes
