@@ -163,8 +163,18 @@ def commit_on(repo, parent, message):
 
 
 def proc_cpu(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """CPU seconds process `pid` has used so far, its exited threads included (a request's
+    counting runs on a thread of its own). Read from the process's CPU-time clock, counted in
+    nanoseconds: a small fetch costs a running server a few milliseconds, which the clock ticks
+    of /proc/PID/stat (10 ms here) cannot tell apart. Those ticks where the clock cannot be
+    read."""
+    try:
+        # The clock id of process `pid`'s CPU time (Linux's MAKE_PROCESS_CPUCLOCK(pid,
+        # CPUCLOCK_SCHED)), what clock_getcpuclockid(3) gives.
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def proc_hwm(pid):
