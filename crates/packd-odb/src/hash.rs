@@ -39,6 +39,18 @@ impl HashKind {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectId([u8; 20]);
 
+/// Bytes spelled in lowercase hexadecimal: how git names a pack or bitmap by its checksum, and
+/// how errors show a checksum that does not match.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
 impl ObjectId {
     /// The id of no object: all zeros, as git prints for a missing side of a ref update.
     pub const NULL: ObjectId = ObjectId([0; 20]);
@@ -222,6 +234,14 @@ impl Prefix {
 mod tests {
     use super::*;
     use crate::ObjectKind;
+
+    #[test]
+    fn hex_spells_bytes_as_git_names_packs() {
+        assert_eq!(hex(&[0x00, 0xab, 0x7f, 0x10]), "00ab7f10");
+        assert_eq!(hex(&[]), "");
+        let id = ObjectId::from_hex("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").unwrap();
+        assert_eq!(hex(id.as_bytes()), id.to_hex());
+    }
 
     #[test]
     fn hashes_like_git() {

@@ -39,7 +39,7 @@ pub use error::{Error, Result};
 /// Work on fewer objects than this (a small push's deltas and checks) runs on the calling
 /// thread: starting the thread pool would cost more than the work.
 pub(crate) const PARALLEL_FROM: usize = 512;
-pub use hash::{HashKind, ObjectId, Prefix};
+pub use hash::{hex, HashKind, ObjectId, Prefix};
 pub use id_set::{IdMap, IdSet, OffsetMap, OffsetSet};
 pub use object::{Object, ObjectHeader, ObjectKind};
 pub use odb::{

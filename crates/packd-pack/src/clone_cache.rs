@@ -49,7 +49,7 @@
 use crate::recipe::{Recipe, RecipeWriter};
 use crate::{FetchRequest, Filter, PackError, PackStats};
 use packd_odb::pack::Pack;
-use packd_odb::{ObjectId, Repository};
+use packd_odb::Repository;
 use sha1::{Digest, Sha1};
 use std::fs::File;
 use std::io::Write;
@@ -218,7 +218,7 @@ pub(crate) fn pack_key(pack: &packd_odb::pack::Pack) -> String {
 
 /// A SHA-1 checksum (a pack's, a cache key's) in hex, as an object id is spelled.
 pub(crate) fn checksum_hex(checksum: &[u8]) -> String {
-    ObjectId::from_bytes(checksum).map_or_else(String::new, |id| id.to_hex())
+    packd_odb::hex(checksum)
 }
 
 impl CloneCacheConfig {

@@ -450,10 +450,10 @@ impl PackServer {
             (Some(config), Some(clone_cache::CacheUse::Fill(key))) => {
                 let keep = match write::sent_whole(&plan.planned, plan.ofs_delta)? {
                     Some(pack) => Some(Keep::Record(clone_cache::pack_key(pack))),
-                    None if write::replays_cheaply(&plan.planned) => {
-                        Some(Keep::Recipe(RecipeWriter::new()))
-                    }
-                    None => config.start_copy(key).map(Keep::Copy),
+                    None => match write::replays_cheaply(&plan.planned) {
+                        Some(pack) => Some(Keep::Recipe(RecipeWriter::new(), pack.clone())),
+                        None => config.start_copy(key).map(Keep::Copy),
+                    },
                 };
                 keep.map(|keep| (config, key, keep))
             }
@@ -462,16 +462,21 @@ impl PackServer {
         let stats = match &mut fill {
             Some((_, _, Keep::Copy(copying))) => {
                 let mut tee = clone_cache::Tee { out, copying };
-                self.write_planned(&plan, &mut tee, progress, cancel, None)?
+                self.write_planned(&plan, &mut tee, progress, cancel)?
             }
-            Some((_, _, Keep::Recipe(recipe))) => {
-                self.write_planned(&plan, out, progress, cancel, Some(recipe))?
-            }
-            _ => self.write_planned(&plan, out, progress, cancel, None)?,
+            Some((_, _, Keep::Recipe(recipe, pack))) => self.write_whole_pack_then(
+                pack,
+                &plan.planned.after_whole,
+                out,
+                progress,
+                cancel,
+                Some(recipe),
+            )?,
+            _ => self.write_planned(&plan, out, progress, cancel)?,
         };
         match fill {
             Some((config, key, Keep::Record(name))) => config.keep_record(key, &name, &stats),
-            Some((config, key, Keep::Recipe(recipe))) => config.finish(key, recipe, &stats),
+            Some((config, key, Keep::Recipe(recipe, _))) => config.finish(key, recipe, &stats),
             Some((config, _, Keep::Copy(copying))) => config.finish_copy(copying, &stats),
             None => {}
         }
@@ -483,8 +488,9 @@ impl PackServer {
 enum Keep {
     /// As a record naming the repository's pack it is, by checksum (hex).
     Record(String),
-    /// As a recipe, recorded while it is written.
-    Recipe(RecipeWriter),
+    /// As a recipe, recorded while it is written: the stream is this pack's entries, then
+    /// the objects stored elsewhere (see `write::replays_cheaply`).
+    Recipe(RecipeWriter, Arc<Pack>),
     /// As a copy, written while it is sent.
     Copy(clone_cache::Copying),
 }

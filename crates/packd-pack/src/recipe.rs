@@ -129,11 +129,6 @@ impl RecipeWriter {
         self.range = Some((pack, offset, len));
     }
 
-    /// Marks the recipe as not describing the stream: it will not be kept.
-    pub(crate) fn abandon(&mut self) {
-        self.failed = true;
-    }
-
     /// Bytes of the stream described so far.
     pub(crate) fn described(&self) -> u64 {
         self.described
@@ -408,11 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_or_oversized_recipe_is_not_kept() {
-        let mut w = RecipeWriter::new();
-        w.literal(b"x");
-        w.abandon();
-        assert!(w.finish().is_none());
+    fn an_oversized_recipe_is_not_kept() {
         let mut w = RecipeWriter::new();
         let big = vec![0u8; LITERAL_STEP];
         for _ in 0..=(MAX_LITERAL_BYTES as usize / LITERAL_STEP) {

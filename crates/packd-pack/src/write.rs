@@ -204,8 +204,8 @@ impl<'a> Output<'a> {
 
     /// Writes `buffer[from..to]`, joined to the pending range when it continues it in the
     /// same buffer. `file`: the pack file `buffer` was read from and where in it the buffer
-    /// starts, when the output takes file ranges. (Not recorded in a recipe: see
-    /// [`replays_cheaply`].)
+    /// starts, when the output takes file ranges. (Not recorded in a recipe: only streams that
+    /// [`replays_cheaply`] finds are.)
     fn write_shared(
         &mut self,
         buffer: &Bytes,
@@ -929,13 +929,13 @@ pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
     Ok(head[..] == expected)
 }
 
-/// Whether the stream for `plan` is bound to copy its pack's entries in one run, so that its
-/// recipe replays by `sendfile` (see `clone_cache`): a whole pack and what follows it. A
-/// stream of chosen entries leaves some out, and every entry left out, or header rewritten,
-/// moves the entries after it and so rewrites the headers of the deltas whose bases lie
-/// before it: its runs are short.
-pub(crate) fn replays_cheaply(plan: &Planned) -> bool {
-    plan.whole.is_some() && !plan.after_whole.is_empty()
+/// The pack whose entries the stream for `plan` copies in one run before the objects that
+/// follow them (a mirror clone after a push), if it does: such a stream's recipe replays by
+/// `sendfile` (see `clone_cache`). A stream of chosen entries leaves some out, and every entry
+/// left out, or header rewritten, moves the entries after it and so rewrites the headers of
+/// the deltas whose bases lie before it: its runs are short.
+pub(crate) fn replays_cheaply(plan: &Planned) -> Option<&Arc<Pack>> {
+    plan.whole.as_ref().filter(|_| !plan.after_whole.is_empty())
 }
 
 /// Each pack's whole file as a range, by rank, when the output takes file ranges (`None` for
@@ -1049,32 +1049,23 @@ fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
 impl PackServer {
     /// Writes the objects `pack_plan` counted to `out` (see the module documentation), in the
     /// forms its request takes (offset deltas, thin).
-    /// With `recipe`, the stream's recipe is recorded into it (see [`crate::recipe`]) when
-    /// the stream is a whole pack then other objects (see [`replays_cheaply`]); otherwise it
-    /// is abandoned.
     pub(crate) fn write_planned(
         &self,
         pack_plan: &crate::PackPlan,
         out: &mut dyn PackSink,
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
-        recipe: Option<&mut RecipeWriter>,
     ) -> Result<PackStats, PackError> {
         let (plan, ofs_delta, thin) = (&pack_plan.planned, pack_plan.ofs_delta, pack_plan.thin);
-        if let (Some(pack), true) = (&plan.whole, replays_cheaply(plan)) {
+        if let Some(pack) = replays_cheaply(plan) {
             return self.write_whole_pack_then(
                 pack,
                 &plan.after_whole,
                 out,
                 progress,
                 cancel,
-                recipe,
+                None,
             );
-        }
-        // Other streams are not recorded (`PackServer::write` asks only for those): should a
-        // recipe come anyway, it is abandoned, not left describing part of the stream.
-        if let Some(recipe) = recipe {
-            recipe.abandon();
         }
         if let Some(pack) = sent_whole(plan, ofs_delta)? {
             return write_whole_pack(pack, out, progress, cancel);
@@ -1551,8 +1542,9 @@ impl PackServer {
     /// the pack was written), each whole: a mirror clone after a push. Entries are checked
     /// against the index's CRC-32 as [`write_whole_pack_in`] checks them; the header and the
     /// trailer are the stream's own (the plan checked that the file's header is a stream's,
-    /// see `count::whole_pack`).
-    fn write_whole_pack_then(
+    /// see `count::whole_pack`). With `recipe`, the stream's recipe is recorded into it (see
+    /// [`crate::recipe`]).
+    pub(crate) fn write_whole_pack_then(
         &self,
         pack: &Pack,
         after: &[ObjectId],

@@ -123,10 +123,6 @@ fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
 /// next version of each directory with (per thread; see [`LastAtPath`]).
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
 /// and the entry's offset.
 type StoredAt = (usize, u64);
@@ -300,7 +296,10 @@ impl BitmapIndex {
     fn open_with(repo: &Repository, warm: bool) -> Result<Option<BitmapIndex>> {
         let started = std::time::Instant::now();
         if let Some((storage, midx, packs)) = repo.objects().multi_pack_index() {
-            let name = format!("pack/multi-pack-index-{}.bitmap", hex(midx.checksum()));
+            let name = format!(
+                "pack/multi-pack-index-{}.bitmap",
+                packd_odb::hex(midx.checksum())
+            );
             match storage.open(&name) {
                 Ok(blob) => match PackBitmap::open(blob, midx.checksum(), midx.len()) {
                     Ok(bitmap) => {

@@ -71,10 +71,6 @@ fn read_rev(
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Bitmapped {
     /// The objects of `pack`, with its `.rev` when it has a valid one. Without one, pack
     /// positions come from the pack's own rank and reverse indexes, built on first use: a query
@@ -110,7 +106,10 @@ impl Bitmapped {
         let rev = if midx.has_reverse_index() {
             None
         } else {
-            let name = format!("pack/multi-pack-index-{}.rev", hex(midx.checksum()));
+            let name = format!(
+                "pack/multi-pack-index-{}.rev",
+                packd_odb::hex(midx.checksum())
+            );
             match read_rev(storage, &name, midx.checksum(), midx.len())? {
                 Some(rev) => Some(rev),
                 None => {

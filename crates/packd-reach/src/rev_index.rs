@@ -34,10 +34,6 @@ pub struct RevIndex {
     count: u32,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The bytes of the reverse index whose pack position `i` holds index position
 /// `positions[i]`, for a pack whose checksum is `pack_checksum`: header, positions, pack checksum
 /// and the SHA-1 of all that.
@@ -241,8 +237,8 @@ fn check_header(
     if recorded != pack_checksum {
         return Err(RevIndexError::ChecksumMismatch {
             file: name.to_string(),
-            expected: hex(pack_checksum),
-            found: hex(recorded),
+            expected: packd_odb::hex(pack_checksum),
+            found: packd_odb::hex(recorded),
         });
     }
     Ok(())

@@ -164,10 +164,6 @@ fn pack_order(index: &[IndexEntry]) -> Vec<u32> {
     by_offset.into_iter().map(|(_, i)| i).collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Reads a pack from `input` into `pack_dir` (an `objects/pack` directory) and indexes it.
 /// `odb` provides the bases of a thin pack. `progress` is told (stage, done, total).
 /// The pack, its index and their names in `pack_dir` are durable when this returns.
@@ -287,7 +283,7 @@ fn ingest(
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
 
-    let hex = hex(&checksum);
+    let hex = crate::hex(&checksum);
     let idx_bytes = encode_v2(&mut index, &checksum);
     let pack_order = pack_order(&index);
     if let Some(stem) = quarantine {
@@ -382,7 +378,7 @@ pub fn index_pack_file(
     std::fs::rename(&idx_tmp, idx_path).map_err(io(idx_path))?;
     std::mem::forget(idx_guard);
     Ok(Ingested {
-        hex: hex(&parsed.checksum),
+        hex: crate::hex(&parsed.checksum),
         pack_path: pack_path.to_path_buf(),
         idx_path: idx_path.to_path_buf(),
         objects,

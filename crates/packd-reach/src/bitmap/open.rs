@@ -34,10 +34,6 @@ pub(super) const MAX_XOR_CHAIN: usize = 4096;
 
 const TYPE_NAMES: [&str; 4] = ["commit", "tree", "blob", "tag"];
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -84,8 +80,8 @@ pub(super) fn open(
     if recorded != pack_checksum {
         return Err(BitmapError::ChecksumMismatch {
             file,
-            expected: hex(pack_checksum),
-            found: hex(recorded),
+            expected: packd_odb::hex(pack_checksum),
+            found: packd_odb::hex(recorded),
         });
     }
 

@@ -359,10 +359,6 @@ fn mtime_seconds(path: &Path) -> Result<i64, WriteError> {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Writes a multi-pack-index over all the repository's packs (`objects/pack/multi-pack-index`,
 /// with a RIDX chunk) and its bitmap (`multi-pack-index-<checksum>.bitmap`), bits in the
 /// pseudo-pack order. Every selected commit must be bitmappable: the packs together must hold
@@ -411,7 +407,7 @@ pub fn write_midx_bitmap(
         true,
     )?;
 
-    let bitmap_name = format!("multi-pack-index-{}.bitmap", hex(&checksum));
+    let bitmap_name = format!("multi-pack-index-{}.bitmap", packd_odb::hex(&checksum));
     let bitmap_path = pack_dir.join(&bitmap_name);
     let bitmap_bytes = built.bytes.len() as u64;
     replace_files(&[
