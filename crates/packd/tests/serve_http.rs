@@ -565,6 +565,50 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
     assert!(third.contains("kept in"), "{third}");
 }
 
+/// `packd upload-pack`, a process per request as over ssh, keeps a large fill-in walk's answer
+/// in `packd-cache/walk/` as a server does, and the next process reads it back instead of
+/// walking: both mirror clones are complete.
+#[test]
+fn upload_pack_processes_share_the_kept_fill_in_walk() {
+    let f = with_pull_requests_on_main(300);
+    f.repo
+        .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
+    f.repack_whole();
+    let expected = f
+        .repo
+        .git_str(&["rev-list", "--all", "--objects", "--count"]);
+    let upload_pack = format!("--upload-pack={} upload-pack", common::PACKD);
+    let url = format!("file://{}", f.repo.path.display());
+    let clone = |name: &str| -> String {
+        let dst = f.sandbox.path().join(name);
+        let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
+        cmd.env("PACKD_LOG", "info,packd_reach=debug");
+        cmd.args(["clone", "--mirror", &upload_pack, &url, dst.to_str().unwrap()]);
+        let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+        run.assert_success();
+        f.fsck(&dst);
+        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path), "refs of {name}");
+        assert_eq!(
+            objects_in_pack(&f, &dst),
+            expected,
+            "objects sent to {name}"
+        );
+        run.err()
+    };
+    let first = clone("first.git");
+    assert!(first.contains("kept in"), "{first}");
+    assert!(!first.contains("a kept walk from"), "{first}");
+    let walk_dir = f.repo.path.join("packd-cache").join("walk");
+    assert_eq!(std::fs::read_dir(&walk_dir).unwrap().count(), 1);
+    let second = clone("second.git");
+    assert!(second.contains("read back from"), "{second}");
+    assert!(second.contains("a kept walk from"), "{second}");
+    assert!(
+        second.contains(" 0 commits and 0 trees "),
+        "started from the kept answer, the walk reads nothing: {second}"
+    );
+}
+
 /// A clone that is not the whole pack (one branch, no tags) still sends the runs of reused
 /// entries of 64 KiB or more from the file (here the 256 KiB file's entry), over protocol v0
 /// and v2: git finds the clone complete, with the objects `main` reaches.
