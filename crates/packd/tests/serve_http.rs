@@ -583,7 +583,13 @@ fn upload_pack_processes_share_the_kept_fill_in_walk() {
         let dst = f.sandbox.path().join(name);
         let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
         cmd.env("PACKD_LOG", "info,packd_reach=debug");
-        cmd.args(["clone", "--mirror", &upload_pack, &url, dst.to_str().unwrap()]);
+        cmd.args([
+            "clone",
+            "--mirror",
+            &upload_pack,
+            &url,
+            dst.to_str().unwrap(),
+        ]);
         let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
         run.assert_success();
         f.fsck(&dst);
