@@ -511,11 +511,9 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     assert_eq!(kept_walks(), after_side + 1, "{}", server.log_text());
 }
 
-/// A large fill-in walk's answer is kept in `packd-cache/walk/` too: a server started again
-/// reads it back and does not walk again; a damaged file is not used, and the clone is still
-/// complete.
-#[test]
-fn a_server_started_again_reads_the_last_fill_in_walk_back() {
+/// 300 pull-request refs on `main`, packed with bitmaps only on branches (so that a mirror
+/// clone walks from every pull request), and the number of objects a mirror clone must get.
+fn pull_requests_left_to_a_fill_in_walk() -> (Fixture, String) {
     let f = with_pull_requests_on_main(300);
     f.repo
         .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
@@ -523,6 +521,15 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
     let expected = f
         .repo
         .git_str(&["rev-list", "--all", "--objects", "--count"]);
+    (f, expected)
+}
+
+/// A large fill-in walk's answer is kept in `packd-cache/walk/` too: a server started again
+/// reads it back and does not walk again; a damaged file is not used, and the clone is still
+/// complete.
+#[test]
+fn a_server_started_again_reads_the_last_fill_in_walk_back() {
+    let (f, expected) = pull_requests_left_to_a_fill_in_walk();
     let serve_one = |name: &str| -> String {
         let server = Server::start_logging(
             &f.sandbox,
@@ -570,13 +577,7 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
 /// walking: both mirror clones are complete.
 #[test]
 fn upload_pack_processes_share_the_kept_fill_in_walk() {
-    let f = with_pull_requests_on_main(300);
-    f.repo
-        .git(&["config", "pack.preferBitmapTips", "refs/heads/"]);
-    f.repack_whole();
-    let expected = f
-        .repo
-        .git_str(&["rev-list", "--all", "--objects", "--count"]);
+    let (f, expected) = pull_requests_left_to_a_fill_in_walk();
     let upload_pack = format!("--upload-pack={} upload-pack", common::PACKD);
     let url = format!("file://{}", f.repo.path.display());
     let clone = |name: &str| -> String {
