@@ -524,6 +524,17 @@ fn pull_requests_left_to_a_fill_in_walk() -> (Fixture, String) {
     (f, expected)
 }
 
+/// Asserts that the debug log `log` of a mirror clone shows the kept fill-in walk read back
+/// from its file and used, with nothing walked.
+fn assert_walk_read_back(log: &str) {
+    assert!(log.contains("read back from"), "{log}");
+    assert!(log.contains("a kept walk from"), "{log}");
+    assert!(
+        log.contains(" 0 commits and 0 trees "),
+        "started from the kept answer, the walk reads nothing: {log}"
+    );
+}
+
 /// A large fill-in walk's answer is kept in `packd-cache/walk/` too: a server started again
 /// reads it back and does not walk again; a damaged file is not used, and the clone is still
 /// complete.
@@ -555,12 +566,7 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let second = serve_one("second.git");
-    assert!(second.contains("read back from"), "{second}");
-    assert!(second.contains("a kept walk from"), "{second}");
-    assert!(
-        second.contains(" 0 commits and 0 trees "),
-        "started from the kept answer, the walk reads nothing: {second}"
-    );
+    assert_walk_read_back(&second);
     // Damaged: not used, and walked again (which keeps a good file again).
     let mut bytes = std::fs::read(&files[0]).unwrap();
     let middle = bytes.len() / 2;
@@ -608,12 +614,7 @@ fn upload_pack_processes_share_the_kept_fill_in_walk() {
     let walk_dir = f.repo.path.join("packd-cache").join("walk");
     assert_eq!(std::fs::read_dir(&walk_dir).unwrap().count(), 1);
     let second = clone("second.git");
-    assert!(second.contains("read back from"), "{second}");
-    assert!(second.contains("a kept walk from"), "{second}");
-    assert!(
-        second.contains(" 0 commits and 0 trees "),
-        "started from the kept answer, the walk reads nothing: {second}"
-    );
+    assert_walk_read_back(&second);
 }
 
 /// A clone that is not the whole pack (one branch, no tags) still sends the runs of reused
