@@ -86,6 +86,7 @@ impl Bitmapped {
             None => None,
         };
         if let Some(rev) = rev {
+            tracing::debug!("{}: pack order taken from its .rev", pack.name());
             pack.set_pack_order(Arc::new(rev));
         }
         Ok(Bitmapped::Pack {

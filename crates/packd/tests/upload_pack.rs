@@ -317,9 +317,9 @@ fn clones_equal_plain_git_clones_and_fetch_increments() {
 /// offset of the pack: the client ends up with what git's own upload-pack gives it, deltas
 /// against objects it has included (the files shrink, so git's repack makes the newer
 /// versions deltas against the older). Its sizes follow `Pack::few_enough_one_by_one`: the
-/// fetch (the last 2 of 1,200 commits) must be at most a 256th of the pack's objects. Where
-/// git's `repack` writes a `.rev` (git 2.41 and later), the pack's order answers instead of
-/// the rank index.
+/// fetch (the last 2 of 1,200 commits) must be at most a 256th of the pack's objects. Each
+/// entry is found through the pack's rank index, or where the pack has a `.rev` (git's `repack`
+/// writes one from git 2.41 on), through the order it gives, and no rank index is built.
 #[test]
 fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
     let sb = Sandbox::new();
@@ -344,8 +344,7 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
     repo.git(&["repack", "-adbfq"]);
     let src = repo.path.to_str().unwrap();
     let up = format!("--upload-pack={}", upload_pack_cmd());
-    let mut stderr = String::new();
-    for (name, packd) in [("by-git", false), ("by-packd", true)] {
+    let fetch_old_then_main = |name: &str, packd: bool| -> String {
         git_v(
             &sb,
             sb.path(),
@@ -364,22 +363,60 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
         )
         .assert_success();
         let dir = sb.path().join(name);
-        let mut args = vec!["fetch", "-q"];
+        // Objects stored as deltas, in the clone's packs.
+        let deltas = || {
+            let bases = sb.git_in(
+                &dir,
+                &[
+                    "cat-file",
+                    "--batch-all-objects",
+                    "--batch-check=%(deltabase)",
+                ],
+            );
+            let zero = "0".repeat(40);
+            String::from_utf8(bases)
+                .unwrap()
+                .lines()
+                .filter(|base| *base != zero)
+                .count()
+        };
+        let before = deltas();
+        // The fetched objects stay a pack (not loose), so that its deltas can be seen.
+        let mut args = vec!["-c", "fetch.unpackLimit=1", "fetch", "-q"];
         if packd {
             args.push(&up);
         }
         args.extend(["origin", "main:refs/heads/main"]);
-        let run = git_v_logged(&sb, &dir, 2, &args);
+        let log = "packd_pack=debug,packd_reach=debug,packd_odb::pack=debug";
+        let run = git_v_with(&sb, &dir, 2, &args, Some(log));
         run.assert_success();
-        if packd {
-            stderr = run.err();
-        }
         fsck(&sb, &dir);
-    }
+        assert_eq!(
+            objects_of(&sb, &dir),
+            objects_of(&sb, &sb.path().join("by-git"))
+        );
+        assert_eq!(refs_of(&sb, &dir), refs_of(&sb, &sb.path().join("by-git")));
+        assert!(deltas() > before, "{name}: no object came as a delta");
+        run.err()
+    };
+    fetch_old_then_main("by-git", false);
+    let stderr = fetch_old_then_main("by-packd", true);
     assert!(stderr.contains("found entry by entry"), "{stderr}");
-    let (by_git, by_packd) = (sb.path().join("by-git"), sb.path().join("by-packd"));
-    assert_eq!(objects_of(&sb, &by_packd), objects_of(&sb, &by_git));
-    assert_eq!(refs_of(&sb, &by_packd), refs_of(&sb, &by_git));
+    assert!(stderr.contains("rank index built"), "{stderr}");
+    assert!(!stderr.contains("taken from its .rev"), "{stderr}");
+    // With a `.rev`.
+    let pack = repo.packs()[0].clone();
+    sb.git_run_in(
+        &repo.path,
+        &["index-pack", "--rev-index", pack.to_str().unwrap()],
+        None,
+    )
+    .assert_success();
+    assert!(pack.with_extension("rev").exists());
+    let stderr = fetch_old_then_main("by-packd-rev", true);
+    assert!(stderr.contains("taken from its .rev"), "{stderr}");
+    assert!(stderr.contains("found entry by entry"), "{stderr}");
+    assert!(!stderr.contains("rank index built"), "{stderr}");
 }
 
 #[test]

@@ -206,9 +206,13 @@ impl Pack {
         // be read) leaves the exact reverse index to report it.
         self.rank
             .get_or_init(|| {
-                super::rank::RankIndex::build(&self.index, self.entries_end())
+                let built = super::rank::RankIndex::build(&self.index, self.entries_end())
                     .ok()
-                    .flatten()
+                    .flatten();
+                if built.is_some() {
+                    tracing::debug!("{}: rank index built", self.data_name());
+                }
+                built
             })
             .as_ref()
     }
