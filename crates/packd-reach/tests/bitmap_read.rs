@@ -1045,6 +1045,18 @@ fn a_pack_order_from_its_rev_answers_as_its_sorted_offsets() {
     assert!(pack.has_reverse_index());
     assert_eq!(pack.sorted_offsets().unwrap(), &offsets[..]);
     assert_eq!(pack.positions_in_pack_order().unwrap(), &order[..]);
+    // Without an order, the rank index finds ends one by one, and refuses an offset no entry
+    // starts at, or the trailer's, without sorting every offset.
+    let pack = open();
+    assert_eq!(pack.entry_end(offsets[3]).unwrap(), offsets[4]);
+    let inside = pack.entry_end(offsets[1] - 1).unwrap_err().to_string();
+    assert!(inside.contains("no object of the index starts"), "{inside}");
+    let trailer = pack
+        .entry_end(offsets[offsets.len() - 1])
+        .unwrap_err()
+        .to_string();
+    assert!(trailer.contains("outside the entries"), "{trailer}");
+    assert!(!pack.has_reverse_index(), "no offsets were sorted");
     // Positions both ways, for every entry, without a sort.
     let pack = open();
     pack.set_pack_order(Arc::new(rev.clone()));

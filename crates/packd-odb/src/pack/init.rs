@@ -258,6 +258,23 @@ impl Pack {
         })
     }
 
+    /// Why no entry ends after `offset`: it lies outside the entries (the index places an
+    /// object there), or no entry starts there.
+    fn no_entry_end(&self, offset: u64) -> Error {
+        if offset < 12 || offset >= self.entries_end() {
+            return Error::corrupt(
+                self.index.name(),
+                0,
+                format!(
+                    "places an object at offset {offset}, outside the entries of {} (12..{})",
+                    self.data.name(),
+                    self.entries_end()
+                ),
+            );
+        }
+        self.no_entry_at(offset)
+    }
+
     fn no_entry_at(&self, offset: u64) -> Error {
         Error::corrupt(
             self.data.name(),
@@ -407,30 +424,25 @@ impl Pack {
     /// `Pack::take_one_by_one`).
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
         match self.take_one_by_one() {
-            // The rank index finds an end without the entry's index position.
-            Some(OneByOne::Rank(rank)) if rank.rank(offset).is_some() => {
-                return Ok(rank.next_offset(offset).unwrap_or(self.entries_end()));
+            // The rank index finds an end without the entry's index position, and it is exact:
+            // no entry starts where it finds none (said without sorting every offset).
+            Some(OneByOne::Rank(rank)) => {
+                return match rank.rank(offset) {
+                    Some(_) => Ok(rank.next_offset(offset).unwrap_or(self.entries_end())),
+                    None => Err(self.no_entry_end(offset)),
+                };
             }
             Some(way @ OneByOne::Order(_)) => {
                 if let Some((_, end)) = self.span_one_by_one(way, offset)? {
                     return Ok(end);
                 }
             }
-            _ => {}
+            None => {}
         }
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
-            _ if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
-                self.index.name(),
-                0,
-                format!(
-                    "places an object at offset {offset}, outside the entries of {} (12..{})",
-                    self.data.name(),
-                    self.entries_end()
-                ),
-            )),
-            _ => Err(self.no_entry_at(offset)),
+            _ => Err(self.no_entry_end(offset)),
         }
     }
 }
