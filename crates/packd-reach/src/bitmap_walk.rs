@@ -23,7 +23,7 @@ use packd_odb::{
 };
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
@@ -72,7 +72,7 @@ const MEMO_SLOTS: usize = 2;
 ///
 /// The last one kept also goes to a file (see [`crate::kept_walk`]) when the server said where
 /// ([`BitmapIndex::keep_walks_in`]), and the first request that could use one reads it back.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct WalkMemo {
     /// The commit tips without bitmaps walked from, sorted.
     pub(crate) tips: Vec<ObjectId>,
@@ -178,12 +178,26 @@ pub struct BitmapIndex {
     taken: std::sync::atomic::AtomicU32,
     /// Answers of large fill-in walks, most recently used first.
     memos: std::sync::Mutex<Vec<Arc<WalkMemo>>>,
-    /// The file that keeps the last answer and the key it is kept under (see
-    /// [`BitmapIndex::keep_walks_in`]); set once it was read (requests that could use it wait
-    /// for the read); whether writing it failed (then it is not tried again).
-    walk_file: std::sync::OnceLock<(std::path::PathBuf, [u8; 20])>,
-    walk_file_read: std::sync::OnceLock<()>,
-    walk_file_failed: std::sync::atomic::AtomicBool,
+    /// The file that keeps the last answer (see [`BitmapIndex::keep_walks_in`]).
+    walk_file: std::sync::OnceLock<KeptWalkFile>,
+}
+
+/// The file a [`BitmapIndex`] keeps its last fill-in walk's answer in (see
+/// [`crate::kept_walk`]), and what this process knows of it.
+#[derive(Debug)]
+struct KeptWalkFile {
+    path: std::path::PathBuf,
+    /// The bitmap's own checksum, which the file is kept under.
+    key: [u8; 20],
+    /// The directory of the repository's `.bitmap` files (whose files are kept).
+    pack_dir: std::path::PathBuf,
+    /// Set once the file was read (requests that could use it wait for the read).
+    read: std::sync::OnceLock<()>,
+    /// Whether writing it failed (then it is not tried again).
+    failed: std::sync::atomic::AtomicBool,
+    /// The answer the file holds, as far as this process wrote or read it: only that one's
+    /// going stale removes the file.
+    holds: std::sync::Mutex<std::sync::Weak<WalkMemo>>,
 }
 
 /// What [`BitmapIndex::difference_with_outside`] answers.
@@ -361,8 +375,6 @@ impl BitmapIndex {
             taken: Default::default(),
             memos: Default::default(),
             walk_file: Default::default(),
-            walk_file_read: Default::default(),
-            walk_file_failed: Default::default(),
         }
     }
 
@@ -1104,25 +1116,29 @@ impl BitmapIndex {
     /// [`MEMO_SLOTS`].
     fn keep_memo(&self, memo: WalkMemo) {
         let memo = Arc::new(memo);
-        let known = {
+        let same = {
             let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
-            // The same answer again (a walk that started from it and found nothing more) is
-            // in the file already.
-            let known = memos.iter().any(|m| {
-                m.tips == memo.tips
-                    && m.tip_bitmaps == memo.tip_bitmaps
-                    && m.reached == memo.reached
-                    && m.walked.words() == memo.walked.words()
-            });
+            // The same answer again (a walk that started from it and found nothing more).
+            let same = memos.iter().find(|m| ***m == *memo).cloned();
             memos.retain(|m| m.tips != memo.tips);
             memos.insert(0, memo.clone());
             memos.truncate(MEMO_SLOTS);
-            known
+            same
         };
-        // Written once the lock is let go: other requests' walks need it meanwhile.
-        if let Some((path, key)) = self.walk_file.get().filter(|_| !known) {
-            self.write_kept_walk(path, key, &memo);
+        let Some(file) = self.walk_file.get() else {
+            return;
+        };
+        {
+            // The same answer as the one the file holds is not written again; the file now
+            // holds this one.
+            let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
+            if same.is_some_and(|same| Weak::ptr_eq(&holds, &Arc::downgrade(&same))) {
+                *holds = Arc::downgrade(&memo);
+                return;
+            }
         }
+        // Written once the memo lock is let go: other requests' walks need it meanwhile.
+        self.write_kept_walk(file, &memo);
     }
 
     /// Keeps the answer of each large fill-in walk in a file under `dir` too, and reads it
@@ -1132,80 +1148,98 @@ impl BitmapIndex {
     /// records), so another pack or bitmap never reads it.
     /// Only the first call counts. The file holds the last answer kept: a mirror clone's, or
     /// the side a mirror fetch has, whichever came last.
-    pub fn keep_walks_in(&self, dir: &std::path::Path) {
+    /// `pack_dir` is where the repository's `.bitmap` files are: files kept for bitmaps no
+    /// longer there are removed.
+    pub fn keep_walks_in(&self, dir: &std::path::Path, pack_dir: &std::path::Path) {
         let Ok(key) = self.bitmap.file_checksum() else {
             return;
         };
-        let _ = self.walk_file.set((crate::kept_walk::path(dir, &key), key));
+        let _ = self.walk_file.set(KeptWalkFile {
+            path: crate::kept_walk::path(dir, &key),
+            key,
+            pack_dir: pack_dir.to_path_buf(),
+            read: Default::default(),
+            failed: Default::default(),
+            holds: Default::default(),
+        });
     }
 
     /// Reads the kept answer (see [`BitmapIndex::keep_walks_in`]) once, if there is one that
     /// checks out, behind the answers already in memory.
+    /// Tags are left out of an answer read back (see [`WalkMemo`]), whatever the file says.
     fn read_kept_walk(&self) {
-        let Some((path, key)) = self.walk_file.get() else {
+        let Some(file) = self.walk_file.get() else {
             return;
         };
-        self.walk_file_read.get_or_init(|| {
-            let Some(bytes) = crate::kept_walk::read(path) else {
+        file.read.get_or_init(|| {
+            let Some(bytes) = crate::kept_walk::read(&file.path) else {
                 return;
             };
             let objects = self.objects.len();
-            let decoded =
-                crate::kept_walk::decode(&bytes, key, objects, |pos| self.bitmap.contains(pos));
-            self.take_kept_walk(path, decoded);
-        });
-    }
-
-    /// Takes a kept answer read back, behind the answers in memory; tags are left out of an
-    /// answer (see [`WalkMemo`]), whatever the file says.
-    fn take_kept_walk(
-        &self,
-        path: &std::path::Path,
-        decoded: std::result::Result<WalkMemo, crate::kept_walk::Unusable>,
-    ) {
-        match decoded {
-            Ok(mut memo) => {
-                memo.walked
-                    .and_not_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
-                tracing::debug!(
-                    "the walk from {} tips read back from {}",
-                    memo.tips.len(),
-                    path.display()
-                );
-                let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
-                if memos.len() < MEMO_SLOTS && memos.iter().all(|m| m.tips != memo.tips) {
-                    memos.push(Arc::new(memo));
+            let decoded = crate::kept_walk::decode(&bytes, &file.key, objects, |pos| {
+                self.bitmap.contains(pos)
+            });
+            let mut memo = match decoded {
+                Ok(memo) => memo,
+                Err(e) => {
+                    tracing::debug!("{} is not used: {e}", file.path.display());
+                    return;
                 }
+            };
+            memo.walked
+                .and_not_assign(self.bitmap.type_bitmap(ObjectKind::Tag));
+            tracing::debug!(
+                "the walk from {} tips read back from {}",
+                memo.tips.len(),
+                file.path.display()
+            );
+            let memo = Arc::new(memo);
+            let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+            if memos.len() < MEMO_SLOTS && memos.iter().all(|m| m.tips != memo.tips) {
+                *file.holds.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&memo);
+                memos.push(memo);
             }
-            Err(e) => tracing::debug!("{} is not used: {e}", path.display()),
-        }
+        });
     }
 
     fn forget_memo(&self, memo: &Arc<WalkMemo>) {
         let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
         memos.retain(|m| !Arc::ptr_eq(m, memo));
-        // The file most likely holds it: a process started later would find it stale too.
-        if let Some((path, _)) = self.walk_file.get() {
-            let _ = std::fs::remove_file(path);
+        drop(memos);
+        // When the file holds it, a process started later would find it stale too; another
+        // answer there (the other side of a fetch, or a newer one) is left.
+        if let Some(file) = self.walk_file.get() {
+            let holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
+            if Weak::ptr_eq(&holds, &Arc::downgrade(memo)) {
+                let _ = std::fs::remove_file(&file.path);
+            }
         }
     }
 
     /// Writes `memo` to the kept-walk file (see [`BitmapIndex::keep_walks_in`]); after a
     /// failure (a read-only repository), warns once and stops trying.
-    fn write_kept_walk(&self, path: &std::path::Path, key: &[u8; 20], memo: &WalkMemo) {
-        if self.walk_file_failed.load(Ordering::Relaxed) {
+    fn write_kept_walk(&self, file: &KeptWalkFile, memo: &Arc<WalkMemo>) {
+        if file.failed.load(Ordering::Relaxed) {
             return;
         }
         let started = std::time::Instant::now();
-        match crate::kept_walk::write(path, crate::kept_walk::encode(memo, key)) {
-            Ok(()) => tracing::debug!(
-                "the walk from {} tips kept in {} in {:?}",
-                memo.tips.len(),
-                path.display(),
-                started.elapsed()
-            ),
+        let path = &file.path;
+        // The holder is set while the file is written, so that a write and a removal for a
+        // stale answer do not cross.
+        let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = crate::kept_walk::encode(memo, &file.key);
+        match crate::kept_walk::write(path, bytes, &file.pack_dir) {
+            Ok(()) => {
+                *holds = Arc::downgrade(memo);
+                tracing::debug!(
+                    "the walk from {} tips kept in {} in {:?}",
+                    memo.tips.len(),
+                    path.display(),
+                    started.elapsed()
+                )
+            }
             Err(e) => {
-                if !self.walk_file_failed.swap(true, Ordering::Relaxed) {
+                if !file.failed.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "the answer of a fill-in walk cannot be kept in {} (a server started \
                          again will walk again): {e}",

@@ -14,8 +14,8 @@
 //! checksum[20]                          SHA-1 of everything above
 //! ```
 //! All integers but the words are big-endian. The file is `<dir>/<key in hex>.walk`, one per
-//! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the others
-//! not written for ten minutes (kept for packs a repack replaced). A file is written as the
+//! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the files of
+//! bitmaps no longer in the repository (a repack replaced them). A file is written as the
 //! bitmap writer writes its files (`bitmap::write::replace_files`: a temporary file, synced,
 //! renamed); one that does not check out (damaged, another key, a position without a bitmap, a
 //! bit past the last object) is ignored.
@@ -23,6 +23,7 @@
 use crate::bitmap_walk::WalkMemo;
 use crate::ewah::Bitmap;
 use packd_odb::ObjectId;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"packd walk 1\n";
@@ -32,13 +33,12 @@ const MAGIC: &[u8] = b"packd walk 1\n";
 /// 188,637 bytes with a 368-byte recipe).
 const MAX_FILE: u64 = 256 << 20;
 
-/// How long another bitmap's file is left after it was last written (see [`write`]).
-const OTHERS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+/// How long a temporary file is left before it is taken for a dead writer's (see [`write`]).
+const TEMP_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The file for the bitmap named by `key` (see the module documentation) in `dir`.
 pub(crate) fn path(dir: &Path, key: &[u8; 20]) -> PathBuf {
-    let name = ObjectId::from_bytes(key).expect("20 bytes").to_hex();
-    dir.join(format!("{name}.walk"))
+    dir.join(format!("{}.walk", packd_odb::hex(key)))
 }
 
 /// `memo` as the file's bytes.
@@ -206,31 +206,60 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Writes `bytes` to `path` whole (see the module documentation), then removes the files of
-/// other bitmaps, and temporary files, not written for [`OTHERS_KEPT_FOR`]: their packs were
-/// replaced by a repack (a server still serving an old pack may write its file now and then;
-/// a newer one is left to the servers that use it).
-pub(crate) fn write(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
+/// bitmaps that are no longer among the `.bitmap` files of `pack_dir` (a repack replaced them;
+/// a server still serving an old pack may keep its file meanwhile, and writes it again if it
+/// is removed under it), and temporary files older than [`TEMP_KEPT_FOR`].
+pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     crate::bitmap::write::replace_files(&[(path.to_path_buf(), bytes)])
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let other = entry.path();
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age >= OTHERS_KEPT_FOR);
-            let ours = other.extension().is_some_and(|e| e == "walk")
-                || entry.file_name().to_string_lossy().starts_with("tmp_");
-            if other != path && old && ours {
-                let _ = std::fs::remove_file(other);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let live = bitmap_keys(pack_dir);
+    for entry in entries.flatten() {
+        let other = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let stale = match name.strip_suffix(".walk") {
+            // Only once the bitmaps could be listed: a pack directory that cannot be read
+            // removes nothing.
+            Some(hex) => live.as_ref().is_some_and(|live| !live.contains(hex)),
+            None => {
+                name.starts_with("tmp_")
+                    && entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age >= TEMP_KEPT_FOR)
             }
+        };
+        if other != path && stale {
+            let _ = std::fs::remove_file(other);
         }
     }
     Ok(())
+}
+
+/// The keys (in hex) of the `.bitmap` files in `pack_dir`: each file's trailing checksum, read
+/// from its last 20 bytes. `None` when the directory cannot be read.
+fn bitmap_keys(pack_dir: &Path) -> Option<std::collections::HashSet<String>> {
+    let mut keys = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(pack_dir).ok()?.flatten() {
+        if !entry.file_name().to_string_lossy().ends_with(".bitmap") {
+            continue;
+        }
+        let mut trailer = [0u8; 20];
+        let read = std::fs::File::open(entry.path()).and_then(|mut file| {
+            file.seek(std::io::SeekFrom::End(-20))?;
+            file.read_exact(&mut trailer)
+        });
+        if read.is_ok() {
+            keys.insert(packd_odb::hex(&trailer));
+        }
+    }
+    Some(keys)
 }
 
 #[cfg(test)]
@@ -291,28 +320,48 @@ mod tests {
     }
 
     #[test]
-    fn a_file_is_replaced_whole() {
+    fn a_file_is_replaced_whole_and_files_of_bitmaps_gone_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let file = path(&dir.path().join("walk"), &[1; 20]);
-        write(&file, b"first".to_vec()).unwrap();
-        write(&file, b"second".to_vec()).unwrap();
+        let pack_dir = dir.path().join("pack");
+        std::fs::create_dir(&pack_dir).unwrap();
+        // Two bitmaps, named by their trailing checksums.
+        let bitmap = |name: &str, key: u8| {
+            let mut bytes = b"a bitmap file".to_vec();
+            bytes.extend_from_slice(&[key; 20]);
+            std::fs::write(pack_dir.join(name), bytes).unwrap();
+        };
+        bitmap("pack-a.bitmap", 1);
+        bitmap("pack-b.bitmap", 2);
+        let walk_dir = dir.path().join("walk");
+        let file = path(&walk_dir, &[1; 20]);
+        write(&file, b"first".to_vec(), &pack_dir).unwrap();
+        write(&file, b"second".to_vec(), &pack_dir).unwrap();
         assert_eq!(read(&file).unwrap(), b"second");
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("walk"))
+        let names: Vec<_> = std::fs::read_dir(&walk_dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
-        // Another bitmap's file replaces this one once this one is old.
-        let newer = path(&dir.path().join("walk"), &[2; 20]);
-        write(&newer, b"third".to_vec()).unwrap();
-        assert_eq!(read(&file).unwrap(), b"second", "written moments ago: kept");
-        let long_ago = std::time::SystemTime::now() - OTHERS_KEPT_FOR * 2;
+        // Another bitmap's file leaves this one while its bitmap is there, however old.
+        let long_ago = std::time::SystemTime::now() - TEMP_KEPT_FOR * 100;
         std::fs::File::open(&file)
             .unwrap()
             .set_modified(long_ago)
             .unwrap();
-        write(&newer, b"fourth".to_vec()).unwrap();
-        assert!(read(&file).is_none(), "the older bitmap's file is removed");
-        assert_eq!(read(&newer).unwrap(), b"fourth");
+        let other = path(&walk_dir, &[2; 20]);
+        write(&other, b"third".to_vec(), &pack_dir).unwrap();
+        assert_eq!(read(&file).unwrap(), b"second", "its bitmap is there: kept");
+        // Once a repack removed the bitmap, its file goes with the next write.
+        std::fs::remove_file(pack_dir.join("pack-a.bitmap")).unwrap();
+        write(&other, b"fourth".to_vec(), &pack_dir).unwrap();
+        assert!(
+            read(&file).is_none(),
+            "the removed bitmap's file is removed"
+        );
+        assert_eq!(read(&other).unwrap(), b"fourth");
+        // A pack directory that cannot be read removes nothing.
+        write(&file, b"fifth".to_vec(), &dir.path().join("missing")).unwrap();
+        write(&other, b"sixth".to_vec(), &dir.path().join("missing")).unwrap();
+        assert_eq!(read(&file).unwrap(), b"fifth");
     }
 }
