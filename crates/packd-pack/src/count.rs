@@ -209,6 +209,19 @@ const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
 /// `wanted_tags_peeled`).
 const PEEL_WANTS_FROM: usize = 64;
 
+impl PackServer {
+    /// The refs under `refs/tags/` that counting `request` needs, listed once per request:
+    /// for include-tag, and for what the wanted tags peel to (from [`PEEL_WANTS_FROM`] wants);
+    /// none otherwise.
+    pub(crate) fn tag_refs_for(&self, request: &FetchRequest) -> Result<Vec<ListedRef>, PackError> {
+        if request.include_tag || request.wants.len() >= PEEL_WANTS_FROM {
+            Ok(self.repo.refs().list_refs("refs/tags/", &[])?)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+}
+
 /// What the wanted annotated tags among `tag_refs` (the refs under refs/tags/) peel to, as
 /// `packed-refs` records it, for a request wanting at least [`PEEL_WANTS_FROM`] objects (a
 /// clone wants every tag): when every tag of the bitmapped pack is wanted, the walk then takes
@@ -241,6 +254,7 @@ impl PackServer {
         &self,
         request: &FetchRequest,
         keep: Option<&IdSet>,
+        tag_refs: &[ListedRef],
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<Planned, PackError> {
@@ -263,13 +277,7 @@ impl PackServer {
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
             if let Some(index) = self.bitmap() {
-                // Listed once, for what the wanted tags peel to and for include-tag.
-                let tag_refs = if request.include_tag || request.wants.len() >= PEEL_WANTS_FROM {
-                    self.repo.refs().list_refs("refs/tags/", &[])?
-                } else {
-                    Vec::new()
-                };
-                let peeled = wanted_tags_peeled(&request.wants, &tag_refs);
+                let peeled = wanted_tags_peeled(&request.wants, tag_refs);
                 if let Some(answer) =
                     index.difference_with_outside(repo, &request.wants, &haves, &peeled, cancel)?
                 {
@@ -289,7 +297,7 @@ impl PackServer {
                     }
                     let outside_ids: IdSet = outside.iter().map(|(id, _)| *id).collect();
                     let tags = if request.include_tag {
-                        self.tags_to_add(&tag_refs, index, &wanted, &had, &outside_ids)?
+                        self.tags_to_add(tag_refs, index, &wanted, &had, &outside_ids)?
                     } else {
                         Vec::new()
                     };
@@ -398,8 +406,7 @@ impl PackServer {
             }
         }
         if request.include_tag {
-            let tag_refs = self.repo.refs().list_refs("refs/tags/", &[])?;
-            for tag in self.tags_to_include(&tag_refs, &|id| Ok(sent.contains(id)))? {
+            for tag in self.tags_to_include(tag_refs, &|id| Ok(sent.contains(id)))? {
                 // `insert`: a tag reached through several refs is added once.
                 if counted.had.contains(&tag) || !sent.insert(tag) {
                     continue;

@@ -301,9 +301,13 @@ impl PackServer {
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
     ) -> Result<PackPlan, PackError> {
+        // The tags are listed once: the cache key names them, and counting takes the tags to
+        // include and the wanted tags' peeled values from the same list, so that a kept pack
+        // holds the tags its key names.
+        let tag_refs = self.tag_refs_for(request)?;
         let mut cache = None;
         if let Some(config) = &self.clone_cache {
-            if let Some(key) = clone_cache::key(&self.repo, request)? {
+            if let Some(key) = clone_cache::key(request, &tag_refs) {
                 if let Some(plan) = self.cached_plan(config, &key, request, progress)? {
                     return Ok(plan);
                 }
@@ -311,21 +315,14 @@ impl PackServer {
             }
         }
         let (shallow, keep) = walk::shallow_updates(&self.repo, request, cancel)?;
-        let planned = self.count(request, keep.as_ref(), progress, cancel)?;
+        let planned = self.count(request, keep.as_ref(), &tag_refs, progress, cancel)?;
         let object_count = u32::try_from(planned.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         if object_count >= LARGE_PLAN {
             self.release_walk_memory();
         }
-        if let (Some(config), Some(clone_cache::CacheUse::Fill(key))) = (&self.clone_cache, &cache)
-        {
-            // The key names the tags the count saw only if they did not change while it ran
-            // (include-tag reads them again); otherwise the pack is sent but not kept.
-            let unchanged = || -> Result<bool, PackError> {
-                Ok(!request.include_tag
-                    || clone_cache::key(&self.repo, request)?.as_ref() == Some(key))
-            };
-            if object_count < config.min_objects || !unchanged()? {
+        if let (Some(config), Some(clone_cache::CacheUse::Fill(_))) = (&self.clone_cache, &cache) {
+            if object_count < config.min_objects {
                 cache = None;
             }
         }

@@ -547,10 +547,11 @@ const WHOLE_PACK_ENTRIES: u32 = 1 << 17;
 const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 
 /// Sends `pack` as it is: its file, byte for byte (the caller checked that the header is the
-/// stream's), then its own trailer, which must be the checksum its index records.
+/// stream's), then its own trailer, the checksum its index records (`Pack::open` checked the
+/// file ends with it).
 ///
-/// When `out` takes file ranges, the file goes out as ranges ([`send_whole_file`]): only its
-/// trailer is checked. Otherwise every entry's bytes are checked against the index's CRC-32 as
+/// When `out` takes file ranges, the file goes out as ranges ([`send_whole_file`]), unread.
+/// Otherwise every entry's bytes are checked against the index's CRC-32 as
 /// they go out ([`write_whole_pack_in`]), without a
 /// table per object: the index is read range by range of the pack (a histogram of where entries
 /// start chooses ranges of about [`WHOLE_PACK_ENTRIES`] entries), each range's entries are
@@ -585,8 +586,8 @@ const FILE_PIECE: u64 = 8 << 20;
 /// Sends `pack`, whose whole file is `file`, through `out`'s file ranges: its bytes never pass
 /// through packd, so its entries are not checked against the index's CRC-32 as
 /// [`write_whole_pack_in`] checks them. The client's check of the pack's trailer, which covers
-/// every byte, rejects a file damaged since it was written; the trailer itself must be the
-/// checksum the index records (and the caller checked the header).
+/// every byte, rejects a file damaged since it was written; the trailer itself is the
+/// checksum the index records (`Pack::open` checked it, and the caller the header).
 fn send_whole_file(
     pack: &Pack,
     file: &FileRange,
@@ -594,7 +595,6 @@ fn send_whole_file(
     progress: &mut dyn ProgressSink,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
-    verified_trailer(pack)?;
     let count = pack.index().len();
     send_file_in_pieces(file, count as u64, out, progress, cancel)?;
     tracing::debug!("{}: sent as file ranges", pack.data_name());
@@ -651,7 +651,7 @@ fn write_whole_pack_in(
     };
     // `Pack::open` took only a file that holds a header and a trailer.
     let trailer_at = pack.entries_end();
-    let trailer = verified_trailer(pack)?;
+    let trailer = pack.index().pack_checksum();
     // Ranges of the pack of at most `range_entries` entries each (a bucket more crowded
     // than that is a range of its own), from about 4096 buckets.
     let mut shift = 12;
@@ -775,7 +775,7 @@ fn write_whole_pack_in(
         }
         None => {
             progress.finish("Writing objects", count as u64);
-            output.finish(Some(&trailer))?
+            output.finish(Some(trailer))?
         }
     };
     Ok(stats)
@@ -1025,25 +1025,6 @@ fn crc_mismatch(pack: &Pack, offset: u64, id: ObjectId) -> PackError {
         format!("object {id}: the entry does not match the CRC-32 in its index"),
     )
     .into()
-}
-
-/// The trailer of `pack` (its checksum, which a stream that copies every entry of the file
-/// ends with), checked against the one its index records.
-fn verified_trailer(pack: &Pack) -> Result<Bytes, PackError> {
-    let at = pack.entries_end();
-    let stored = pack
-        .data()
-        .read_copy(at..at + 20)
-        .map_err(packd_odb::Error::from)?;
-    if &stored[..] != pack.index().pack_checksum() {
-        return Err(packd_odb::Error::corrupt(
-            pack.data_name(),
-            at,
-            "the pack's checksum differs from the one its index records",
-        )
-        .into());
-    }
-    Ok(stored)
 }
 
 impl PackServer {

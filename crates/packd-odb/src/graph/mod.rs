@@ -156,10 +156,7 @@ impl Layer {
                 ));
             }
             for (i, hash) in bases.iter().enumerate() {
-                let have: String = bytes[base + 20 * i..base + 20 * i + 20]
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let have = crate::hex(&bytes[base + 20 * i..base + 20 * i + 20]);
                 if &have != hash {
                     return Err(corrupt(
                         base + 20 * i,
