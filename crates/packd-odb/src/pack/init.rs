@@ -258,23 +258,6 @@ impl Pack {
         })
     }
 
-    /// Why no entry ends after `offset`: it lies outside the entries (the index places an
-    /// object there), or no entry starts there.
-    fn no_entry_end(&self, offset: u64) -> Error {
-        if offset < 12 || offset >= self.entries_end() {
-            return Error::corrupt(
-                self.index.name(),
-                0,
-                format!(
-                    "places an object at offset {offset}, outside the entries of {} (12..{})",
-                    self.data.name(),
-                    self.entries_end()
-                ),
-            );
-        }
-        self.no_entry_at(offset)
-    }
-
     fn no_entry_at(&self, offset: u64) -> Error {
         Error::corrupt(
             self.data.name(),
@@ -425,11 +408,21 @@ impl Pack {
     pub fn entry_end(&self, offset: u64) -> Result<u64> {
         match self.take_one_by_one() {
             // The rank index finds an end without the entry's index position, and it is exact:
-            // no entry starts where it finds none (said without sorting every offset).
+            // no entry starts where it finds none (said without sorting every offset). It is
+            // built only over an index that places every entry inside the pack's entries, so
+            // an offset it does not find came from elsewhere (a delta's base distance).
             Some(OneByOne::Rank(rank)) => {
                 return match rank.rank(offset) {
                     Some(_) => Ok(rank.next_offset(offset).unwrap_or(self.entries_end())),
-                    None => Err(self.no_entry_end(offset)),
+                    None if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
+                        self.data.name(),
+                        offset,
+                        format!(
+                            "no entry starts here: outside the entries (12..{})",
+                            self.entries_end()
+                        ),
+                    )),
+                    None => Err(self.no_entry_at(offset)),
                 };
             }
             Some(way @ OneByOne::Order(_)) => {
@@ -442,7 +435,16 @@ impl Pack {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
-            _ => Err(self.no_entry_end(offset)),
+            _ if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
+                self.index.name(),
+                0,
+                format!(
+                    "places an object at offset {offset}, outside the entries of {} (12..{})",
+                    self.data.name(),
+                    self.entries_end()
+                ),
+            )),
+            _ => Err(self.no_entry_at(offset)),
         }
     }
 }

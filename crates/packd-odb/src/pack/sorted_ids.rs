@@ -30,6 +30,13 @@ pub(crate) trait SortedIds {
     /// which is a cache miss in a table of 17 MB. Ids are compared by their first eight bytes
     /// as one integer, and whole only when those are equal.
     fn lower_bound(&self, range: std::ops::Range<u32>, want: &[u8]) -> u32 {
+        self.lower_bound_after(range, want, 1)
+    }
+
+    /// [`SortedIds::lower_bound`] in a range whose ids all share their first `fixed` bytes
+    /// with `want` (a bucket of a fanout by that many bytes): interpolation is on the eight
+    /// bytes after them, which alone spread over the range.
+    fn lower_bound_after(&self, range: std::ops::Range<u32>, want: &[u8], fixed: usize) -> u32 {
         let head = |b: &[u8], from: usize| -> u64 {
             let mut first = [0u8; 8];
             let b = b.get(from..).unwrap_or(&[]);
@@ -42,9 +49,8 @@ pub(crate) trait SortedIds {
             a < b || (a == b && id < want)
         };
         let (mut lo, mut hi) = (range.start, range.end);
-        // Interpolate on bytes 1..9 while the range is large: every id in a fanout bucket shares
-        // byte 0 with `want` (callers search one bucket).
-        let key = head(want, 1);
+        // Interpolate on the eight bytes after the fixed ones while the range is large.
+        let key = head(want, fixed);
         let (mut lo_key, mut hi_key) = (0u64, u64::MAX);
         for _ in 0..3 {
             if hi - lo < 64 || hi_key <= lo_key {
@@ -58,10 +64,10 @@ pub(crate) trait SortedIds {
             let above = (guess + 8).min(hi - 1);
             if less(self.id_bytes(above)) {
                 lo = above + 1;
-                lo_key = head(self.id_bytes(above), 1);
+                lo_key = head(self.id_bytes(above), fixed);
             } else if !less(self.id_bytes(below)) {
                 hi = below;
-                hi_key = head(self.id_bytes(below), 1);
+                hi_key = head(self.id_bytes(below), fixed);
             } else {
                 lo = below;
                 hi = above + 1;
