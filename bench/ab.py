@@ -14,7 +14,8 @@ one process per request (as over ssh), HEAD wanted and the newest commit N days 
 median CPU of RUNS processes each. Clones: one fresh `packd serve` per run for each build
 (clone cache off), its CPU for its first clone and for a second one, against `git pack-objects`
 for the same wants; medians of RUNS. Pack sizes are printed: a change may choose other deltas.
-With CACHE=1 the servers keep the clone cache (emptied before each server starts): three clones
+Clones remove REPO's `packd-cache/` (kept walks, clone cache) before each server starts, so
+that each starts as after a repack. With CACHE=1 the servers keep the clone cache: three clones
 each, the first filling the cache, and the bytes the cache then holds. With PUSHED=1 the clones
 are of a hard-linked copy of REPO with one new loose commit on HEAD's branch, as a push leaves.
 """

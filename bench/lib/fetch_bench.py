@@ -8,8 +8,8 @@ least N days older than HEAD's commit date) fetches HEAD:
 - git: `git pack-objects --stdout --revs --thin --use-bitmap-index --delta-base-offset` with
   `HEAD ^have` on stdin, a fresh process per run (as upload-pack spawns it), CPU from wait4;
 - packd: the same want and have as a protocol v2 fetch (thin-pack, ofs-delta, no-progress, done)
-  POSTed to one long-running `packd serve`, whose CPU is read from /proc before and after RUNS
-  requests (the server keeps its indexes loaded, which is the point of a server);
+  POSTed to one long-running `packd serve`, whose CPU is read from its process CPU-time clock
+  (see `proc_cpu`) before and after RUNS requests (the server keeps its indexes loaded, which is the point of a server);
 - both packs are then completed by the client, `git index-pack --stdin --fix-thin`, timed.
 - then the same want and have as one protocol v2 request (with include-tag) on the stdin of
   `git upload-pack --stateless-rpc` and of `packd upload-pack --stateless-rpc`: a process per
@@ -162,17 +162,25 @@ def commit_on(repo, parent, message):
                           env=env).stdout.strip()
 
 
+# Set once a report says the server's CPU was read in clock ticks (see `proc_cpu`).
+TICKS_WARNED = False
+
+
 def proc_cpu(pid):
     """CPU seconds process `pid` has used so far, its exited threads included (a request's
     counting runs on a thread of its own). Read from the process's CPU-time clock, counted in
     nanoseconds: a small fetch costs a running server a few milliseconds, which the clock ticks
     of /proc/PID/stat (10 ms here) cannot tell apart. Those ticks where the clock cannot be
     read."""
+    global TICKS_WARNED
     try:
         # The clock id of process `pid`'s CPU time (Linux's MAKE_PROCESS_CPUCLOCK(pid,
         # CPUCLOCK_SCHED)), what clock_getcpuclockid(3) gives.
         return time.clock_gettime((~pid << 3) | 2)
     except OSError:
+        if not TICKS_WARNED:
+            TICKS_WARNED = True
+            print("   (server CPU read in 10 ms clock ticks: its process clock cannot be read)")
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
 
@@ -439,7 +447,7 @@ def mirror_fetch_by_git(packd, repo, tmp, runs):
     HEAD's branch (loose, as receive-pack stores a small push) and resets the client's branch
     to before it, then fetches it from git upload-pack and from `packd upload-pack` (each a
     process per fetch, as over ssh; their CPU taken by `rusage_wrap.py`) and from a running
-    `packd serve` over HTTP (which served one such fetch first; CPU from /proc over 4 x `runs`
+    `packd serve` over HTTP (which served one such fetch first; its CPU over 4 x `runs`
     fetches). No pack bytes: the client keeps the few objects loose."""
     server_copy, client = f"{tmp}/fetched.git", f"{tmp}/mirror.git"
     for path in (server_copy, client):
@@ -482,7 +490,7 @@ def mirror_fetch_by_git(packd, repo, tmp, runs):
         first = server.cpu()
         fetch_push(url)
         first = server.cpu() - first
-        # /proc counts in clock ticks (10 ms): more fetches make its rounding small.
+        # A few milliseconds each: more fetches make the mean steadier.
         before = server.cpu()
         for _ in range(4 * runs):
             fetch_push(url)

@@ -66,6 +66,17 @@ fn cached(repo: &Repo, suffix: &str) -> Vec<PathBuf> {
 
 /// `git clone --bare` from `repo` through packd upload-pack with `extra` options.
 fn clone(sb: &Sandbox, repo: &Repo, dest: &str, version: u8, extra: &str) -> PathBuf {
+    clone_said(sb, repo, dest, version, extra).0
+}
+
+/// [`clone`], with what the clone printed on stderr (packd's warnings among it).
+fn clone_said(
+    sb: &Sandbox,
+    repo: &Repo,
+    dest: &str,
+    version: u8,
+    extra: &str,
+) -> (PathBuf, String) {
     let dest = sb.path().join(dest);
     let mut cmd = sb.git_cmd(sb.path());
     cmd.arg("-c")
@@ -74,10 +85,11 @@ fn clone(sb: &Sandbox, repo: &Repo, dest: &str, version: u8, extra: &str) -> Pat
         .arg(format!("--upload-pack={PACKD} upload-pack {extra}"))
         .arg(&repo.path)
         .arg(&dest);
-    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    let run = run_cmd(cmd, None, GIT_TIMEOUT);
+    run.assert_success();
     let fsck = sb.git_run_in(&dest, &["fsck", "--strict", "--no-dangling"], None);
     fsck.assert_success();
-    dest
+    (dest, run.err())
 }
 
 fn refs(sb: &Sandbox, dir: &Path) -> String {
@@ -286,10 +298,7 @@ fn only_pack(repo: &Repo) -> (PathBuf, String) {
     let packs = repo.packs();
     assert_eq!(packs.len(), 1, "{packs:?}");
     let bytes = std::fs::read(&packs[0]).unwrap();
-    let checksum = bytes[bytes.len() - 20..]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let checksum = hex(&bytes[bytes.len() - 20..]);
     (packs[0].clone(), checksum)
 }
 
@@ -458,9 +467,13 @@ fn a_damaged_recipe_is_not_used() {
     let body = past_the_end.len() - 20;
     let sum = sha1(&past_the_end[..body]);
     past_the_end[body..].copy_from_slice(&sum);
-    for damaged in [bytes[..bytes.len() / 2].to_vec(), past_the_end] {
+    for (damaged, why) in [
+        (bytes[..bytes.len() / 2].to_vec(), "recipe"),
+        (past_the_end, "whose entries end at"),
+    ] {
         std::fs::write(&recipes[0], &damaged).unwrap();
-        let again = clone(&sb, &repo, "again.git", 2, "");
+        let (again, said) = clone_said(&sb, &repo, "again.git", 2, "");
+        assert!(said.contains("not used") && said.contains(why), "{said}");
         assert_same_bytes(
             "the clone counted again",
             &serve_support::only_pack_of(&again),

@@ -511,8 +511,9 @@ fn mirror_clones_start_from_the_last_fill_in_walk() {
     assert_eq!(kept_walks(), after_side + 1, "{}", server.log_text());
 }
 
-/// 300 pull-request refs on `main`, packed with bitmaps only on branches (so that a mirror
-/// clone walks from every pull request), and the number of objects a mirror clone must get.
+/// 300 pull-request refs on `main`, packed with git preferring bitmaps on branches (so that a
+/// mirror clone walks from most pull requests), and the number of objects a mirror clone must
+/// get.
 fn pull_requests_left_to_a_fill_in_walk() -> (Fixture, String) {
     let f = with_pull_requests_on_main(300);
     f.repo

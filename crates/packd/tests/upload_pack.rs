@@ -314,9 +314,9 @@ fn clones_equal_plain_git_clones_and_fetch_increments() {
 
 /// A fetch of a few objects out of a large pack, by a process that has sorted nothing (a
 /// process per request, as over ssh), finds each entry one by one rather than sorting every
-/// offset of the pack: the client ends up with what git's own upload-pack gives it, deltas
-/// against objects it has included (the files shrink, so git's repack makes the newer
-/// versions deltas against the older). Its sizes follow `Pack::few_enough_one_by_one`: the
+/// offset of the pack: the client ends up with the objects and refs git's own upload-pack
+/// gives it, some of them received as deltas (the files shrink, so git's repack makes the
+/// newer versions deltas against the older). Its sizes follow `Pack::few_enough_one_by_one`: the
 /// fetch (the last 2 of 1,200 commits) must be at most a 256th of the pack's objects. Each
 /// entry is found through the pack's rank index, or where the pack has a `.rev` (git's `repack`
 /// writes one from git 2.41 on), through the order it gives, and no rank index is built.
