@@ -21,7 +21,6 @@ use packd_odb::parse::CommitInfo;
 use packd_odb::{
     IdMap, IdSet, Location, Object, ObjectId, ObjectKind, OffsetMap, OffsetSet, Repository, Result,
 };
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -458,25 +457,14 @@ impl BitmapIndex {
     }
 
     /// Sets the bits of `roots` and of everything reachable from them that `bits` does not
-    /// already have, reading each tree not yet set; objects in `seen` are not taken again.
+    /// already have, reading each tree not yet set; objects in `seen` are not stacked again.
     /// Returns what it did, or `None` when an object is outside the bitmapped objects.
-    ///
-    /// The objects are taken in waves (the roots, then the entries their trees name that were
-    /// not met before, and so on), each wave in pack order. Git writes a delta family together,
-    /// its base first, so in pack order a chain's links are mostly decoded while the link below
-    /// is still in the delta base cache. On git/git's mirror clone (30,650 trees read from the
-    /// pull-request refs) that applied 46,578 deltas instead of 58,908 when the walk took the
-    /// last entry stacked first, inflated 27 MB of deltas instead of 50 MB, and executed 11%
-    /// fewer instructions (`valgrind --tool=callgrind` of one walk on one thread); the time
-    /// it saves is smaller, 1-2% of the clone's CPU, as the walk waits on memory more than it
-    /// computes. Ordering the roots so that a commit's tree follows its parent's (for a closer
-    /// tree to compare with) saved no instructions.
     ///
     /// A tree stored as a delta comes with its base's content (see
     /// `ObjectDb::read_at_with_base`). When this walk has already read the entry the base is
     /// stored in as a tree (`walked`: all its entries are handled), only the tree's entries
     /// that are not byte for byte the base's are handled ([`scan_tree_against`]). When the
-    /// base is a tree still in a wave (`pending`), it is read now from the content at hand,
+    /// base is a tree still on the stack (`pending`), it is read now from the content at hand,
     /// then the tree against it. Bases are recognized by where they are stored, never through
     /// bit numbers or ids, so the content compared is the content read. A base set in `bits`
     /// by a commit bitmap, or by this walk as a blob, is not enough: only trees this walk read
@@ -489,8 +477,7 @@ impl BitmapIndex {
     /// parsing: a tree is compared with it when there is one (unless its delta base was just
     /// read early, which comes with its starts too), else with its delta base. Preferring the
     /// delta base when the walk had read it looked up 28,000 more entries on git/git with
-    /// pull-request refs and parsed 12,000 trees' shared runs (0.15 billion instructions more);
-    /// with the waves in pack order, it executed 13% more instructions.
+    /// pull-request refs and parsed 12,000 trees' shared runs (0.15 billion instructions more).
     fn walk_trees(
         &self,
         repo: &Repository,
@@ -501,21 +488,19 @@ impl BitmapIndex {
     ) -> Result<Option<TreeWalk>> {
         let index = &self.objects;
         let mut done = TreeWalk::default();
-        // Trees read by this walk, and trees in a wave (with their bits), by where they are
+        // Trees read by this walk, and trees on its stack (with their bits), by where they are
         // stored: a delta names its base by place, and a place read is the content compared.
         let mut walked: OffsetSet<StoredAt> = OffsetSet::default();
         let mut pending: OffsetMap<StoredAt, u64> = OffsetMap::default();
         let mut last = LastAtPath::new(LAST_AT_PATH_BUDGET);
         // Where the entries of the tree scanned, and of a delta base read early, start.
         let (mut starts, mut base_starts) = (Vec::new(), Vec::new());
-        // The wave being taken (in pack order from its end) and the next one, as
-        // (id, kind, bit, where a tree is stored, the hash of its path).
-        let mut wave: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> = Vec::new();
-        let mut next: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> =
+        // (id, kind, bit, where a tree is stored, the hash of its path)
+        let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> =
             Vec::with_capacity(roots.len());
         for (id, kind) in roots {
             let found = match index.find(&id) {
-                Some(pos) => self.wave_entry(pos, kind)?,
+                Some(pos) => self.stack_entry(pos, kind)?,
                 None => None,
             };
             let Some((bit, location)) = found else {
@@ -524,12 +509,12 @@ impl BitmapIndex {
             if let Some(at) = location.as_ref().and_then(stored_at) {
                 pending.insert(at, bit);
             }
-            next.push((id, kind, bit, location, ROOT));
+            stack.push((id, kind, bit, location, ROOT));
         }
         let mut missing = false;
         let mut error: Option<packd_odb::Error> = None;
-        // Puts in the next wave the entries `scan_tree_against` hands out that are not in
-        // `seen`, as entries of the directory whose path hashes to `$path`.
+        // Stacks the entries `scan_tree_against` hands out that are not in `seen`, as entries
+        // of the directory whose path hashes to `$path`.
         macro_rules! push_new {
             ($path:expr) => {
                 |entry: ObjectId, kind: ObjectKind, name: &[u8]| {
@@ -537,7 +522,7 @@ impl BitmapIndex {
                         return;
                     }
                     let found = match index.find(&entry) {
-                        Some(pos) => self.wave_entry(pos, kind),
+                        Some(pos) => self.stack_entry(pos, kind),
                         None => Ok(None),
                     };
                     match found {
@@ -549,7 +534,7 @@ impl BitmapIndex {
                                 ObjectKind::Tree => child_path($path, name),
                                 _ => 0,
                             };
-                            next.push((entry, kind, bit, location, path));
+                            stack.push((entry, kind, bit, location, path));
                         }
                         Ok(None) => missing = true,
                         Err(e) => {
@@ -561,17 +546,7 @@ impl BitmapIndex {
             };
         }
         let mut steps = 0;
-        loop {
-            if wave.is_empty() {
-                if next.is_empty() {
-                    break;
-                }
-                std::mem::swap(&mut wave, &mut next);
-                // Descending, so that popping takes the wave in pack order (a loose object,
-                // stored nowhere in a pack, first).
-                wave.sort_unstable_by_key(|entry| Reverse(entry.3.as_ref().and_then(stored_at)));
-            }
-            let (id, kind, bit, location, path) = wave.pop().expect("the wave is not empty");
+        while let Some((id, kind, bit, location, path)) = stack.pop() {
             if bits.get(bit) {
                 continue;
             }
@@ -673,10 +648,10 @@ impl BitmapIndex {
         }
     }
 
-    /// What a tree walk puts in a wave for the object at `index_pos`: its bit and, for a tree,
-    /// where it is stored (what a delta names its base by, what the wave is sorted by, and
-    /// where the tree is read from). `None` when the object has no bit.
-    fn wave_entry(
+    /// What a tree walk stacks for the object at `index_pos`: its bit and, for a tree, where it
+    /// is stored (what a delta names its base by, and where the tree is read from when
+    /// popped). `None` when the object has no bit.
+    fn stack_entry(
         &self,
         index_pos: u32,
         kind: ObjectKind,
@@ -1033,9 +1008,9 @@ impl BitmapIndex {
             }
         }
         let commits_done = started.elapsed();
-        // Each object is checked against `seen` when first met, before it joins a wave: most
+        // Each object is checked against `seen` when first met, before it is stacked: most
         // entries of a walked tree are objects met in another tree (the same file in the
-        // parent commit's version of the tree) and never join one.
+        // parent commit's version of the tree) and never reach the stack.
         // Thousands of trees to read: about as many lookups by id as there are trees, and more.
         self.warm_lookups(objects.len());
         let mut roots: Vec<(ObjectId, ObjectKind)> = Vec::with_capacity(objects.len());
