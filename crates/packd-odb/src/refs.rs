@@ -30,6 +30,16 @@ fn symref_in(text: &str) -> Option<&str> {
     text.trim_end().strip_prefix("ref:").map(str::trim)
 }
 
+/// What a ref resolves to (see [`RefReader::resolve_symbolic`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// The id at the end of its chain of symbolic refs; `None` when no ref of that name
+    /// exists (an unborn branch).
+    pub id: Option<ObjectId>,
+    /// The name the chain ends at, when the ref is a symbolic ref.
+    pub target: Option<String>,
+}
+
 /// One ref as listed: what an advertisement needs to say of it without reading more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedRef {
@@ -54,14 +64,45 @@ pub struct RefReader<'a> {
     packed_cache: Option<&'a PackedRefsCache>,
 }
 
+/// Why `name` is not a ref name git accepts (its `check-ref-format` rules, one-level names
+/// such as `HEAD` allowed), or `Ok`. Names are also paths under the repository: a name that
+/// passes cannot leave `refs/` or the git directory (no `..`, no component starting with `.`).
+pub fn check_ref_format(name: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("invalid ref name '{name}': {why}"));
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 4096 {
+        return bad("it is too long");
+    }
+    if name.ends_with('/') || name.ends_with('.') {
+        return bad("it ends with '/' or '.'");
+    }
+    if name.contains("..") || name.contains("@{") || name == "@" {
+        return bad("it contains '..' or '@{'");
+    }
+    if name
+        .bytes()
+        .any(|b| b < 0x20 || b == 0x7f || b" ~^:?*[\\".contains(&b))
+    {
+        return bad("it contains a control character, a space or one of ~^:?*[\\");
+    }
+    for component in name.split('/') {
+        if component.is_empty() {
+            return bad("it has an empty component ('//')");
+        }
+        if component.starts_with('.') {
+            return bad("a component starts with '.'");
+        }
+        if component.ends_with(".lock") {
+            return bad("a component ends with '.lock'");
+        }
+    }
+    Ok(())
+}
+
 fn is_valid_ref_path(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('/')
-        && !name.ends_with('/')
-        && name
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.ends_with(".lock"))
-        && !name.contains(['\\', '\0', ' ', '~', '^', ':', '?', '*', '['])
+    check_ref_format(name).is_ok()
 }
 
 impl<'a> RefReader<'a> {
@@ -94,13 +135,26 @@ impl<'a> RefReader<'a> {
 
     /// The id a full ref name points at, following symbolic refs.
     pub fn resolve_full(&self, name: &str) -> Result<Option<ObjectId>> {
-        Ok(self.resolve_with_target(name)?.map(|(id, _)| id))
+        Ok(self.resolve_symbolic(name)?.and_then(|r| r.id))
     }
 
-    /// [`RefReader::resolve_full`], also giving the name at the end of `name`'s chain of
-    /// symbolic refs when it is one (as [`RefReader::symref_target`] would): listing refs
-    /// learns both from one read of each loose file.
-    fn resolve_with_target(&self, name: &str) -> Result<Option<(ObjectId, Option<String>)>> {
+    /// The name at the end of `name`'s chain of symbolic refs (`HEAD` -> `refs/heads/main`),
+    /// whether or not that ref exists, as git's `resolve_ref_unsafe` names it; `None` when
+    /// `name` is not a symbolic ref, does not exist, or its chain passes a name git refuses.
+    pub fn symref_target(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.resolve_symbolic(name)?.and_then(|r| r.target))
+    }
+
+    /// What `name` resolves to, following its chain of symbolic refs as git's
+    /// `resolve_ref_unsafe` does (without requiring the ref to exist): both the id and, for a
+    /// symbolic ref, the name the chain ends at, from one read of each loose file. `None` when
+    /// a name on the chain is not a valid ref name: git calls such a ref broken and lists
+    /// nothing for it, not even an unborn HEAD. An error when a file on the chain is neither an
+    /// id nor a symbolic ref, or the chain nests deeper than git follows.
+    ///
+    /// One walk serves every caller so that what HEAD is listed as (its id) and what it is
+    /// said to point at (its target) cannot disagree.
+    pub fn resolve_symbolic(&self, name: &str) -> Result<Option<Resolution>> {
         let mut name = name.to_string();
         for depth in 0..MAX_SYMREF_DEPTH {
             if !is_valid_ref_path(&name) {
@@ -109,14 +163,20 @@ impl<'a> RefReader<'a> {
             let path = self.loose_path(&name);
             // Reached through a symbolic ref: the name its chain ends at.
             let target = |name: &str| (depth > 0).then(|| name.to_string());
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes);
                     if let Some(next) = symref_in(&text) {
                         name = next.to_string();
                         continue;
                     }
                     return ObjectId::from_hex(text.trim_end().get(..40).unwrap_or(""))
-                        .map(|id| Some((id, target(&name))))
+                        .map(|id| {
+                            Some(Resolution {
+                                id: Some(id),
+                                target: target(&name),
+                            })
+                        })
                         .ok_or_else(|| {
                             Error::corrupt(
                                 path.display().to_string(),
@@ -130,7 +190,10 @@ impl<'a> RefReader<'a> {
                         || e.kind() == std::io::ErrorKind::IsADirectory
                         || path.is_dir() =>
                 {
-                    return Ok(self.packed(&name)?.map(|id| (id, target(&name))));
+                    return Ok(Some(Resolution {
+                        id: self.packed(&name)?,
+                        target: target(&name),
+                    }));
                 }
                 Err(source) => {
                     return Err(Error::Io {
@@ -143,50 +206,6 @@ impl<'a> RefReader<'a> {
         Err(Error::BadName(format!(
             "symbolic ref {name} nests too deep"
         )))
-    }
-
-    /// The name at the end of `name`'s chain of symbolic refs (`HEAD` -> `refs/heads/main`),
-    /// whether or not that ref exists, as git's `resolve_ref_unsafe` names it; `None` when
-    /// `name` is not a symbolic ref (or does not exist).
-    pub fn symref_target(&self, name: &str) -> Result<Option<String>> {
-        let mut target = None;
-        let mut at = name.to_string();
-        for _ in 0..MAX_SYMREF_DEPTH {
-            match self.symref_hop(&at)? {
-                Some(next) => {
-                    target = Some(next.clone());
-                    at = next;
-                }
-                None => break,
-            }
-        }
-        Ok(target)
-    }
-
-    /// What the symbolic ref `name` points at, one level; `None` when it is not one. Symbolic
-    /// refs are always loose files, so `packed-refs` is not read.
-    fn symref_hop(&self, name: &str) -> Result<Option<String>> {
-        if !is_valid_ref_path(name) {
-            return Ok(None);
-        }
-        let path = self.loose_path(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(symref_in(&text)
-                .filter(|t| is_valid_ref_path(t))
-                .map(str::to_string)),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    || e.kind() == std::io::ErrorKind::IsADirectory
-                    || e.kind() == std::io::ErrorKind::InvalidData
-                    || path.is_dir() =>
-            {
-                Ok(None)
-            }
-            Err(source) => Err(Error::Io {
-                path: path.display().to_string(),
-                source,
-            }),
-        }
     }
 
     fn packed(&self, name: &str) -> Result<Option<ObjectId>> {
@@ -247,16 +266,26 @@ impl<'a> RefReader<'a> {
             }
         }
         loose_names.sort();
+        // A loose ref that resolves to nothing (a dangling symbolic ref) or is broken is not
+        // listed, as git lists neither; it still hides a packed ref of its name, as in git.
         let mut loose = Vec::with_capacity(loose_names.len());
         for name in loose_names {
-            if let Some((id, symref_target)) = self.resolve_with_target(&name)? {
-                loose.push(ListedRef {
-                    name,
-                    id,
+            let resolved = match self.resolve_symbolic(&name) {
+                Ok(resolved) => resolved,
+                Err(e) => {
+                    tracing::warn!("ignoring broken ref {name}: {e}");
+                    None
+                }
+            };
+            let listed = resolved.and_then(|r| {
+                Some(ListedRef {
+                    name: name.clone(),
+                    id: r.id?,
                     peeled: Peeled::Unknown,
-                    symref_target,
-                });
-            }
+                    symref_target: r.target,
+                })
+            });
+            loose.push((name, listed));
         }
         // Merge the two sorted lists; a loose ref replaces a packed one of the same name.
         let listed = |(name, id, peeled)| ListedRef {
@@ -267,12 +296,12 @@ impl<'a> RefReader<'a> {
         };
         let mut out = Vec::with_capacity(packed.len() + loose.len());
         let mut packed = packed.into_iter().peekable();
-        for r in loose {
-            while let Some(p) = packed.next_if(|p| p.0 < r.name) {
+        for (name, r) in loose {
+            while let Some(p) = packed.next_if(|p| p.0 < name) {
                 out.push(listed(p));
             }
-            packed.next_if(|p| p.0 == r.name);
-            out.push(r);
+            packed.next_if(|p| p.0 == name);
+            out.extend(r);
         }
         out.extend(packed.map(listed));
         Ok(out)

@@ -27,37 +27,12 @@ const PACKED_REFS_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Why a ref name is invalid, or `Ok` when git's `check-ref-format` would accept it as a full
 /// ref name under `refs/`.
 pub fn check_ref_name(name: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("invalid ref name '{name}': {why}"));
     if !name.starts_with("refs/") {
-        return bad("it must start with refs/");
+        return Err(format!(
+            "invalid ref name '{name}': it must start with refs/"
+        ));
     }
-    if name.len() > 4096 {
-        return bad("it is too long");
-    }
-    if name.ends_with('/') || name.ends_with('.') {
-        return bad("it ends with '/' or '.'");
-    }
-    if name.contains("..") || name.contains("@{") || name == "@" {
-        return bad("it contains '..' or '@{'");
-    }
-    if name
-        .bytes()
-        .any(|b| b < 0x20 || b == 0x7f || b" ~^:?*[\\".contains(&b))
-    {
-        return bad("it contains a control character, a space or one of ~^:?*[\\");
-    }
-    for component in name.split('/') {
-        if component.is_empty() {
-            return bad("it has an empty component ('//')");
-        }
-        if component.starts_with('.') {
-            return bad("a component starts with '.'");
-        }
-        if component.ends_with(".lock") {
-            return bad("a component ends with '.lock'");
-        }
-    }
-    Ok(())
+    crate::refs::check_ref_format(name)
 }
 
 /// One ref change: compare with `old`, then set to `new`.

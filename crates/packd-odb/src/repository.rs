@@ -58,11 +58,12 @@ pub struct RepositoryOptions {
     pub keep_packed_refs: bool,
 }
 
-/// Whether `dir` is a git directory: `HEAD`, plus `objects/` and `refs/` either in it or, for a
-/// linked worktree, in the directory its `commondir` file names. Servers use it to tell
-/// repositories from other directories without opening them.
+/// Whether `dir` is a git directory: a `HEAD` that is a ref, plus `objects/` and `refs/`
+/// either in it or, for a linked worktree, in the directory its `commondir` file names.
+/// Servers use it to tell repositories from other directories without opening them, and
+/// refuse the directories git refuses.
 pub fn is_git_dir(dir: &Path) -> bool {
-    if !dir.join("HEAD").is_file() {
+    if !head_is_a_ref(&dir.join("HEAD")) {
         return false;
     }
     let common = match std::fs::read_to_string(dir.join("commondir")) {
@@ -70,6 +71,35 @@ pub fn is_git_dir(dir: &Path) -> bool {
         Err(_) => dir.to_path_buf(),
     };
     common.join("objects").is_dir() && common.join("refs").is_dir()
+}
+
+/// Whether the file `head` holds what git requires of a repository's `HEAD` before it calls
+/// the directory a repository: a symbolic ref into `refs/` (`ref: refs/...`, or a symbolic
+/// link to `refs/...`), or an object id (a detached HEAD).
+fn head_is_a_ref(head: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(head) else {
+        return false;
+    };
+    if meta.file_type().is_symlink() {
+        return std::fs::read_link(head).is_ok_and(|to| to.starts_with("refs"));
+    }
+    if !meta.is_file() {
+        return false;
+    }
+    // What git reads of it: the first 255 bytes.
+    let mut start = Vec::with_capacity(255);
+    let read = std::fs::File::open(head)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 255), &mut start));
+    if read.is_err() {
+        return false;
+    }
+    if let Some(target) = start.strip_prefix(b"ref:") {
+        let target = target.trim_ascii_start();
+        if target.starts_with(b"refs/") {
+            return true;
+        }
+    }
+    start.len() >= 40 && start[..40].iter().all(u8::is_ascii_hexdigit)
 }
 
 fn read_gitfile(file: &Path) -> Result<PathBuf> {

@@ -37,11 +37,19 @@ pub(crate) struct RefSnapshot {
 }
 
 impl RefSnapshot {
-    /// Reads the refs of `repo`.
+    /// Reads the refs of `repo`. A broken HEAD (content that is no ref, a chain of symbolic
+    /// refs through a name git refuses or nested too deep) is left out with a warning, as git
+    /// leaves it out, and so is a broken ref under `refs/`.
     pub fn read(repo: &Repository) -> Result<RefSnapshot, ProtocolError> {
         let reader = repo.refs();
-        let head = reader.resolve_full("HEAD")?;
-        let head_target = reader.symref_target("HEAD")?;
+        let (head, head_target) = match reader.resolve_symbolic("HEAD") {
+            Ok(Some(resolved)) => (resolved.id, resolved.target),
+            Ok(None) => (None, None),
+            Err(e) => {
+                tracing::warn!("ignoring broken ref HEAD: {e}");
+                (None, None)
+            }
+        };
         let refs = reader.list_refs("refs/", &[])?;
         Ok(RefSnapshot {
             head,

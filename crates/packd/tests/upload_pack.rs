@@ -832,3 +832,162 @@ fn stateless_v0_round_then_done_sends_a_pack() {
     );
     assert!(out.ends_with(b"0000"));
 }
+
+/// The refs `upload-pack DIR` lists for `stdin` with `GIT_PROTOCOL` set to `protocol`: git's
+/// (`git upload-pack`) or packd's.
+fn listing(sb: &Sandbox, git: bool, protocol: Option<&str>, dir: &str, stdin: &[u8]) -> Run {
+    let mut cmd = Command::new(if git { "git" } else { PACKD });
+    apply_env(&mut cmd, &sb.home);
+    cmd.current_dir(sb.path());
+    if let Some(p) = protocol {
+        cmd.env("GIT_PROTOCOL", p);
+    }
+    cmd.arg("upload-pack");
+    if protocol.is_some() {
+        cmd.arg("--stateless-rpc");
+    }
+    cmd.arg(dir);
+    run_cmd(
+        cmd,
+        Some(stdin),
+        if git { GIT_TIMEOUT } else { PACKD_TIMEOUT },
+    )
+}
+
+/// What a v0 advertisement says of its refs, without the capabilities the two servers word
+/// differently: every line as sent, the first without its length and cut at its
+/// capabilities, plus the `symref=` capabilities (what a client learns HEAD points at).
+fn v0_refs(advertisement: &[u8]) -> String {
+    let text = String::from_utf8_lossy(advertisement).into_owned();
+    let mut out = String::new();
+    for (i, line) in text.split('\n').enumerate() {
+        match line.split_once('\0') {
+            Some((named, caps)) if i == 0 => {
+                out.push_str(named.get(4..).unwrap_or(named));
+                out.push('\n');
+                for cap in caps.split(' ').filter(|c| c.starts_with("symref=")) {
+                    out.push_str(cap);
+                    out.push('\n');
+                }
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// `listing` without the line git 2.39 lists a broken ref on, with a null id (and which a
+/// client then refuses: `git clone --mirror` stops at "'refs/heads/broken' has a null OID").
+/// packd leaves a broken ref out, with a warning, as `git for-each-ref` does: the one place
+/// its listing differs from git's on purpose.
+fn without_broken(listing: &[u8], broken: bool) -> Vec<u8> {
+    if !broken {
+        return listing.to_vec();
+    }
+    let line = format!("003f{} refs/heads/broken\n", "0".repeat(40));
+    let text = String::from_utf8_lossy(listing);
+    assert!(text.contains(&line), "git lists the broken ref: {text}");
+    text.replacen(&line, "", 1).into_bytes()
+}
+
+/// HEAD in the states a served repository can be left in (a branch, a detached id, an
+/// unborn branch, a chain of symbolic refs, a chain ending at a name git refuses, content
+/// that is no ref at all) and a broken ref beside it: packd lists what git lists, in protocol
+/// v2 (`ls-refs` with `symrefs`, `peel` and `unborn`) and in the v0 advertisement, byte for
+/// byte but for v0's capability wording and the broken ref (see `without_broken`).
+#[test]
+fn unusual_heads_and_broken_refs_are_listed_as_git_lists_them() {
+    let sb = Sandbox::new();
+    let src = history(&sb);
+    let bare = sb.path().join("served.git");
+    sb.git_in(
+        sb.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            src.path.to_str().unwrap(),
+            "served.git",
+        ],
+    );
+    let dir = bare.to_str().unwrap();
+    let main = src.git_str(&["rev-parse", "main"]);
+    let mut ls_refs = pkt("command=ls-refs\n");
+    ls_refs.extend_from_slice(b"0001");
+    for arg in ["peel\n", "symrefs\n", "unborn\n"] {
+        ls_refs.extend(pkt(arg));
+    }
+    ls_refs.extend_from_slice(b"0000");
+    let link = bare.join("refs/heads/link");
+    let broken = bare.join("refs/heads/broken");
+    // (what HEAD holds, what refs/heads/link holds (none: no such file), a broken ref beside)
+    let states: [(String, Option<&str>, bool); 8] = [
+        ("ref: refs/heads/main\n".into(), None, false),
+        (format!("{main}\n"), None, false),
+        ("ref: refs/heads/unborn\n".into(), None, false),
+        (
+            "ref: refs/heads/link\n".into(),
+            Some("ref: refs/heads/main\n"),
+            false,
+        ),
+        (
+            "ref: refs/heads/link\n".into(),
+            Some("ref: refs/heads/bad..name\n"),
+            false,
+        ),
+        ("ref: refs/heads/bad..name\n".into(), None, false),
+        ("no ref at all\n".into(), None, false),
+        ("ref: refs/heads/main\n".into(), None, true),
+    ];
+    for (head, linked, with_broken) in &states {
+        std::fs::write(bare.join("HEAD"), head).unwrap();
+        match linked {
+            Some(text) => std::fs::write(&link, text).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&link);
+            }
+        }
+        if *with_broken {
+            std::fs::write(&broken, "not an id\n").unwrap();
+        } else {
+            let _ = std::fs::remove_file(&broken);
+        }
+        let what = format!("HEAD {head:?}, link {linked:?}, broken ref {with_broken}");
+        let theirs = listing(&sb, true, Some("version=2"), dir, &ls_refs);
+        let ours = listing(&sb, false, Some("version=2"), dir, &ls_refs);
+        if head.starts_with("no ref") {
+            // git does not call the directory a repository; neither does packd.
+            assert!(!theirs.success(), "{what}: git served it");
+            ours.assert_no_crash();
+            assert!(!ours.success(), "{what}: packd served it: {}", ours.out());
+            assert!(ours.err().contains("served.git"), "{what}: {}", ours.err());
+            continue;
+        }
+        theirs.assert_success();
+        ours.assert_success();
+        assert_same_bytes(
+            &format!("v2 ls-refs, {what}"),
+            &without_broken(&theirs.stdout, *with_broken),
+            &ours.stdout,
+        );
+        let theirs = listing(&sb, true, None, dir, b"0000");
+        let ours = listing(&sb, false, None, dir, b"0000");
+        theirs.assert_success();
+        ours.assert_success();
+        assert_eq!(
+            v0_refs(&without_broken(&theirs.stdout, *with_broken)),
+            v0_refs(&ours.stdout),
+            "v0 advertisement, {what}"
+        );
+        if *with_broken {
+            assert!(
+                ours.err().contains("ignoring broken ref refs/heads/broken"),
+                "{}",
+                ours.err()
+            );
+        }
+    }
+}
