@@ -30,6 +30,20 @@ fn symref_in(text: &str) -> Option<&str> {
     text.trim_end().strip_prefix("ref:").map(str::trim)
 }
 
+/// The most of a loose ref file read: a symbolic ref's longest valid name and its `ref: `
+/// prefix fit, and a longer file (a ref is never one) costs no more than this to refuse.
+const MAX_LOOSE_REF: u64 = 8192;
+
+/// The start of the loose ref file at `path`, at most [`MAX_LOOSE_REF`] bytes of it.
+fn read_loose_ref(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path)?, MAX_LOOSE_REF),
+        &mut bytes,
+    )?;
+    Ok(bytes)
+}
+
 /// What a ref resolves to (see [`RefReader::resolve_symbolic`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resolution {
@@ -163,14 +177,19 @@ impl<'a> RefReader<'a> {
             let path = self.loose_path(&name);
             // Reached through a symbolic ref: the name its chain ends at.
             let target = |name: &str| (depth > 0).then(|| name.to_string());
-            match std::fs::read(&path) {
+            match read_loose_ref(&path) {
                 Ok(bytes) => {
                     let text = String::from_utf8_lossy(&bytes);
                     if let Some(next) = symref_in(&text) {
                         name = next.to_string();
                         continue;
                     }
-                    return ObjectId::from_hex(text.trim_end().get(..40).unwrap_or(""))
+                    // An id, then the end or whitespace (as git parses a loose ref).
+                    let id_end = text.as_bytes().get(40);
+                    let id = (id_end.is_none_or(u8::is_ascii_whitespace))
+                        .then(|| ObjectId::from_hex(text.get(..40)?))
+                        .flatten();
+                    return id
                         .map(|id| {
                             Some(Resolution {
                                 id: Some(id),
@@ -336,5 +355,136 @@ impl<'a> RefReader<'a> {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "1136f0a632ba7842f042f70934f2aa311e558d03";
+
+    /// A git directory holding `files` (path, content).
+    fn git_dir(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, content) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
+        dir
+    }
+
+    fn resolve(dir: &tempfile::TempDir, name: &str) -> Result<Option<Resolution>> {
+        RefReader::new(dir.path(), dir.path()).resolve_symbolic(name)
+    }
+
+    fn found(id: Option<&str>, target: Option<&str>) -> Option<Resolution> {
+        Some(Resolution {
+            id: id.map(|h| ObjectId::from_hex(h).unwrap()),
+            target: target.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn a_chain_of_symbolic_refs_ends_at_an_id_or_an_unborn_branch() {
+        let with_link = format!("{ID}\n");
+        let dir = git_dir(&[
+            ("HEAD", b"ref: refs/heads/link\n"),
+            ("refs/heads/link", b"ref: refs/heads/main\n"),
+            ("refs/heads/main", with_link.as_bytes()),
+            ("refs/heads/unborn-link", b"ref: refs/heads/nothing\n"),
+        ]);
+        assert_eq!(
+            resolve(&dir, "HEAD").unwrap(),
+            found(Some(ID), Some("refs/heads/main"))
+        );
+        assert_eq!(
+            resolve(&dir, "refs/heads/main").unwrap(),
+            found(Some(ID), None)
+        );
+        assert_eq!(
+            resolve(&dir, "refs/heads/unborn-link").unwrap(),
+            found(None, Some("refs/heads/nothing"))
+        );
+        assert_eq!(
+            resolve(&dir, "refs/heads/absent").unwrap(),
+            found(None, None)
+        );
+    }
+
+    #[test]
+    fn a_chain_through_a_name_git_refuses_resolves_to_nothing() {
+        for bad in [
+            "refs/heads/a..b",
+            "refs/heads/.hidden",
+            "refs/heads/x.lock",
+            "refs//x",
+        ] {
+            let link = format!("ref: {bad}\n");
+            let dir = git_dir(&[
+                ("HEAD", b"ref: refs/heads/link\n"),
+                ("refs/heads/link", link.as_bytes()),
+            ]);
+            assert_eq!(resolve(&dir, "HEAD").unwrap(), None, "{bad}");
+            let reader = RefReader::new(dir.path(), dir.path());
+            assert_eq!(reader.symref_target("HEAD").unwrap(), None, "{bad}");
+            assert_eq!(reader.resolve_full("HEAD").unwrap(), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_loose_ref_is_an_id_then_the_end_or_whitespace() {
+        let spaced = format!("{ID} anything after a space\n");
+        let glued = format!("{ID}x\n");
+        let dir = git_dir(&[
+            ("refs/heads/spaced", spaced.as_bytes()),
+            ("refs/heads/glued", glued.as_bytes()),
+            ("refs/heads/short", &ID.as_bytes()[..39]),
+        ]);
+        assert_eq!(
+            resolve(&dir, "refs/heads/spaced").unwrap(),
+            found(Some(ID), None)
+        );
+        for broken in ["refs/heads/glued", "refs/heads/short"] {
+            let err = resolve(&dir, broken).unwrap_err().to_string();
+            assert!(err.contains(broken) && err.contains("not a ref"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_huge_ref_file_is_refused_without_reading_it_all() {
+        // A name past git's limit after `ref: `, and an id followed by megabytes.
+        let long_name = format!("ref: refs/heads/{}\n", "n".repeat(1 << 20));
+        let long_id = format!("{ID}{}", "x".repeat(1 << 20));
+        let dir = git_dir(&[
+            ("refs/heads/long-name", long_name.as_bytes()),
+            ("refs/heads/long-id", long_id.as_bytes()),
+        ]);
+        assert_eq!(resolve(&dir, "refs/heads/long-name").unwrap(), None);
+        assert!(resolve(&dir, "refs/heads/long-id").is_err());
+        assert_eq!(
+            read_loose_ref(&dir.path().join("refs/heads/long-id"))
+                .unwrap()
+                .len(),
+            8192
+        );
+    }
+
+    #[test]
+    fn listing_leaves_a_broken_ref_out_and_it_still_hides_its_packed_one() {
+        let packed = format!("# pack-refs with: peeled fully-peeled sorted\n{ID} refs/heads/broken\n{ID} refs/heads/packed\n");
+        let dir = git_dir(&[
+            ("packed-refs", packed.as_bytes()),
+            ("refs/heads/broken", b"not an id\n"),
+            ("refs/heads/dangling", b"ref: refs/heads/nothing\n"),
+        ]);
+        let names: Vec<String> = RefReader::new(dir.path(), dir.path())
+            .list_refs("refs/", &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["refs/heads/packed"]);
     }
 }
