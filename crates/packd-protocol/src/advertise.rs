@@ -15,6 +15,7 @@
 //! ```
 
 use crate::{pkt_line, Mode, ProtocolError, ProtocolVersion, UploadPack};
+use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::packed_refs::Peeled;
 use packd_odb::refs::ListedRef;
 use packd_odb::{ObjectId, ObjectKind, Repository};
@@ -37,12 +38,20 @@ pub(crate) struct RefSnapshot {
 }
 
 impl RefSnapshot {
-    /// Reads the refs of `repo`. A broken HEAD (content that is no ref, a chain of symbolic
-    /// refs through a name git refuses or nested too deep) is left out with a warning, as git
-    /// leaves it out, and so is a broken ref under `refs/`.
+    /// Reads the refs of `repo` that clients are shown: those `uploadpack.hideRefs` and
+    /// `transfer.hideRefs` hide are left out, as git leaves them out of both advertisements
+    /// (a hidden prefix is not even listed). A broken HEAD (content that is no ref, a chain of
+    /// symbolic refs through a name git refuses or nested too deep) is left out with a
+    /// warning, as git leaves it out, and so is a broken ref under `refs/`.
     pub fn read(repo: &Repository) -> Result<RefSnapshot, ProtocolError> {
+        let hidden = HiddenRefs::from_config(repo.config(), "uploadpack");
         let reader = repo.refs();
-        let (head, head_target) = match reader.resolve_symbolic("HEAD") {
+        let resolved = if hidden.is_hidden("HEAD") {
+            Ok(None)
+        } else {
+            reader.resolve_symbolic("HEAD")
+        };
+        let (head, head_target) = match resolved {
             Ok(Some(resolved)) => (resolved.id, resolved.target),
             Ok(None) => (None, None),
             Err(e) => {
@@ -50,7 +59,10 @@ impl RefSnapshot {
                 (None, None)
             }
         };
-        let refs = reader.list_refs("refs/", &[])?;
+        let mut refs = reader.list_refs("refs/", &hidden.hidden_prefixes())?;
+        if !hidden.is_empty() {
+            refs.retain(|r| !hidden.is_hidden(&r.name));
+        }
         Ok(RefSnapshot {
             head,
             head_target,
@@ -58,7 +70,35 @@ impl RefSnapshot {
         })
     }
 
-    /// Every id a ref points at (HEAD included): the tips a client may want.
+    /// The ids a client may want as ref tips: those of the refs it is shown, and with
+    /// `allow_hidden` (`uploadpack.allowTipSHA1InWant`) those of hidden refs too, which is
+    /// what that setting is for in git.
+    pub fn want_tips(
+        repo: &Repository,
+        allow_hidden: bool,
+    ) -> Result<Vec<ObjectId>, ProtocolError> {
+        if allow_hidden || HiddenRefs::from_config(repo.config(), "uploadpack").is_empty() {
+            let reader = repo.refs();
+            let mut tips: Vec<ObjectId> = reader
+                .list_refs("refs/", &[])?
+                .into_iter()
+                .map(|r| r.id)
+                .collect();
+            tips.extend(
+                reader
+                    .resolve_symbolic("HEAD")
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.id),
+            );
+            tips.sort_unstable();
+            tips.dedup();
+            return Ok(tips);
+        }
+        Ok(RefSnapshot::read(repo)?.tips())
+    }
+
+    /// Every id a ref shown points at (HEAD included).
     pub fn tips(&self) -> Vec<ObjectId> {
         let mut tips: Vec<ObjectId> = self.refs.iter().map(|r| r.id).collect();
         tips.extend(self.head);

@@ -213,7 +213,7 @@ impl UploadPack {
             // Nothing wanted: nothing to say (as git).
             return Ok(0);
         }
-        let tips = RefSnapshot::read(repo)?.tips();
+        let tips = RefSnapshot::want_tips(repo, self.options.allow_tip_sha1_in_want)?;
         self.check_wants(&req.wants, &tips, mode, cancel)?;
 
         let mut neg = Negotiation::default();

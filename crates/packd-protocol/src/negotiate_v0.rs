@@ -142,7 +142,7 @@ impl UploadPack {
             return Ok(());
         };
         let wants = list.request.wants.clone();
-        let tips = RefSnapshot::read(repo)?.tips();
+        let tips = RefSnapshot::want_tips(repo, self.options.allow_tip_sha1_in_want)?;
         self.check_wants(&wants, &tips, mode, cancel)?;
 
         if list.request.deepens() {

@@ -991,3 +991,71 @@ fn unusual_heads_and_broken_refs_are_listed_as_git_lists_them() {
         }
     }
 }
+
+/// Refs hidden by `uploadpack.hideRefs` and `transfer.hideRefs` (with a `!` rule showing one
+/// again, and HEAD hidden in the second round) are left out of both advertisements as git
+/// leaves them out; a hidden ref's tip can still be fetched by id, as git allows with
+/// `uploadpack.allowTipSHA1InWant` (packd's policy), and the fetch passes `git fsck`.
+#[test]
+fn hidden_refs_are_left_out_as_git_leaves_them_out() {
+    let sb = Sandbox::new();
+    let src = history(&sb);
+    // A commit no shown ref reaches, under a hidden ref.
+    let tree = src.git_str(&["rev-parse", "main^{tree}"]);
+    let main = src.git_str(&["rev-parse", "main"]);
+    let hidden_tip = src.git_stdin(&["commit-tree", &tree, "-p", &main], b"hidden\n");
+    let hidden_tip = String::from_utf8(hidden_tip).unwrap().trim().to_string();
+    for (name, id) in [
+        ("refs/pull/1/head", hidden_tip.as_str()),
+        ("refs/pull/2/head", main.as_str()),
+        ("refs/keep/a", main.as_str()),
+    ] {
+        src.git(&["update-ref", name, id]);
+    }
+    src.git(&["config", "--add", "uploadpack.hideRefs", "refs/pull"]);
+    src.git(&["config", "--add", "uploadpack.hideRefs", "!refs/pull/2"]);
+    src.git(&["config", "--add", "transfer.hideRefs", "refs/keep/"]);
+    let dir = src.path.to_str().unwrap();
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    for round in 0..2 {
+        if round == 1 {
+            src.git(&["config", "--add", "transfer.hideRefs", "HEAD"]);
+        }
+        for version in [0u8, 2] {
+            let theirs = git_v(&sb, sb.path(), version, &["ls-remote", "--symref", dir]);
+            let ours = git_v(
+                &sb,
+                sb.path(),
+                version,
+                &["ls-remote", "--symref", &up, dir],
+            );
+            theirs.assert_success();
+            ours.assert_success();
+            assert!(ours.out().contains("refs/pull/2/head"), "{}", ours.out());
+            assert!(!ours.out().contains("refs/pull/1/") && !ours.out().contains("refs/keep/"));
+            assert_eq!(ours.out().contains("HEAD"), round == 0, "{}", ours.out());
+            assert_same_bytes(
+                &format!("ls-remote v{version}, round {round}"),
+                &theirs.stdout,
+                &ours.stdout,
+            );
+        }
+    }
+    // The hidden tip, fetched by id from packd.
+    let client = sb.init_bare("client.git");
+    let fetched = git_v(
+        &sb,
+        &client.path,
+        2,
+        &[
+            "fetch",
+            "-q",
+            &up,
+            dir,
+            &format!("{hidden_tip}:refs/heads/got"),
+        ],
+    );
+    fetched.assert_success();
+    assert_eq!(client.git_str(&["rev-parse", "refs/heads/got"]), hidden_tip);
+    fsck(&sb, &client.path);
+}
