@@ -53,9 +53,7 @@ def pushed_copy(repo, tmp):
     copy = f"{tmp}/pushed.git"
     fb.linked_copy(repo, copy)
     shutil.rmtree(f"{copy}/packd-cache", ignore_errors=True)
-    branch = fb.git(copy, "symbolic-ref", "HEAD")
-    head = fb.git(copy, "rev-parse", "HEAD")
-    fb.git(copy, "update-ref", branch, fb.commit_on(copy, head, "pushed"), head)
+    fb.push_commit(copy, "pushed")
     return copy
 
 

@@ -163,6 +163,15 @@ def commit_on(repo, parent, message):
                           env=env).stdout.strip()
 
 
+def push_commit(repo, message, parent=None):
+    """A new commit on HEAD's branch of `repo`, loose, as receive-pack stores a small push: its
+    parent is `parent` (default the branch's tip), with that parent's tree. Its id."""
+    branch = git(repo, "symbolic-ref", "HEAD")
+    new = commit_on(repo, parent or git(repo, "rev-parse", "HEAD"), message)
+    git(repo, "update-ref", branch, new)
+    return new
+
+
 # Set once a report says the server's CPU was read in clock ticks (see `proc_cpu`).
 TICKS_WARNED = False
 
@@ -373,7 +382,6 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
     index's CRC-32, under a new header, then the pushed commit, then a new trailer)."""
     copy = f"{tmp}/pushed.git"
     linked_copy(repo, copy)
-    branch = git(copy, "symbolic-ref", "HEAD")
     old_head = git(copy, "rev-parse", "HEAD")
     patterns = [] if every_ref else ["refs/heads", "refs/tags"]
     server = Packd(packd, tmp, ["--clone-cache-bytes", "0"])
@@ -381,8 +389,7 @@ def after_push(packd, repo, tmp, runs, every_ref=False):
         before_push = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)",
                                      *patterns).split()))
         server.fetch("pushed.git", before_push, [], f"{tmp}/packd.pack", include_tag=True)
-        new = commit_on(copy, old_head, "pushed")
-        git(copy, "update-ref", branch, new, old_head)
+        new = push_commit(copy, "pushed")
         head_time = int(git(copy, "log", "-1", "--format=%ct", old_head))
         have = git(copy, "rev-list", "-1", f"--before={head_time - 86400}", old_head)
         refs = sorted(set(git(copy, "for-each-ref", "--format=%(objectname)", *patterns).split()))
@@ -474,8 +481,7 @@ def mirror_fetch_by_git(packd, repo, tmp, runs):
 
     def fetch_push(url, upload_pack=None):
         pushes[0] += 1
-        new = commit_on(server_copy, old_head, f"pushed {pushes[0]}")
-        git(server_copy, "update-ref", branch, new)
+        new = push_commit(server_copy, f"pushed {pushes[0]}", old_head)
         git(client, "update-ref", branch, old_head)
         git(client, "config", "remote.origin.url", url)
         args = ["git", "-C", client, "-c", "protocol.version=2", "fetch", "-q"]
