@@ -117,6 +117,18 @@ impl Config {
         self.values.get(&Self::normalize(key)).map(|s| s.as_str())
     }
 
+    /// The value of `key` as a git boolean: `true`, `yes`, `on`, a key with no `=` or a
+    /// non-zero number are true; `false`, `no`, `off`, `0` and an empty value are false.
+    /// `None` when `key` is not set, or is set to something else (git refuses such a value).
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        let value = self.get(key)?.to_ascii_lowercase();
+        match value.as_str() {
+            "true" | "yes" | "on" => Some(true),
+            "false" | "no" | "off" | "" => Some(false),
+            number => number.parse::<i64>().ok().map(|n| n != 0),
+        }
+    }
+
     /// Every value of `key`, in the order the files give them (the last one is what
     /// [`Config::get`] returns).
     pub fn get_all(&self, key: &str) -> Vec<&str> {
@@ -207,5 +219,27 @@ mod tests {
         assert_eq!(c.get("extensions.objectFormat"), Some("sha256"));
         assert_eq!(parse_size("2k"), Some(2048));
         assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn booleans_read_as_git_reads_them() {
+        let mut c = Config::default();
+        c.parse(
+            "[a]\n\tbare\n\tyes = Yes\n\toff = off\n\tempty =\n\ttwo = 2\n\tzero = 0\n\tjunk = maybe\n",
+            "test",
+        )
+        .unwrap();
+        for (key, want) in [
+            ("a.bare", Some(true)),
+            ("a.yes", Some(true)),
+            ("a.off", Some(false)),
+            ("a.empty", Some(false)),
+            ("a.two", Some(true)),
+            ("a.zero", Some(false)),
+            ("a.junk", None),
+            ("a.unset", None),
+        ] {
+            assert_eq!(c.get_bool(key), want, "{key}");
+        }
     }
 }

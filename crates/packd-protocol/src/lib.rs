@@ -134,6 +134,31 @@ impl Default for UploadPackOptions {
     }
 }
 
+impl UploadPackOptions {
+    /// `self` with what a repository's configuration sets explicitly, as git's upload-pack
+    /// reads it: `uploadpack.allowFilter`, `uploadpack.allowTipSHA1InWant` and
+    /// `uploadpack.allowReachableSHA1InWant` (`uploadpack.allowAnySHA1InWant = true` allows
+    /// both; packd still requires a ref to reach what is wanted). What the configuration does
+    /// not set keeps packd's default, which allows all three where git's allows none: a
+    /// server that hosts partial clones and mirrors wants them on.
+    pub fn with_config(mut self, config: &packd_odb::config::Config) -> UploadPackOptions {
+        if let Some(on) = config.get_bool("uploadpack.allowFilter") {
+            self.allow_filter = on;
+        }
+        if let Some(on) = config.get_bool("uploadpack.allowTipSHA1InWant") {
+            self.allow_tip_sha1_in_want = on;
+        }
+        if let Some(on) = config.get_bool("uploadpack.allowReachableSHA1InWant") {
+            self.allow_reachable_sha1_in_want = on;
+        }
+        if config.get_bool("uploadpack.allowAnySHA1InWant") == Some(true) {
+            self.allow_tip_sha1_in_want = true;
+            self.allow_reachable_sha1_in_want = true;
+        }
+        self
+    }
+}
+
 /// What one request did, for access logs.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServeStats {

@@ -16,15 +16,6 @@ use packd_odb::refs_update::{check_ref_name, RefUpdate};
 use packd_odb::{ObjectDb, ObjectId, ObjectKind, Repository};
 use std::collections::{HashSet, VecDeque};
 
-fn is_true(value: Option<&str>) -> Option<bool> {
-    value.map(|v| {
-        matches!(
-            v.to_ascii_lowercase().as_str(),
-            "true" | "yes" | "on" | "1" | ""
-        )
-    })
-}
-
 /// The rules in force for one repository, read from its configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct Rules {
@@ -40,7 +31,8 @@ impl Rules {
     /// Reads the rules of `repo`.
     pub(crate) fn read(repo: &Repository) -> Rules {
         let config = repo.config();
-        let bare = is_true(config.get("core.bare"))
+        let bare = config
+            .get_bool("core.bare")
             .unwrap_or_else(|| repo.git_dir().file_name().is_none_or(|n| n != ".git"));
         let head = repo.refs().symref_target("HEAD").ok().flatten();
         let deny_current = match config
@@ -58,8 +50,10 @@ impl Rules {
             Some(v) => !matches!(v.as_str(), "false" | "no" | "off" | "0" | "ignore" | "warn"),
         };
         Rules {
-            deny_deletes: is_true(config.get("receive.denyDeletes")).unwrap_or(false),
-            deny_non_ff: is_true(config.get("receive.denyNonFastForwards")).unwrap_or(false),
+            deny_deletes: config.get_bool("receive.denyDeletes").unwrap_or(false),
+            deny_non_ff: config
+                .get_bool("receive.denyNonFastForwards")
+                .unwrap_or(false),
             protected_branch: if !bare && deny_current {
                 head.clone()
             } else {

@@ -136,8 +136,9 @@ impl RepoCache {
         // requests to one repository may both open it; the later insert wins, which is harmless.
         let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
+        let options = self.options.clone().with_config(repo.config());
         let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
-        let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
+        let upload = Arc::new(UploadPack::new(packs, options));
         let mut inner = self.inner.lock();
         inner.tick += 1;
         let tick = inner.tick;

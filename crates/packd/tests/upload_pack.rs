@@ -1059,3 +1059,84 @@ fn hidden_refs_are_left_out_as_git_leaves_them_out() {
     assert_eq!(client.git_str(&["rev-parse", "refs/heads/got"]), hidden_tip);
     fsck(&sb, &client.path);
 }
+
+/// `uploadpack.allowFilter`, `uploadpack.allowTipSHA1InWant` and
+/// `uploadpack.allowReachableSHA1InWant` set to false turn off what they turn off in git:
+/// neither advertisement offers them, a partial clone is a whole clone (as from git, which
+/// warns the same), and a v0 fetch of an unadvertised commit is refused as git refuses it.
+/// Unset, packd offers all three.
+#[test]
+fn uploadpack_config_turns_off_what_it_turns_off_in_git() {
+    let sb = Sandbox::new();
+    let src = history(&sb);
+    let dir = src.path.to_str().unwrap();
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let v2_caps = |sb: &Sandbox| {
+        let run = packd_upload_pack(sb, Some("version=2"), &["--advertise-refs", dir], b"");
+        run.assert_success();
+        run.out()
+    };
+    let v0_caps = |sb: &Sandbox| {
+        let run = packd_upload_pack(sb, None, &[dir], b"0000");
+        run.assert_success();
+        run.out()
+    };
+    let offered = [
+        "allow-tip-sha1-in-want",
+        "allow-reachable-sha1-in-want",
+        " filter",
+    ];
+    assert!(v2_caps(&sb).contains(" filter"));
+    let v0 = v0_caps(&sb);
+    assert!(offered.iter().all(|c| v0.contains(c)), "{v0}");
+
+    for key in [
+        "allowFilter",
+        "allowTipSHA1InWant",
+        "allowReachableSHA1InWant",
+    ] {
+        src.git(&["config", &format!("uploadpack.{key}"), "false"]);
+    }
+    assert!(!v2_caps(&sb).contains("filter"), "{}", v2_caps(&sb));
+    let v0 = v0_caps(&sb);
+    assert!(offered.iter().all(|c| !v0.contains(c)), "{v0}");
+
+    // A partial clone is whole, from git and from packd, with the same warning.
+    let url = format!("file://{dir}");
+    for (name, extra) in [("from-git", None), ("from-packd", Some(up.as_str()))] {
+        let mut args = vec!["clone", "-q", "--bare", "--filter=blob:none"];
+        args.extend(extra);
+        args.extend([url.as_str(), name]);
+        let run = git_v(&sb, sb.path(), 2, &args);
+        run.assert_success();
+        assert!(
+            run.err().contains("filtering not recognized by server"),
+            "{name}: {}",
+            run.err()
+        );
+        let clone = sb.path().join(name);
+        assert_eq!(
+            objects_of(&sb, &clone),
+            objects_of(&sb, &src.path),
+            "{name}"
+        );
+        fsck(&sb, &clone);
+    }
+
+    // An unadvertised commit, fetched over v0: refused by both.
+    let old = src.git_str(&["rev-parse", "main~1"]);
+    let client = sb.init_bare("client.git");
+    for extra in [None, Some(up.as_str())] {
+        let mut args = vec!["fetch", "-q"];
+        args.extend(extra);
+        args.extend([url.as_str(), old.as_str()]);
+        let run = git_v(&sb, &client.path, 0, &args);
+        assert!(!run.success(), "{extra:?}: the fetch of {old} succeeded");
+        assert!(
+            run.err()
+                .contains("not allow request for unadvertised object"),
+            "{}",
+            run.err()
+        );
+    }
+}
