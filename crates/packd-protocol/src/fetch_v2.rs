@@ -20,6 +20,7 @@ use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, ServeStats, UploadPack};
+use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::ObjectId;
 use packd_pack::{PackSink, ShallowUpdate};
 use std::sync::atomic::AtomicBool;
@@ -172,8 +173,11 @@ impl UploadPack {
             if let Some(hex) = line.strip_prefix("want ") {
                 req.want(parse_id(hex, line)?, self.options.max_wants)?;
             } else if let Some(name) = line.strip_prefix("want-ref ") {
-                let id = if name == "HEAD" || name.starts_with("refs/") {
-                    repo.refs().resolve_full(name)?
+                // A hidden ref, or a broken one, is as unknown as a missing one (as in git).
+                let shown = (name == "HEAD" || name.starts_with("refs/"))
+                    && !HiddenRefs::from_config(repo.config(), "uploadpack").is_hidden(name);
+                let id = if shown {
+                    repo.refs().resolve_full(name).ok().flatten()
                 } else {
                     None
                 };

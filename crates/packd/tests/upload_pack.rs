@@ -1041,6 +1041,29 @@ fn hidden_refs_are_left_out_as_git_leaves_them_out() {
             );
         }
     }
+    // `want-ref` names a shown ref, not a hidden one (git: "unknown ref").
+    for (name, shown) in [("refs/pull/2/head", true), ("refs/pull/1/head", false)] {
+        let mut input = pkt("command=fetch\n");
+        input.extend_from_slice(b"0001");
+        input.extend(pkt(&format!("want-ref {name}\n")));
+        input.extend(pkt("done\n"));
+        input.extend_from_slice(b"0000");
+        let run = packd_upload_pack(&sb, Some("version=2"), &["--stateless-rpc", dir], &input);
+        run.assert_no_crash();
+        let out = String::from_utf8_lossy(&run.stdout).into_owned();
+        if shown {
+            run.assert_success();
+            assert!(out.contains("wanted-refs") && out.contains(name), "{out}");
+        } else {
+            assert!(
+                out.contains(&format!("ERR unknown ref {name}")),
+                "{out}{}",
+                run.err()
+            );
+            assert!(!out.contains("packfile"), "{out}");
+        }
+    }
+
     // The hidden tip, fetched by id from packd.
     let client = sb.init_bare("client.git");
     let fetched = git_v(
