@@ -20,6 +20,9 @@ pub struct Config {
     values: HashMap<String, String>,
     /// Every value of each key, in file order (for multi-valued keys such as `transfer.hideRefs`).
     all: HashMap<String, Vec<String>>,
+    /// Every (key, value) in file order, for settings whose values under several keys form
+    /// one list (git's `transfer.hideRefs` and `uploadpack.hideRefs`).
+    order: Vec<(String, String)>,
 }
 
 impl Config {
@@ -107,6 +110,7 @@ impl Config {
                 .entry(full.clone())
                 .or_default()
                 .push(value.clone());
+            self.order.push((full.clone(), value.clone()));
             self.values.insert(full, value);
         }
         Ok(())
@@ -136,6 +140,17 @@ impl Config {
             .get(&Self::normalize(key))
             .map(|v| v.iter().map(|s| s.as_str()).collect())
             .unwrap_or_default()
+    }
+
+    /// Every value of any of `keys`, with its key, in the order the files give them: git reads
+    /// such settings as one list, whose last matching value wins whichever key it came under.
+    pub fn get_all_of(&self, keys: &[&str]) -> Vec<(&str, &str)> {
+        let keys: Vec<String> = keys.iter().map(|k| Self::normalize(k)).collect();
+        self.order
+            .iter()
+            .filter(|(k, _)| keys.contains(k))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
     }
 
     /// `key` with its section and name lower-cased (a subsection keeps its case).

@@ -16,23 +16,23 @@ pub struct HiddenRefs {
 }
 
 impl HiddenRefs {
-    /// The rules for `service` (`"receive"` or `"uploadpack"`): `transfer.hideRefs` then
-    /// `<service>.hideRefs`.
+    /// The rules for `service` (`"receive"` or `"uploadpack"`): the values of
+    /// `transfer.hideRefs` and `<service>.hideRefs` as one list, in the order the
+    /// configuration files give them, as git reads them. A `^` after the optional `!` marks a
+    /// pattern git matches against the full ref name rather than the namespace-stripped one;
+    /// packd serves no namespaces, so the two are the same name and the `^` is dropped.
     pub fn from_config(config: &Config, service: &str) -> HiddenRefs {
+        let own = format!("{service}.hideRefs");
         let mut rules = Vec::new();
-        for key in [
-            "transfer.hideRefs".to_string(),
-            format!("{service}.hideRefs"),
-        ] {
-            for value in config.get_all(&key) {
-                let (unhide, prefix) = match value.strip_prefix('!') {
-                    Some(rest) => (true, rest),
-                    None => (false, value),
-                };
-                let prefix = prefix.trim_end_matches('/');
-                if !prefix.is_empty() {
-                    rules.push((unhide, prefix.to_string()));
-                }
+        for (_, value) in config.get_all_of(&["transfer.hideRefs", &own]) {
+            let (unhide, pattern) = match value.strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, value),
+            };
+            let pattern = pattern.strip_prefix('^').unwrap_or(pattern);
+            let prefix = pattern.trim_end_matches('/');
+            if !prefix.is_empty() {
+                rules.push((unhide, prefix.to_string()));
             }
         }
         HiddenRefs { rules }
@@ -98,5 +98,22 @@ mod tests {
         let upload = HiddenRefs::from_config(&config, "uploadpack");
         assert!(!upload.is_hidden("refs/meta/config"));
         assert!(upload.is_hidden("refs/pull/2/head"));
+    }
+
+    #[test]
+    fn one_list_in_file_order_and_full_name_patterns() {
+        let mut config = Config::default();
+        config
+            .parse(
+                "[uploadpack]\n\thideRefs = !refs/pull/2\n\thideRefs = ^refs/keep\n\
+                 [transfer]\n\thideRefs = refs/pull\n\thideRefs = !^refs/keep/shown\n",
+                "test",
+            )
+            .unwrap();
+        let hidden = HiddenRefs::from_config(&config, "uploadpack");
+        // transfer's `refs/pull` comes after uploadpack's `!refs/pull/2`: it wins.
+        assert!(hidden.is_hidden("refs/pull/2/head"));
+        assert!(hidden.is_hidden("refs/keep/a"));
+        assert!(!hidden.is_hidden("refs/keep/shown"));
     }
 }

@@ -25,23 +25,111 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
     ("refs/remotes/", "/HEAD"),
 ];
 
-/// The name a loose ref file's text points at when it is a symbolic ref (`ref: <name>`).
-fn symref_in(text: &str) -> Option<&str> {
-    text.trim_end().strip_prefix("ref:").map(str::trim)
+/// git's `isspace`: space, tab, newline and carriage return only.
+fn is_git_space(b: &u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
-/// The most of a loose ref file read: a symbolic ref's longest valid name and its `ref: `
-/// prefix fit, and a longer file (a ref is never one) costs no more than this to refuse.
+/// The bytes a loose ref file's content points at when it is a symbolic ref (`ref: <name>`),
+/// trimmed as git trims them.
+fn symref_in(bytes: &[u8]) -> Option<&[u8]> {
+    let rest = bytes.strip_prefix(b"ref:")?;
+    let start = rest
+        .iter()
+        .position(|b| !is_git_space(b))
+        .unwrap_or(rest.len());
+    let end = rest
+        .iter()
+        .rposition(|b| !is_git_space(b))
+        .map_or(start, |e| e + 1);
+    Some(&rest[start..end.max(start)])
+}
+
+/// The most of a loose ref file read: a symbolic ref's longest name packd accepts
+/// ([`check_ref_format`]) and its `ref: ` prefix fit, with room to spare. A longer file is
+/// no ref packd can follow, and costs no more than this to refuse.
 const MAX_LOOSE_REF: u64 = 8192;
 
-/// The start of the loose ref file at `path`, at most [`MAX_LOOSE_REF`] bytes of it.
+/// The start of the loose ref file at `path`, at most [`MAX_LOOSE_REF`] + 1 bytes of it (one
+/// more than a ref may hold, so that a longer file shows as one).
 fn read_loose_ref(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::open(path)?, MAX_LOOSE_REF),
+        &mut std::io::Read::take(std::fs::File::open(path)?, MAX_LOOSE_REF + 1),
         &mut bytes,
     )?;
     Ok(bytes)
+}
+
+/// What a loose ref file holds, read as git's files backend reads it.
+enum Loose {
+    /// A symbolic ref to this name (`ref: <name>`, or a symbolic link into `refs/`).
+    Symbolic(String),
+    /// An object id.
+    Id(ObjectId),
+    /// A symbolic ref packd cannot follow: its target is not UTF-8 or is too long. git would
+    /// follow it to a name no listing of packd's can give, so it is a broken ref here.
+    Unfollowable,
+}
+
+/// Reads the loose ref at `path`. `Ok(None)` when there is none (no file, or a directory, or a
+/// path through a file), an error when the file is neither an id nor a symbolic ref.
+fn read_loose(path: &Path) -> Result<Option<Loose>> {
+    // A symbolic link whose text starts with `refs/` is a symbolic ref (git's
+    // `core.preferSymlinkRefs`); any other link is read through.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_symlink() {
+            if let Ok(to) = std::fs::read_link(path) {
+                let text = to.as_os_str().as_encoded_bytes();
+                if text.starts_with(b"refs/") {
+                    return Ok(Some(match std::str::from_utf8(text) {
+                        Ok(name) => Loose::Symbolic(name.to_string()),
+                        Err(_) => Loose::Unfollowable,
+                    }));
+                }
+            }
+        }
+    }
+    let bytes = match read_loose_ref(path) {
+        Ok(bytes) => bytes,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::IsADirectory
+                    | std::io::ErrorKind::NotADirectory
+            ) || path.is_dir() =>
+        {
+            return Ok(None)
+        }
+        Err(source) => {
+            return Err(Error::Io {
+                path: path.display().to_string(),
+                source,
+            })
+        }
+    };
+    if let Some(target) = symref_in(&bytes) {
+        if bytes.len() as u64 > MAX_LOOSE_REF {
+            return Ok(Some(Loose::Unfollowable));
+        }
+        return Ok(Some(match std::str::from_utf8(target) {
+            Ok(name) => Loose::Symbolic(name.to_string()),
+            Err(_) => Loose::Unfollowable,
+        }));
+    }
+    // An id, then the end or whitespace (as git parses a loose ref).
+    let id = (bytes.get(40).is_none_or(is_git_space))
+        .then(|| ObjectId::from_hex_bytes(bytes.get(..40)?))
+        .flatten();
+    match id {
+        Some(id) => Ok(Some(Loose::Id(id))),
+        None => Err(Error::corrupt(
+            path.display().to_string(),
+            0,
+            "not a ref: neither an id nor 'ref: <name>'",
+        )),
+    }
 }
 
 /// What a ref resolves to (see [`RefReader::resolve_symbolic`]).
@@ -79,8 +167,10 @@ pub struct RefReader<'a> {
 }
 
 /// Why `name` is not a ref name git accepts (its `check-ref-format` rules, one-level names
-/// such as `HEAD` allowed), or `Ok`. Names are also paths under the repository: a name that
-/// passes cannot leave `refs/` or the git directory (no `..`, no component starting with `.`).
+/// such as `HEAD` allowed), or `Ok`. packd adds one rule of its own: at most 4,096 bytes, a
+/// bound on what a client can make it store or follow. Names are also paths under the
+/// repository: a name that passes cannot leave `refs/` or the git directory (no `..`, no
+/// component starting with `.`).
 pub fn check_ref_format(name: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("invalid ref name '{name}': {why}"));
     if name.is_empty() {
@@ -147,7 +237,9 @@ impl<'a> RefReader<'a> {
         dir.join(name)
     }
 
-    /// The id a full ref name points at, following symbolic refs.
+    /// The id a full ref name points at, following symbolic refs: `None` when it does not
+    /// exist or its chain passes a name git refuses, an error when a file on the chain is
+    /// neither an id nor a symbolic ref or the chain nests too deep.
     pub fn resolve_full(&self, name: &str) -> Result<Option<ObjectId>> {
         Ok(self.resolve_symbolic(name)?.and_then(|r| r.id))
     }
@@ -174,51 +266,22 @@ impl<'a> RefReader<'a> {
             if !is_valid_ref_path(&name) {
                 return Ok(None);
             }
-            let path = self.loose_path(&name);
             // Reached through a symbolic ref: the name its chain ends at.
-            let target = |name: &str| (depth > 0).then(|| name.to_string());
-            match read_loose_ref(&path) {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    if let Some(next) = symref_in(&text) {
-                        name = next.to_string();
-                        continue;
-                    }
-                    // An id, then the end or whitespace (as git parses a loose ref).
-                    let id_end = text.as_bytes().get(40);
-                    let id = (id_end.is_none_or(u8::is_ascii_whitespace))
-                        .then(|| ObjectId::from_hex(text.get(..40)?))
-                        .flatten();
-                    return id
-                        .map(|id| {
-                            Some(Resolution {
-                                id: Some(id),
-                                target: target(&name),
-                            })
-                        })
-                        .ok_or_else(|| {
-                            Error::corrupt(
-                                path.display().to_string(),
-                                0,
-                                "not a ref: neither an id nor 'ref: <name>'",
-                            )
-                        });
+            let target = (depth > 0).then(|| name.clone());
+            match read_loose(&self.loose_path(&name))? {
+                Some(Loose::Symbolic(next)) => name = next,
+                Some(Loose::Unfollowable) => return Ok(None),
+                Some(Loose::Id(id)) => {
+                    return Ok(Some(Resolution {
+                        id: Some(id),
+                        target,
+                    }))
                 }
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::NotFound
-                        || e.kind() == std::io::ErrorKind::IsADirectory
-                        || path.is_dir() =>
-                {
+                None => {
                     return Ok(Some(Resolution {
                         id: self.packed(&name)?,
-                        target: target(&name),
-                    }));
-                }
-                Err(source) => {
-                    return Err(Error::Io {
-                        path: path.display().to_string(),
-                        source,
-                    })
+                        target,
+                    }))
                 }
             }
         }
@@ -235,7 +298,10 @@ impl<'a> RefReader<'a> {
     }
 
     /// Every ref under `prefix` (e.g. `refs/heads/`, or `refs/` for all) with the id it points
-    /// at, loose refs winning over packed ones, sorted by name. Symbolic refs are followed.
+    /// at, loose refs winning over packed ones, sorted by name. Symbolic refs are followed. A
+    /// loose ref that is broken (see [`RefReader::resolve_symbolic`], or the null id) or
+    /// dangling is left out, a broken one with a warning, as `git for-each-ref` leaves them
+    /// out; it still hides a packed ref of its name.
     ///
     /// A host's refs are mostly packed (100,000 `refs/pull/*` in one `packed-refs`): that file
     /// is read once, in its own sorted order, and merged with the few loose refs, rather than
@@ -297,9 +363,14 @@ impl<'a> RefReader<'a> {
                 }
             };
             let listed = resolved.and_then(|r| {
+                // The null id is a broken ref to git too.
+                let id = r.id.filter(|id| *id != ObjectId::NULL);
+                if r.id.is_some() && id.is_none() {
+                    tracing::warn!("ignoring broken ref {name}: it holds the null id");
+                }
                 Some(ListedRef {
                     name: name.clone(),
-                    id: r.id?,
+                    id: id?,
                     peeled: Peeled::Unknown,
                     symref_target: r.target,
                 })
@@ -467,7 +538,59 @@ mod tests {
             read_loose_ref(&dir.path().join("refs/heads/long-id"))
                 .unwrap()
                 .len(),
-            8192
+            8193
+        );
+    }
+
+    #[test]
+    fn what_git_reads_differently_from_plain_text() {
+        let main = format!("{ID}\n");
+        // A symbolic ref longer than packd reads: the spaces after a valid name would be cut.
+        let long = format!("ref: refs/heads/main{}junk\n", " ".repeat(9000));
+        let dir = git_dir(&[
+            ("refs/heads/main", main.as_bytes()),
+            ("refs/heads/latin1", b"ref: refs/heads/caf\xe9\n"),
+            ("refs/heads/formfeed", b"ref: refs/heads/main\x0c\n"),
+            ("refs/heads/long", long.as_bytes()),
+            ("refs/heads/file", main.as_bytes()),
+            (
+                "refs/heads/null",
+                b"0000000000000000000000000000000000000000\n",
+            ),
+        ]);
+        assert_eq!(resolve(&dir, "refs/heads/latin1").unwrap(), None);
+        // \x0c is not whitespace to git: the name keeps it, and git refuses it.
+        assert_eq!(resolve(&dir, "refs/heads/formfeed").unwrap(), None);
+        assert_eq!(resolve(&dir, "refs/heads/long").unwrap(), None);
+        // A path through a file is a ref that does not exist, not an error.
+        assert_eq!(
+            resolve(&dir, "refs/heads/file/x").unwrap(),
+            found(None, None)
+        );
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("refs/heads/main", dir.path().join("HEAD")).unwrap();
+            assert_eq!(
+                resolve(&dir, "HEAD").unwrap(),
+                found(Some(ID), Some("refs/heads/main"))
+            );
+            std::fs::remove_file(dir.path().join("HEAD")).unwrap();
+            std::os::unix::fs::symlink("refs/heads/unborn", dir.path().join("HEAD")).unwrap();
+            assert_eq!(
+                resolve(&dir, "HEAD").unwrap(),
+                found(None, Some("refs/heads/unborn"))
+            );
+        }
+        let names: Vec<String> = RefReader::new(dir.path(), dir.path())
+            .list_refs("refs/", &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(
+            names,
+            ["refs/heads/file", "refs/heads/main"],
+            "the null id is broken"
         );
     }
 

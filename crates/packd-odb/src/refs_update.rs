@@ -24,12 +24,18 @@ use std::time::{Duration, Instant};
 /// How long to wait for `packed-refs.lock` (git's `core.packedRefsTimeout` default).
 const PACKED_REFS_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// Why a ref name is invalid, or `Ok` when git's `check-ref-format` would accept it as a full
-/// ref name under `refs/`.
+/// Why a ref name is invalid, or `Ok` when git's receive-pack would accept it: `refs/`
+/// followed by at least two components (`refs/heads/main`, not `refs/main`), each by
+/// `check-ref-format`'s rules.
 pub fn check_ref_name(name: &str) -> Result<(), String> {
-    if !name.starts_with("refs/") {
+    let Some(rest) = name.strip_prefix("refs/") else {
         return Err(format!(
             "invalid ref name '{name}': it must start with refs/"
+        ));
+    };
+    if !rest.contains('/') {
+        return Err(format!(
+            "invalid ref name '{name}': it needs a component after refs/{rest}/"
         ));
     }
     crate::refs::check_ref_format(name)
@@ -389,12 +395,14 @@ mod tests {
             "refs/heads/main",
             "refs/tags/v1.0",
             "refs/pull/12/head",
-            "refs/a@b",
+            "refs/a/b@c",
         ] {
             assert!(check_ref_name(good).is_ok(), "{good}");
         }
         for bad in [
             "HEAD",
+            "refs/a@b",
+            "refs/main",
             "refs/heads/a..b",
             "refs/heads/a@{1}",
             "refs/heads/a b",

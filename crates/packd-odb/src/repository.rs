@@ -81,7 +81,8 @@ fn head_is_a_ref(head: &Path) -> bool {
         return false;
     };
     if meta.file_type().is_symlink() {
-        return std::fs::read_link(head).is_ok_and(|to| to.starts_with("refs"));
+        return std::fs::read_link(head)
+            .is_ok_and(|to| to.as_os_str().as_encoded_bytes().starts_with(b"refs/"));
     }
     if !meta.is_file() {
         return false;
@@ -94,8 +95,12 @@ fn head_is_a_ref(head: &Path) -> bool {
         return false;
     }
     if let Some(target) = start.strip_prefix(b"ref:") {
-        let target = target.trim_ascii_start();
-        if target.starts_with(b"refs/") {
+        // git's `isspace`: space, tab, newline, carriage return.
+        let skip = target
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .count();
+        if target[skip..].starts_with(b"refs/") {
             return true;
         }
     }
@@ -276,5 +281,44 @@ impl Repository {
             });
         }
         Ok(NameMatch::Missing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_is_a_ref_as_git_validates_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = dir.path().join("HEAD");
+        let id = "1136f0a632ba7842f042f70934f2aa311e558d03";
+        for (content, want) in [
+            ("ref: refs/heads/main\n", true),
+            ("ref:refs/heads/main", true),
+            ("ref: \t refs/heads/main\n", true),
+            ("ref: heads/main\n", false),
+            ("ref: \x0crefs/heads/main\n", false),
+            (&format!("{id}\n")[..], true),
+            (&id.to_uppercase()[..], true),
+            (&id[..39], false),
+            ("", false),
+            ("no ref at all\n", false),
+        ] {
+            std::fs::write(&head, content).unwrap();
+            assert_eq!(head_is_a_ref(&head), want, "{content:?}");
+        }
+        std::fs::remove_file(&head).unwrap();
+        std::fs::create_dir(&head).unwrap();
+        assert!(!head_is_a_ref(&head), "a directory");
+        std::fs::remove_dir(&head).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("refs/heads/unborn", &head).unwrap();
+            assert!(head_is_a_ref(&head), "a link into refs/, even dangling");
+            std::fs::remove_file(&head).unwrap();
+            std::os::unix::fs::symlink("refs", &head).unwrap();
+            assert!(!head_is_a_ref(&head), "a link to refs itself");
+        }
     }
 }
