@@ -121,16 +121,10 @@ impl Config {
         self.values.get(&Self::normalize(key)).map(|s| s.as_str())
     }
 
-    /// The value of `key` as a git boolean: `true`, `yes`, `on`, a key with no `=` or a
-    /// non-zero number are true; `false`, `no`, `off`, `0` and an empty value are false.
-    /// `None` when `key` is not set, or is set to something else (git refuses such a value).
+    /// The value of `key` as a git boolean (see [`parse_bool`]); `None` when it is not set or
+    /// is set to something git refuses.
     pub fn get_bool(&self, key: &str) -> Option<bool> {
-        let value = self.get(key)?.to_ascii_lowercase();
-        match value.as_str() {
-            "true" | "yes" | "on" => Some(true),
-            "false" | "no" | "off" | "" => Some(false),
-            number => number.parse::<i64>().ok().map(|n| n != 0),
-        }
+        parse_bool(self.get(key)?)
     }
 
     /// Every value of `key`, in the order the files give them (the last one is what
@@ -213,6 +207,40 @@ pub fn parse_size(value: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// A configuration value as git reads a boolean: `true`, `yes`, `on` (and a key with no `=`,
+/// which [`Config`] stores as `true`) are true; `false`, `no`, `off` and an empty value are
+/// false; otherwise a number as git reads one (decimal, `0x` hex or `0` octal, with an
+/// optional `k`, `m` or `g`, within 32 bits) is true when it is not zero. `None` for anything
+/// else, which git refuses with "bad boolean config value".
+pub fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" => return Some(true),
+        "false" | "no" | "off" | "" => return Some(false),
+        _ => {}
+    }
+    let (sign, digits) = match value.strip_prefix('-') {
+        Some(rest) => (-1i128, rest),
+        None => (1, value.strip_prefix('+').unwrap_or(value)),
+    };
+    let (digits, factor) = match digits.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&digits[..digits.len() - 1], 1i128 << 10),
+        Some('m') => (&digits[..digits.len() - 1], 1 << 20),
+        Some('g') => (&digits[..digits.len() - 1], 1 << 30),
+        _ => (digits, 1),
+    };
+    let parsed = if let Some(hex) = digits.strip_prefix("0x").or(digits.strip_prefix("0X")) {
+        i128::from_str_radix(hex, 16)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        i128::from_str_radix(&digits[1..], 8)
+    } else {
+        digits.parse::<i128>()
+    };
+    let n = parsed.ok()?.checked_mul(factor)?.checked_mul(sign)?;
+    (i32::MIN as i128..=i32::MAX as i128)
+        .contains(&n)
+        .then_some(n != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +283,22 @@ mod tests {
             ("a.unset", None),
         ] {
             assert_eq!(c.get_bool(key), want, "{key}");
+        }
+        for (value, want) in [
+            ("TRUE", Some(true)),
+            ("No", Some(false)),
+            ("1k", Some(true)),
+            ("010", Some(true)),
+            ("0x0", Some(false)),
+            ("0x10", Some(true)),
+            ("-1", Some(true)),
+            ("00", Some(false)),
+            ("3g", None),
+            ("99999999999", None),
+            ("flase", None),
+            ("1x", None),
+        ] {
+            assert_eq!(parse_bool(value), want, "{value}");
         }
     }
 }

@@ -33,6 +33,9 @@ pub(crate) struct RefSnapshot {
     pub head: Option<ObjectId>,
     /// What HEAD points at, when it is a symbolic ref (even an unborn branch).
     pub head_target: Option<String>,
+    /// Whether hideRefs hides HEAD: it is then not listed, but git's v0 `symref=` capability
+    /// still names its target.
+    pub head_hidden: bool,
     /// Every ref under `refs/`, sorted by name, with what `packed-refs` says it peels to.
     pub refs: Vec<ListedRef>,
 }
@@ -46,12 +49,7 @@ impl RefSnapshot {
     pub fn read(repo: &Repository) -> Result<RefSnapshot, ProtocolError> {
         let hidden = HiddenRefs::from_config(repo.config(), "uploadpack");
         let reader = repo.refs();
-        let resolved = if hidden.is_hidden("HEAD") {
-            Ok(None)
-        } else {
-            reader.resolve_symbolic("HEAD")
-        };
-        let (head, head_target) = match resolved {
+        let (head, head_target) = match reader.resolve_symbolic("HEAD") {
             Ok(Some(resolved)) => (resolved.id, resolved.target),
             Ok(None) => (None, None),
             Err(e) => {
@@ -66,13 +64,14 @@ impl RefSnapshot {
         Ok(RefSnapshot {
             head,
             head_target,
+            head_hidden: hidden.is_hidden("HEAD"),
             refs,
         })
     }
 
     /// The ids a client may want as ref tips: those of the refs it is shown, and with
-    /// `allow_hidden` (`uploadpack.allowTipSHA1InWant`) those of hidden refs too, which is
-    /// what that setting is for in git.
+    /// `allow_hidden` those of hidden refs too. git allows hidden tips when
+    /// `uploadpack.allowTipSHA1InWant` or `uploadpack.allowReachableSHA1InWant` is on.
     pub fn want_tips(
         repo: &Repository,
         allow_hidden: bool,
@@ -98,10 +97,10 @@ impl RefSnapshot {
         Ok(RefSnapshot::read(repo)?.tips())
     }
 
-    /// Every id a ref shown points at (HEAD included).
+    /// Every id a ref shown points at (HEAD included unless hidden).
     pub fn tips(&self) -> Vec<ObjectId> {
         let mut tips: Vec<ObjectId> = self.refs.iter().map(|r| r.id).collect();
-        tips.extend(self.head);
+        tips.extend(self.head.filter(|_| !self.head_hidden));
         tips.sort_unstable();
         tips.dedup();
         tips
@@ -169,7 +168,10 @@ impl UploadPack {
         }
         let symref = snapshot.head.and(snapshot.head_target.as_deref());
         let mut caps = Some(self.v0_capabilities(symref));
-        let head = snapshot.head.map(|id| ("HEAD", id, peeled(repo, &id)));
+        let head = snapshot
+            .head
+            .filter(|_| !snapshot.head_hidden)
+            .map(|id| ("HEAD", id, peeled(repo, &id)));
         let refs = snapshot
             .refs
             .iter()

@@ -138,7 +138,7 @@ impl UploadPack {
                 "fetch" => {
                     stats.command = "fetch";
                     *err_band = None;
-                    stats.objects += self.fetch(mode, &command.args, out, cancel, err_band)?;
+                    stats.objects += self.fetch(&command.args, out, cancel, err_band)?;
                     *err_band = None;
                 }
                 other => {
@@ -158,7 +158,6 @@ impl UploadPack {
     /// Serves one `fetch`; returns the number of objects sent.
     fn fetch(
         &self,
-        mode: Mode,
         args: &[String],
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
@@ -177,7 +176,12 @@ impl UploadPack {
                 let shown = (name == "HEAD" || name.starts_with("refs/"))
                     && !HiddenRefs::from_config(repo.config(), "uploadpack").is_hidden(name);
                 let id = if shown {
-                    repo.refs().resolve_full(name).ok().flatten()
+                    match repo.refs().resolve_full(name) {
+                        Ok(id) => id,
+                        // A broken ref is unknown; a failure to read is not the client's.
+                        Err(e @ packd_odb::Error::Io { .. }) => return Err(e.into()),
+                        Err(_) => None,
+                    }
                 } else {
                     None
                 };
@@ -217,8 +221,10 @@ impl UploadPack {
             // Nothing wanted: nothing to say (as git).
             return Ok(0);
         }
-        let tips = RefSnapshot::want_tips(repo, self.options.allow_tip_sha1_in_want)?;
-        self.check_wants(&req.wants, &tips, mode, cancel)?;
+        // git's protocol v2 fetch checks no want at all, whatever the settings; packd still
+        // requires every want to be a ref's tip (hidden ones included) or reached by one.
+        let tips = RefSnapshot::want_tips(repo, true)?;
+        self.check_wants(&req.wants, &tips, true, cancel)?;
 
         let mut neg = Negotiation::default();
         let mut acks = Vec::new();

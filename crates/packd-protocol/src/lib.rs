@@ -136,24 +136,34 @@ impl Default for UploadPackOptions {
 
 impl UploadPackOptions {
     /// `self` with what a repository's configuration sets explicitly, as git's upload-pack
-    /// reads it: `uploadpack.allowFilter`, `uploadpack.allowTipSHA1InWant` and
-    /// `uploadpack.allowReachableSHA1InWant` (`uploadpack.allowAnySHA1InWant = true` allows
-    /// both; packd still requires a ref to reach what is wanted). What the configuration does
-    /// not set keeps packd's default, which allows all three where git's allows none: a
-    /// server that hosts partial clones and mirrors wants them on.
+    /// reads it, in the order the files give the settings: `uploadpack.allowFilter`,
+    /// `uploadpack.allowTipSHA1InWant`, `uploadpack.allowReachableSHA1InWant`, and
+    /// `uploadpack.allowAnySHA1InWant`, which turns both of the last two on or off (packd
+    /// still requires a ref to reach what is wanted). What the configuration does not set
+    /// keeps packd's default, which allows all three where git's allows none: a server that
+    /// hosts partial clones and mirrors wants them on. A value git refuses is warned about and
+    /// left out.
     pub fn with_config(mut self, config: &packd_odb::config::Config) -> UploadPackOptions {
-        if let Some(on) = config.get_bool("uploadpack.allowFilter") {
-            self.allow_filter = on;
-        }
-        if let Some(on) = config.get_bool("uploadpack.allowTipSHA1InWant") {
-            self.allow_tip_sha1_in_want = on;
-        }
-        if let Some(on) = config.get_bool("uploadpack.allowReachableSHA1InWant") {
-            self.allow_reachable_sha1_in_want = on;
-        }
-        if config.get_bool("uploadpack.allowAnySHA1InWant") == Some(true) {
-            self.allow_tip_sha1_in_want = true;
-            self.allow_reachable_sha1_in_want = true;
+        let keys = [
+            "uploadpack.allowFilter",
+            "uploadpack.allowTipSHA1InWant",
+            "uploadpack.allowReachableSHA1InWant",
+            "uploadpack.allowAnySHA1InWant",
+        ];
+        for (key, value) in config.get_all_of(&keys) {
+            let Some(on) = packd_odb::config::parse_bool(value) else {
+                tracing::warn!("bad boolean config value '{value}' for '{key}': left out");
+                continue;
+            };
+            match key {
+                "uploadpack.allowfilter" => self.allow_filter = on,
+                "uploadpack.allowtipsha1inwant" => self.allow_tip_sha1_in_want = on,
+                "uploadpack.allowreachablesha1inwant" => self.allow_reachable_sha1_in_want = on,
+                _ => {
+                    self.allow_tip_sha1_in_want = on;
+                    self.allow_reachable_sha1_in_want = on;
+                }
+            }
         }
         self
     }

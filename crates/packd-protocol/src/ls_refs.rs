@@ -101,7 +101,7 @@ impl UploadPack {
             line.push(b'\n');
             pkt_line::write_packet(out, &line)
         };
-        if args.matches("HEAD") {
+        if args.matches("HEAD") && !snapshot.head_hidden {
             match (&snapshot.head, &snapshot.head_target) {
                 (Some(id), target) => {
                     let peeled = args.peel.then(|| peeled(repo, id)).flatten();

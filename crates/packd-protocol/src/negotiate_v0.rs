@@ -142,8 +142,15 @@ impl UploadPack {
             return Ok(());
         };
         let wants = list.request.wants.clone();
-        let tips = RefSnapshot::want_tips(repo, self.options.allow_tip_sha1_in_want)?;
-        self.check_wants(&wants, &tips, mode, cancel)?;
+        let allow = &self.options;
+        let tips = RefSnapshot::want_tips(
+            repo,
+            allow.allow_tip_sha1_in_want || allow.allow_reachable_sha1_in_want,
+        )?;
+        // Over HTTP the client chose from an advertisement another request made: refs may have
+        // moved since, so an old tip still reachable from a ref is accepted (as git does).
+        let reachable = allow.allow_reachable_sha1_in_want || mode == Mode::Stateless;
+        self.check_wants(&wants, &tips, reachable, cancel)?;
 
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;

@@ -12,7 +12,7 @@
 //! "have <id>"                 an object the client has
 //! ```
 
-use crate::{filter, pkt_line::show, Mode, ProtocolError, UploadPack};
+use crate::{filter, pkt_line::show, ProtocolError, UploadPack};
 use packd_odb::{IdSet, ObjectId, ObjectKind, Repository};
 use packd_pack::{Deepen, FetchRequest};
 use packd_reach::walk::{Query, Walker};
@@ -179,12 +179,12 @@ impl RequestBuilder {
 
 impl UploadPack {
     /// Refuses wants the client may not have: missing objects, and objects that are not ref
-    /// tips unless policy lets them be fetched because some ref reaches them.
+    /// tips unless `reachable` lets them be fetched because some ref reaches them.
     pub(crate) fn check_wants(
         &self,
         wants: &[ObjectId],
         tips: &[ObjectId],
-        mode: Mode,
+        reachable: bool,
         cancel: &AtomicBool,
     ) -> Result<(), ProtocolError> {
         let repo = self.packs.repository();
@@ -201,9 +201,7 @@ impl UploadPack {
         if non_tips.is_empty() {
             return Ok(());
         }
-        // Over HTTP the client chose from an advertisement another request made: refs may have
-        // moved since, so an old tip still reachable from a ref is accepted (as git does).
-        if !self.options.allow_reachable_sha1_in_want && mode != Mode::Stateless {
+        if !reachable {
             return Err(not_ours(&non_tips[0].0));
         }
         if let Some(id) = self.first_unreachable(&non_tips, tips, cancel)? {

@@ -2,10 +2,10 @@
 //! that pack indexes, bitmaps and the delta base cache stay loaded.
 //!
 //! Each lookup stats a few files (`objects/pack/`, `objects/info/`, `objects/info/alternates`,
-//! `objects/info/commit-graphs/`); when any of them changed since the repository was opened
-//! (a repack, a new pack from a push, a new bitmap or commit-graph, new alternates) the
-//! repository is opened again. Refs are read by the protocol layer on every request, so they
-//! need no stamp. The cache holds at most `capacity` repositories and evicts the one used
+//! `objects/info/commit-graphs/`, and the configuration files git reads); when any of them
+//! changed since the repository was opened (a repack, a new pack from a push, a new bitmap or
+//! commit-graph, new alternates, a new `uploadpack.hideRefs`) the repository is opened again.
+//! Refs are read by the protocol layer on every request, so they need no stamp. The cache holds at most `capacity` repositories and evicts the one used
 //! least recently.
 
 use packd_odb::{Repository, RepositoryOptions};
@@ -46,18 +46,17 @@ fn objects_dir(git_dir: &Path) -> PathBuf {
 impl Stamp {
     fn of(git_dir: &Path) -> Stamp {
         let objects = objects_dir(git_dir);
-        Stamp(
-            [
-                objects.join("pack"),
-                objects.join("info"),
-                objects.join("info/alternates"),
-                objects.join("info/commit-graphs"),
-                objects.join("info/commit-graph"),
-            ]
-            .iter()
-            .map(|p| stat(p))
-            .collect(),
-        )
+        let mut files = vec![
+            objects.join("pack"),
+            objects.join("info"),
+            objects.join("info/alternates"),
+            objects.join("info/commit-graphs"),
+            objects.join("info/commit-graph"),
+            // A linked worktree's shared configuration (its own is among the standard files).
+            objects.with_file_name("config"),
+        ];
+        files.extend(packd_odb::config::Config::standard_files(git_dir));
+        Stamp(files.iter().map(|p| stat(p)).collect())
     }
 }
 

@@ -32,6 +32,25 @@ fn ls_remote_matches_git_v0_v1_v2() {
     );
 }
 
+/// A running server sees a configuration change without a repack: a `uploadpack.hideRefs`
+/// set after the repository was opened hides the ref from the next `git ls-remote`, as from
+/// git's own.
+#[test]
+fn a_new_hide_refs_setting_is_seen_by_a_running_server() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let url = server.http_url("repo.git");
+    assert!(f.ls_remote("2", &url).contains("refs/heads/side"));
+    f.repo
+        .git(&["config", "uploadpack.hideRefs", "refs/heads/side"]);
+    let local = f.repo.path.to_str().unwrap().to_string();
+    for version in ["0", "2"] {
+        let got = f.ls_remote(version, &url);
+        assert!(!got.contains("refs/heads/side"), "v{version}: {got}");
+        assert_eq!(got, f.ls_remote(version, &local), "v{version}");
+    }
+}
+
 /// With the refs packed, packd takes what `packed-refs` says a ref peels to, and reads the
 /// object only where the file's traits promise nothing, as git does: `git ls-remote` (v0 and
 /// v2, with `--symref`) answers as git's own for the file as git wrote it, for one whose

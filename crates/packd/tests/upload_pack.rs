@@ -893,6 +893,21 @@ fn without_broken(listing: &[u8], broken: bool) -> Vec<u8> {
     text.replacen(&line, "", 1).into_bytes()
 }
 
+/// A protocol v0 request wanting `id` (nothing had), answered by git's upload-pack or packd's
+/// over one connection (as over ssh).
+fn v0_want(sb: &Sandbox, git: bool, dir: &str, id: &str) -> Run {
+    let mut input = pkt(&format!("want {id} side-band-64k ofs-delta\n"));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt("done\n"));
+    listing(sb, git, None, dir, &input)
+}
+
+/// Whether an upload-pack answer refused a want as not a ref's ("not our ref").
+fn refused(run: &Run) -> bool {
+    let out = String::from_utf8_lossy(&run.stdout).into_owned() + &run.err();
+    !run.success() && out.contains("not our ref")
+}
+
 /// HEAD in the states a served repository can be left in (a branch, a detached id, an
 /// unborn branch, a chain of symbolic refs, a chain ending at a name git refuses, content
 /// that is no ref at all) and a broken ref beside it: packd lists what git lists, in protocol
@@ -994,8 +1009,12 @@ fn unusual_heads_and_broken_refs_are_listed_as_git_lists_them() {
 
 /// Refs hidden by `uploadpack.hideRefs` and `transfer.hideRefs` (with a `!` rule showing one
 /// again, and HEAD hidden in the second round) are left out of both advertisements as git
-/// leaves them out; a hidden ref's tip can still be fetched by id, as git allows with
-/// `uploadpack.allowTipSHA1InWant` (packd's policy), and the fetch passes `git fsck`.
+/// leaves them out, and the v0 advertisement is git's ref for ref (its `symref=` capability
+/// included, which git still sends for a hidden HEAD). `want-ref` knows a shown ref, not a
+/// hidden or broken one. A hidden ref's tip is fetched by id over v2 (git checks no v2 want)
+/// and passes `git fsck`; over v0 it is served when `uploadpack.allowTipSHA1InWant` or
+/// `uploadpack.allowReachableSHA1InWant` is on and refused when both are off, by git and by
+/// packd alike.
 #[test]
 fn hidden_refs_are_left_out_as_git_leaves_them_out() {
     let sb = Sandbox::new();
@@ -1040,9 +1059,22 @@ fn hidden_refs_are_left_out_as_git_leaves_them_out() {
                 &ours.stdout,
             );
         }
+        let theirs = listing(&sb, true, None, dir, b"0000");
+        let ours = listing(&sb, false, None, dir, b"0000");
+        assert_eq!(
+            v0_refs(&theirs.stdout),
+            v0_refs(&ours.stdout),
+            "v0 advertisement, round {round}"
+        );
+        assert!(v0_refs(&ours.stdout).contains("symref=HEAD:refs/heads/main"));
     }
-    // `want-ref` names a shown ref, not a hidden one (git: "unknown ref").
-    for (name, shown) in [("refs/pull/2/head", true), ("refs/pull/1/head", false)] {
+    // `want-ref` names a shown ref, not a hidden or broken one (git: "unknown ref").
+    std::fs::write(src.git_dir.join("refs/heads/broken"), "not an id\n").unwrap();
+    for (name, shown) in [
+        ("refs/pull/2/head", true),
+        ("refs/pull/1/head", false),
+        ("refs/heads/broken", false),
+    ] {
         let mut input = pkt("command=fetch\n");
         input.extend_from_slice(b"0001");
         input.extend(pkt(&format!("want-ref {name}\n")));
@@ -1081,6 +1113,34 @@ fn hidden_refs_are_left_out_as_git_leaves_them_out() {
     fetched.assert_success();
     assert_eq!(client.git_str(&["rev-parse", "refs/heads/got"]), hidden_tip);
     fsck(&sb, &client.path);
+    std::fs::remove_file(src.git_dir.join("refs/heads/broken")).unwrap();
+
+    // Over v0: served with either setting on, refused with both off.
+    for (tip, reachable) in [(true, false), (false, true), (false, false)] {
+        src.git(&["config", "uploadpack.allowTipSHA1InWant", &tip.to_string()]);
+        src.git(&[
+            "config",
+            "uploadpack.allowReachableSHA1InWant",
+            &reachable.to_string(),
+        ]);
+        for git in [true, false] {
+            let run = v0_want(&sb, git, dir, &hidden_tip);
+            let who = if git { "git" } else { "packd" };
+            assert_eq!(
+                refused(&run),
+                !tip && !reachable,
+                "{who}, allowTip {tip}, allowReachable {reachable}: {}",
+                run.err()
+            );
+            if !refused(&run) {
+                run.assert_success();
+                assert!(
+                    String::from_utf8_lossy(&run.stdout).contains("PACK"),
+                    "{who}"
+                );
+            }
+        }
+    }
 }
 
 /// `uploadpack.allowFilter`, `uploadpack.allowTipSHA1InWant` and
@@ -1146,8 +1206,12 @@ fn uploadpack_config_turns_off_what_it_turns_off_in_git() {
         fsck(&sb, &clone);
     }
 
-    // An unadvertised commit, fetched over v0: refused by both.
+    // An unadvertised commit wanted over v0 anyway: refused by git's check and by packd's.
     let old = src.git_str(&["rev-parse", "main~1"]);
+    for git in [true, false] {
+        assert!(refused(&v0_want(&sb, git, dir, &old)), "git {git}");
+    }
+    // And through the client, which refuses to ask when nothing is offered.
     let client = sb.init_bare("client.git");
     for extra in [None, Some(up.as_str())] {
         let mut args = vec!["fetch", "-q"];
