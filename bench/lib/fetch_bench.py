@@ -19,8 +19,9 @@ least N days older than HEAD's commit date) fetches HEAD:
   `git .rev`, `packd .rev`).
 - then the refs listed by a process per request, as `git ls-remote` over ssh (`ref_listing`).
 
-Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU and peak
-RSS (median of 3 runs) against packd serve's CPU and peak RSS (VmHWM) for the same request
+Then a full clone (wants = every branch and tag, include-tag): git's pack-objects CPU (median
+of 3 runs, with that run's peak RSS and wall time) against packd serve's CPU and peak RSS
+(VmHWM) for the same request
 (median of CLONE_RUNS, default 3, each run from nothing kept; the peak the highest), in
 five states: a fresh server's first clone (nothing kept from earlier servers) and the running
 server's next one, then a server started again, which reads back what the first kept of its
@@ -165,10 +166,12 @@ def commit_on(repo, parent, message):
 
 def push_commit(repo, message, parent=None):
     """A new commit on HEAD's branch of `repo`, loose, as receive-pack stores a small push: its
-    parent is `parent` (default the branch's tip), with that parent's tree. Its id."""
+    parent is `parent` (default the branch's tip), with that parent's tree. The branch moves
+    only from the tip it had when read (update-ref checks it). Its id."""
     branch = git(repo, "symbolic-ref", "HEAD")
-    new = commit_on(repo, parent or git(repo, "rev-parse", "HEAD"), message)
-    git(repo, "update-ref", branch, new)
+    tip = git(repo, "rev-parse", branch)
+    new = commit_on(repo, parent or tip, message)
+    git(repo, "update-ref", branch, new, tip)
     return new
 
 
@@ -300,11 +303,11 @@ def index_pack(client, pack_path):
 
 
 def full_clone(packd, repo, wants, tmp):
-    """Server CPU and peak memory of one clone of `repo` wanting `wants` (include-tag): git's
-    pack-objects (median of 3) against packd serve in five states, as the module doc says.
-    The five states are gone through CLONE_RUNS times (default 3), each time from nothing
-    kept; each packd figure is the median over them (a fresh server's first clone cannot be
-    repeated on one server), and its peak the highest."""
+    """Server CPU and peak memory of a clone of `repo` wanting `wants` (include-tag): git's
+    pack-objects (the run of median CPU of 3) against packd serve in five states, as the
+    module doc says. The five states are gone through CLONE_RUNS times (default 3, at least
+    1), each time from nothing kept; each packd figure is the median over them (a fresh
+    server's first clone cannot be repeated on one server), and its peak the highest."""
     root, name = os.path.dirname(repo), os.path.basename(repo)
     revs = "".join(w + "\n" for w in wants).encode()
     git_runs = [git_pack_objects(repo, revs, f"{tmp}/git-clone.pack", include_tag=True)
@@ -340,7 +343,7 @@ def full_clone(packd, repo, wants, tmp):
     # next one, sent from it.
     cache = os.path.join(repo, "packd-cache")
     no_cache = ["--clone-cache-bytes", "0"]
-    runs = int(os.environ.get("CLONE_RUNS", "3"))
+    runs = max(1, int(os.environ.get("CLONE_RUNS", "3")))
     try:
         for _ in range(runs):
             shutil.rmtree(cache, ignore_errors=True)
