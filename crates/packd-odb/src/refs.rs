@@ -450,6 +450,16 @@ mod tests {
         RefReader::new(dir.path(), dir.path()).resolve_symbolic(name)
     }
 
+    /// The names `list_refs` gives for `refs/` in `dir`.
+    fn listed_names(dir: &tempfile::TempDir) -> Vec<String> {
+        RefReader::new(dir.path(), dir.path())
+            .list_refs("refs/", &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    }
+
     fn found(id: Option<&str>, target: Option<&str>) -> Option<Resolution> {
         Some(Resolution {
             id: id.map(|h| ObjectId::from_hex(h).unwrap()),
@@ -581,12 +591,7 @@ mod tests {
                 found(None, Some("refs/heads/unborn"))
             );
         }
-        let names: Vec<String> = RefReader::new(dir.path(), dir.path())
-            .list_refs("refs/", &[])
-            .unwrap()
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
+        let names = listed_names(&dir);
         assert_eq!(
             names,
             ["refs/heads/file", "refs/heads/main"],
@@ -602,12 +607,7 @@ mod tests {
             ("refs/heads/broken", b"not an id\n"),
             ("refs/heads/dangling", b"ref: refs/heads/nothing\n"),
         ]);
-        let names: Vec<String> = RefReader::new(dir.path(), dir.path())
-            .list_refs("refs/", &[])
-            .unwrap()
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
+        let names = listed_names(&dir);
         assert_eq!(names, ["refs/heads/packed"]);
     }
 }
