@@ -82,6 +82,9 @@ def clones(old, new, repo, tmp, runs, which):
             server.stop()
             held[k] = fb.clone_cache_bytes(repo)
     shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
+    for pack in ("ab.git.pack", "ab.pack"):
+        if os.path.exists(f"{tmp}/{pack}"):
+            os.unlink(f"{tmp}/{pack}")
     if os.environ.get("PUSHED") == "1":
         shutil.rmtree(repo, ignore_errors=True)
     g = statistics.median(git_cpu)

@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Default, Clone)]
 pub struct Config {
     values: HashMap<String, String>,
-    /// Every value of each key, in file order (for multi-valued keys such as `transfer.hideRefs`).
-    all: HashMap<String, Vec<String>>,
     /// Every (key, value) in file order, for settings whose values under several keys form
     /// one list (git's `transfer.hideRefs` and `uploadpack.hideRefs`).
     order: Vec<(String, String)>,
@@ -106,10 +104,6 @@ impl Config {
                 None => (rest, "true".to_string()),
             };
             let full = format!("{section}.{}", key.to_ascii_lowercase());
-            self.all
-                .entry(full.clone())
-                .or_default()
-                .push(value.clone());
             self.order.push((full.clone(), value.clone()));
             self.values.insert(full, value);
         }
@@ -125,15 +119,6 @@ impl Config {
     /// is set to something git refuses.
     pub fn get_bool(&self, key: &str) -> Option<bool> {
         parse_bool(self.get(key)?)
-    }
-
-    /// Every value of `key`, in the order the files give them (the last one is what
-    /// [`Config::get`] returns).
-    pub fn get_all(&self, key: &str) -> Vec<&str> {
-        self.all
-            .get(&Self::normalize(key))
-            .map(|v| v.iter().map(|s| s.as_str()).collect())
-            .unwrap_or_default()
     }
 
     /// Every value of any of `keys`, with its key, in the order the files give them: git reads
@@ -194,51 +179,53 @@ fn parse_value(raw: &str) -> String {
     out.trim_end().to_string()
 }
 
-/// Parses `96m`, `1g`, `512k`, `1000` (case-insensitive suffixes).
-pub fn parse_size(value: &str) -> Option<u64> {
-    let v = value.trim();
-    let (digits, shift) = match v.chars().last()?.to_ascii_lowercase() {
-        'k' => (&v[..v.len() - 1], 10),
-        'm' => (&v[..v.len() - 1], 20),
-        'g' => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
+/// A number as git reads one in its configuration: an optional sign, digits in decimal, `0x`
+/// hex or `0` octal, then an optional `k`, `m` or `g` (either case) multiplying it by 1024,
+/// 1024² or 1024³. `None` for anything else, or beyond 64 bits.
+fn git_number(value: &str) -> Option<i128> {
+    let (sign, rest) = match value.strip_prefix('-') {
+        Some(rest) => (-1i128, rest),
+        None => (1, value.strip_prefix('+').unwrap_or(value)),
     };
-    let n: u64 = digits.trim().parse().ok()?;
-    n.checked_mul(1u64 << shift)
+    let (digits, shift) = match rest.as_bytes().last()?.to_ascii_lowercase() {
+        b'k' => (&rest[..rest.len() - 1], 10),
+        b'm' => (&rest[..rest.len() - 1], 20),
+        b'g' => (&rest[..rest.len() - 1], 30),
+        _ => (rest, 0),
+    };
+    let n = if let Some(hex) = digits.strip_prefix("0x").or(digits.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        u64::from_str_radix(&digits[1..], 8)
+    } else {
+        digits.parse::<u64>()
+    };
+    (n.ok()? as i128).checked_mul(1 << shift).map(|n| n * sign)
+}
+
+/// A size as git reads one (`96m`, `1g`, `512k`, `1000`; see [`git_number`]): `None` when
+/// it is negative or beyond 64 bits.
+pub fn parse_size(value: &str) -> Option<u64> {
+    u64::try_from(git_number(value.trim())?).ok()
 }
 
 /// A configuration value as git reads a boolean: `true`, `yes`, `on` (and a key with no `=`,
 /// which [`Config`] stores as `true`) are true; `false`, `no`, `off` and an empty value are
-/// false; otherwise a number as git reads one (decimal, `0x` hex or `0` octal, with an
-/// optional `k`, `m` or `g`, within 32 bits) is true when it is not zero. `None` for anything
-/// else, which git refuses with "bad boolean config value".
+/// false; otherwise a number as git reads one ([`git_number`], within 32 bits) is true when
+/// it is not zero. `None` for anything else, which git refuses with "bad boolean config
+/// value".
 pub fn parse_bool(value: &str) -> Option<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" => return Some(true),
-        "false" | "no" | "off" | "" => return Some(false),
-        _ => {}
+    let is = |word: &str| value.eq_ignore_ascii_case(word);
+    match () {
+        _ if is("true") || is("yes") || is("on") => Some(true),
+        _ if is("false") || is("no") || is("off") || value.is_empty() => Some(false),
+        _ => {
+            let n = git_number(value)?;
+            (i32::MIN as i128..=i32::MAX as i128)
+                .contains(&n)
+                .then_some(n != 0)
+        }
     }
-    let (sign, digits) = match value.strip_prefix('-') {
-        Some(rest) => (-1i128, rest),
-        None => (1, value.strip_prefix('+').unwrap_or(value)),
-    };
-    let (digits, factor) = match digits.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&digits[..digits.len() - 1], 1i128 << 10),
-        Some('m') => (&digits[..digits.len() - 1], 1 << 20),
-        Some('g') => (&digits[..digits.len() - 1], 1 << 30),
-        _ => (digits, 1),
-    };
-    let parsed = if let Some(hex) = digits.strip_prefix("0x").or(digits.strip_prefix("0X")) {
-        i128::from_str_radix(hex, 16)
-    } else if digits.len() > 1 && digits.starts_with('0') {
-        i128::from_str_radix(&digits[1..], 8)
-    } else {
-        digits.parse::<i128>()
-    };
-    let n = parsed.ok()?.checked_mul(factor)?.checked_mul(sign)?;
-    (i32::MIN as i128..=i32::MAX as i128)
-        .contains(&n)
-        .then_some(n != 0)
 }
 
 #[cfg(test)]

@@ -39,14 +39,16 @@ impl HashKind {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectId([u8; 20]);
 
+/// The lowercase hexadecimal digits, by value.
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// Bytes spelled in lowercase hexadecimal: how git names a pack or bitmap by its checksum, and
 /// how errors show a checksum that does not match.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for &b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
+        out.push(HEX_DIGITS[(b >> 4) as usize] as char);
+        out.push(HEX_DIGITS[(b & 15) as usize] as char);
     }
     out
 }
@@ -94,10 +96,9 @@ impl ObjectId {
 
     /// Writes the hexadecimal spelling into `out` (40 bytes) without allocating.
     pub fn write_hex(&self, out: &mut [u8; 40]) {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         for (i, b) in self.0.iter().enumerate() {
-            out[2 * i] = DIGITS[(b >> 4) as usize];
-            out[2 * i + 1] = DIGITS[(b & 15) as usize];
+            out[2 * i] = HEX_DIGITS[(b >> 4) as usize];
+            out[2 * i + 1] = HEX_DIGITS[(b & 15) as usize];
         }
     }
 

@@ -8,6 +8,7 @@
 //! ```
 
 use crate::hash::ObjectId;
+use crate::hide_refs::HiddenRefs;
 use crate::packed_refs::{PackedRefs, PackedRefsCache, Peeled};
 use crate::{Error, Result};
 use std::path::Path;
@@ -26,7 +27,7 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
 ];
 
 /// git's `isspace`: space, tab, newline and carriage return only.
-fn is_git_space(b: &u8) -> bool {
+pub(crate) fn is_git_space(b: &u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
@@ -42,7 +43,24 @@ fn symref_in(bytes: &[u8]) -> Option<&[u8]> {
         .iter()
         .rposition(|b| !is_git_space(b))
         .map_or(start, |e| e + 1);
-    Some(&rest[start..end.max(start)])
+    Some(&rest[start..end])
+}
+
+/// The name a symbolic link at `path` points at when it points into `refs/` (a symbolic ref
+/// as git's `core.preferSymlinkRefs` writes one, and a HEAD git accepts); `None` when `path`
+/// is no such link (`read_link` fails on anything but a link).
+pub(crate) fn symlink_into_refs(path: &Path) -> Option<Vec<u8>> {
+    let to = std::fs::read_link(path).ok()?;
+    let text = to.as_os_str().as_encoded_bytes();
+    text.starts_with(b"refs/").then(|| text.to_vec())
+}
+
+/// A symbolic ref to `target` as read, or [`Loose::Unfollowable`] when it is no UTF-8 name.
+fn symbolic(target: &[u8]) -> Loose {
+    match std::str::from_utf8(target) {
+        Ok(name) => Loose::Symbolic(name.to_string()),
+        Err(_) => Loose::Unfollowable,
+    }
 }
 
 /// The most of a loose ref file read: a symbolic ref's longest name packd accepts
@@ -50,12 +68,13 @@ fn symref_in(bytes: &[u8]) -> Option<&[u8]> {
 /// no ref packd can follow, and costs no more than this to refuse.
 const MAX_LOOSE_REF: u64 = 8192;
 
-/// The start of the loose ref file at `path`, at most [`MAX_LOOSE_REF`] + 1 bytes of it (one
-/// more than a ref may hold, so that a longer file shows as one).
-fn read_loose_ref(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The first `limit` bytes of the file at `path` (a loose ref reads [`MAX_LOOSE_REF`] + 1, one
+/// more than a ref may hold, so that a longer file shows as one; git reads 255 of a HEAD it
+/// validates).
+pub(crate) fn read_start(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::open(path)?, MAX_LOOSE_REF + 1),
+        &mut std::io::Read::take(std::fs::File::open(path)?, limit),
         &mut bytes,
     )?;
     Ok(bytes)
@@ -75,22 +94,11 @@ enum Loose {
 /// Reads the loose ref at `path`. `Ok(None)` when there is none (no file, or a directory, or a
 /// path through a file), an error when the file is neither an id nor a symbolic ref.
 fn read_loose(path: &Path) -> Result<Option<Loose>> {
-    // A symbolic link whose text starts with `refs/` is a symbolic ref (git's
-    // `core.preferSymlinkRefs`); any other link is read through.
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_symlink() {
-            if let Ok(to) = std::fs::read_link(path) {
-                let text = to.as_os_str().as_encoded_bytes();
-                if text.starts_with(b"refs/") {
-                    return Ok(Some(match std::str::from_utf8(text) {
-                        Ok(name) => Loose::Symbolic(name.to_string()),
-                        Err(_) => Loose::Unfollowable,
-                    }));
-                }
-            }
-        }
+    // A symbolic link into `refs/` is a symbolic ref; any other link is read through.
+    if let Some(target) = symlink_into_refs(path) {
+        return Ok(Some(symbolic(&target)));
     }
-    let bytes = match read_loose_ref(path) {
+    let bytes = match read_start(path, MAX_LOOSE_REF + 1) {
         Ok(bytes) => bytes,
         Err(e)
             if matches!(
@@ -98,7 +106,7 @@ fn read_loose(path: &Path) -> Result<Option<Loose>> {
                 std::io::ErrorKind::NotFound
                     | std::io::ErrorKind::IsADirectory
                     | std::io::ErrorKind::NotADirectory
-            ) || path.is_dir() =>
+            ) =>
         {
             return Ok(None)
         }
@@ -113,10 +121,7 @@ fn read_loose(path: &Path) -> Result<Option<Loose>> {
         if bytes.len() as u64 > MAX_LOOSE_REF {
             return Ok(Some(Loose::Unfollowable));
         }
-        return Ok(Some(match std::str::from_utf8(target) {
-            Ok(name) => Loose::Symbolic(name.to_string()),
-            Err(_) => Loose::Unfollowable,
-        }));
+        return Ok(Some(symbolic(target)));
     }
     // An id, then the end or whitespace (as git parses a loose ref).
     let id = (bytes.get(40).is_none_or(is_git_space))
@@ -205,10 +210,6 @@ pub fn check_ref_format(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn is_valid_ref_path(name: &str) -> bool {
-    check_ref_format(name).is_ok()
-}
-
 impl<'a> RefReader<'a> {
     /// A reader for the repository at `git_dir` whose shared directory is `common_dir`.
     pub fn new(git_dir: &'a Path, common_dir: &'a Path) -> Self {
@@ -263,7 +264,7 @@ impl<'a> RefReader<'a> {
     pub fn resolve_symbolic(&self, name: &str) -> Result<Option<Resolution>> {
         let mut name = name.to_string();
         for depth in 0..MAX_SYMREF_DEPTH {
-            if !is_valid_ref_path(&name) {
+            if check_ref_format(&name).is_err() {
                 return Ok(None);
             }
             // Reached through a symbolic ref: the name its chain ends at.
@@ -319,6 +320,16 @@ impl<'a> RefReader<'a> {
             .into_iter()
             .map(|r| (r.name, r.id))
             .collect())
+    }
+
+    /// [`RefReader::list_refs`] of the refs `hidden` does not hide: the prefixes it hides
+    /// whole are not even listed (a host's 100,000 hidden `refs/pull/*`).
+    pub fn list_shown(&self, prefix: &str, hidden: &HiddenRefs) -> Result<Vec<ListedRef>> {
+        let mut refs = self.list_refs(prefix, &hidden.hidden_prefixes())?;
+        if !hidden.is_empty() {
+            refs.retain(|r| !hidden.is_hidden(&r.name));
+        }
+        Ok(refs)
     }
 
     /// Like [`RefReader::list_skipping`], with what `packed-refs` says each ref peels to and
@@ -545,10 +556,10 @@ mod tests {
         assert_eq!(resolve(&dir, "refs/heads/long-name").unwrap(), None);
         assert!(resolve(&dir, "refs/heads/long-id").is_err());
         assert_eq!(
-            read_loose_ref(&dir.path().join("refs/heads/long-id"))
+            read_start(&dir.path().join("refs/heads/long-id"), MAX_LOOSE_REF + 1)
                 .unwrap()
-                .len(),
-            8193
+                .len() as u64,
+            MAX_LOOSE_REF + 1
         );
     }
 

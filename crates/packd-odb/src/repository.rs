@@ -77,34 +77,23 @@ pub fn is_git_dir(dir: &Path) -> bool {
 /// the directory a repository: a symbolic ref into `refs/` (`ref: refs/...`, or a symbolic
 /// link to `refs/...`), or an object id (a detached HEAD).
 fn head_is_a_ref(head: &Path) -> bool {
-    let Ok(meta) = std::fs::symlink_metadata(head) else {
+    if crate::refs::symlink_into_refs(head).is_some() {
+        return true;
+    }
+    // What git reads of it: the first 255 bytes (a directory fails to read).
+    let Ok(start) = crate::refs::read_start(head, 255) else {
         return false;
     };
-    if meta.file_type().is_symlink() {
-        return std::fs::read_link(head)
-            .is_ok_and(|to| to.as_os_str().as_encoded_bytes().starts_with(b"refs/"));
-    }
-    if !meta.is_file() {
-        return false;
-    }
-    // What git reads of it: the first 255 bytes.
-    let mut start = Vec::with_capacity(255);
-    let read = std::fs::File::open(head)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 255), &mut start));
-    if read.is_err() {
-        return false;
-    }
     if let Some(target) = start.strip_prefix(b"ref:") {
-        // git's `isspace`: space, tab, newline, carriage return.
         let skip = target
             .iter()
-            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .take_while(|b| crate::refs::is_git_space(b))
             .count();
         if target[skip..].starts_with(b"refs/") {
             return true;
         }
     }
-    start.len() >= 40 && start[..40].iter().all(u8::is_ascii_hexdigit)
+    start.get(..40).and_then(ObjectId::from_hex_bytes).is_some()
 }
 
 fn read_gitfile(file: &Path) -> Result<PathBuf> {

@@ -21,8 +21,8 @@
 //! each too short for `sendfile`), a replay would read and copy them one by one, so the stream
 //! is kept as a copy, which goes out by `sendfile` in pieces. (A recipe of git/git's clone of
 //! branches and tags, tried: 3.55 MB, and its replay cost 0.31 s of CPU against the copy's
-//! 0.08 s, by `CLONE=heads CACHE=1 bench/ab.py`, ad hoc.) A recipe naming a pack that is gone (a repack) is dropped and the clone counted
-//! again, as a record is.
+//! 0.08 s, by `CLONE=heads CACHE=1 bench/ab.py`, ad hoc.) A recipe naming a pack that is
+//! gone (a repack) is dropped and the clone counted again, as a record is.
 //!
 //! An answer that is one of the repository's pack files as it is (a mirror clone of a
 //! repository packed with `repack -adb`) is kept as a record naming that pack: a copy would
@@ -399,8 +399,8 @@ impl CloneCacheConfig {
     }
 
     /// Drops the recipe of `key` (damaged, or naming a pack that is gone), and its `.meta`
-    /// unless that names a pack or has a copy (another writer's): a `.meta` left alone would
-    /// count as a record. A fill of the same key crossing this may lose its recipe or `.meta`
+    /// unless that names a pack or has a copy (another writer's): a `.meta` left alone is a
+    /// miss, but takes one of the records' places until eviction. A fill of the same key crossing this may lose its recipe or `.meta`
     /// to it, which is a miss next time, not a wrong answer (a recipe is used only with a
     /// `.meta` of its length).
     pub(crate) fn forget_recipe(&self, key: &str) {
@@ -471,7 +471,7 @@ impl CloneCacheConfig {
         match kept {
             Ok(()) => self.evict(),
             Err(e) => {
-                // A record without its recipe would count as a record of a pack.
+                // A `.meta` without its recipe is a miss that would take a record's place.
                 let _ = std::fs::remove_file(self.meta_path(key));
                 tracing::warn!(
                     "cannot keep the clone recipe in {}: {e}",

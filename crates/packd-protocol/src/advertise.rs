@@ -26,28 +26,28 @@ pub fn agent() -> String {
     format!("packd/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// The repository's refs, read once per advertisement or request.
+/// The repository's refs a client is shown, read once per advertisement or request.
 #[derive(Debug, Clone)]
 pub(crate) struct RefSnapshot {
-    /// HEAD's id, when it resolves.
+    /// HEAD's id, when it resolves and is not hidden.
     pub head: Option<ObjectId>,
-    /// What HEAD points at, when it is a symbolic ref (even an unborn branch).
+    /// What HEAD points at, when it is a symbolic ref (even an unborn branch) not hidden.
     pub head_target: Option<String>,
-    /// Whether hideRefs hides HEAD: it is then not listed, but git's v0 `symref=` capability
-    /// still names its target.
-    pub head_hidden: bool,
-    /// Every ref under `refs/`, sorted by name, with what `packed-refs` says it peels to.
+    /// What v0's `symref=HEAD:` capability names: HEAD's target when HEAD resolves, hidden or
+    /// not (git names it for a hidden HEAD too).
+    pub symref: Option<String>,
+    /// Every ref under `refs/` not hidden, sorted by name, with what `packed-refs` says it
+    /// peels to.
     pub refs: Vec<ListedRef>,
 }
 
 impl RefSnapshot {
-    /// Reads the refs of `repo` that clients are shown: those `uploadpack.hideRefs` and
-    /// `transfer.hideRefs` hide are left out, as git leaves them out of both advertisements
-    /// (a hidden prefix is not even listed). A broken HEAD (content that is no ref, a chain of
-    /// symbolic refs through a name git refuses or nested too deep) is left out with a
-    /// warning, as git leaves it out, and so is a broken ref under `refs/`.
-    pub fn read(repo: &Repository) -> Result<RefSnapshot, ProtocolError> {
-        let hidden = HiddenRefs::from_config(repo.config(), "uploadpack");
+    /// Reads the refs of `repo` that `hidden` does not hide (see
+    /// [`UploadPack::hidden`]; `HiddenRefs::default()` for all of them). A broken HEAD
+    /// (content that is no ref, a chain of symbolic refs through a name git refuses or nested
+    /// too deep) is left out with a warning, as git leaves it out, and so is a broken ref
+    /// under `refs/`.
+    pub fn read(repo: &Repository, hidden: &HiddenRefs) -> Result<RefSnapshot, ProtocolError> {
         let reader = repo.refs();
         let (head, head_target) = match reader.resolve_symbolic("HEAD") {
             Ok(Some(resolved)) => (resolved.id, resolved.target),
@@ -57,50 +57,24 @@ impl RefSnapshot {
                 (None, None)
             }
         };
-        let mut refs = reader.list_refs("refs/", &hidden.hidden_prefixes())?;
-        if !hidden.is_empty() {
-            refs.retain(|r| !hidden.is_hidden(&r.name));
-        }
+        let symref = head.and(head_target.clone());
+        let (head, head_target) = if hidden.is_hidden("HEAD") {
+            (None, None)
+        } else {
+            (head, head_target)
+        };
         Ok(RefSnapshot {
             head,
             head_target,
-            head_hidden: hidden.is_hidden("HEAD"),
-            refs,
+            symref,
+            refs: reader.list_shown("refs/", hidden)?,
         })
     }
 
-    /// The ids a client may want as ref tips: those of the refs it is shown, and with
-    /// `allow_hidden` those of hidden refs too. git allows hidden tips when
-    /// `uploadpack.allowTipSHA1InWant` or `uploadpack.allowReachableSHA1InWant` is on.
-    pub fn want_tips(
-        repo: &Repository,
-        allow_hidden: bool,
-    ) -> Result<Vec<ObjectId>, ProtocolError> {
-        if allow_hidden || HiddenRefs::from_config(repo.config(), "uploadpack").is_empty() {
-            let reader = repo.refs();
-            let mut tips: Vec<ObjectId> = reader
-                .list_refs("refs/", &[])?
-                .into_iter()
-                .map(|r| r.id)
-                .collect();
-            tips.extend(
-                reader
-                    .resolve_symbolic("HEAD")
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.id),
-            );
-            tips.sort_unstable();
-            tips.dedup();
-            return Ok(tips);
-        }
-        Ok(RefSnapshot::read(repo)?.tips())
-    }
-
-    /// Every id a ref shown points at (HEAD included unless hidden).
+    /// Every id a ref shown points at (HEAD included), sorted.
     pub fn tips(&self) -> Vec<ObjectId> {
         let mut tips: Vec<ObjectId> = self.refs.iter().map(|r| r.id).collect();
-        tips.extend(self.head.filter(|_| !self.head_hidden));
+        tips.extend(self.head);
         tips.sort_unstable();
         tips.dedup();
         tips
@@ -162,16 +136,13 @@ impl UploadPack {
         out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
         let repo = self.packs.repository();
-        let snapshot = RefSnapshot::read(repo)?;
+        let snapshot = RefSnapshot::read(repo, &self.hidden)?;
         if version == ProtocolVersion::V1 {
             pkt_line::write_text(out, "version 1\n")?;
         }
-        let symref = snapshot.head.and(snapshot.head_target.as_deref());
+        let symref = snapshot.symref.as_deref();
         let mut caps = Some(self.v0_capabilities(symref));
-        let head = snapshot
-            .head
-            .filter(|_| !snapshot.head_hidden)
-            .map(|id| ("HEAD", id, peeled(repo, &id)));
+        let head = snapshot.head.map(|id| ("HEAD", id, peeled(repo, &id)));
         let refs = snapshot
             .refs
             .iter()

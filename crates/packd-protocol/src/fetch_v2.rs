@@ -14,13 +14,11 @@
 //!                          "packfile\n" <side-band 1/2/3 packets> "0000"
 //! ```
 
-use crate::advertise::RefSnapshot;
 use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, ServeStats, UploadPack};
-use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::ObjectId;
 use packd_pack::{PackSink, ShallowUpdate};
 use std::sync::atomic::AtomicBool;
@@ -173,8 +171,8 @@ impl UploadPack {
                 req.want(parse_id(hex, line)?, self.options.max_wants)?;
             } else if let Some(name) = line.strip_prefix("want-ref ") {
                 // A hidden ref, or a broken one, is as unknown as a missing one (as in git).
-                let shown = (name == "HEAD" || name.starts_with("refs/"))
-                    && !HiddenRefs::from_config(repo.config(), "uploadpack").is_hidden(name);
+                let shown =
+                    (name == "HEAD" || name.starts_with("refs/")) && !self.hidden.is_hidden(name);
                 let id = if shown {
                     match repo.refs().resolve_full(name) {
                         Ok(id) => id,
@@ -223,8 +221,7 @@ impl UploadPack {
         }
         // git's protocol v2 fetch checks no want at all, whatever the settings; packd still
         // requires every want to be a ref's tip (hidden ones included) or reached by one.
-        let tips = RefSnapshot::want_tips(repo, true)?;
-        self.check_wants(&req.wants, &tips, true, cancel)?;
+        self.check_wants_against_refs(&req.wants, true, true, cancel)?;
 
         let mut neg = Negotiation::default();
         let mut acks = Vec::new();

@@ -17,9 +17,12 @@ pub fn parse_filter(spec: &str) -> Result<Filter, ProtocolError> {
         return Ok(Filter::BlobNone);
     }
     if let Some(limit) = spec.strip_prefix("blob:limit=") {
-        return parse_size(limit).map(Filter::BlobLimit).ok_or_else(|| {
-            ProtocolError::Refused(format!("invalid filter-spec '{spec}': bad blob size"))
-        });
+        // A size as git reads one (`10k`, `1m`), refused when it is not.
+        return packd_odb::config::parse_size(limit)
+            .map(Filter::BlobLimit)
+            .ok_or_else(|| {
+                ProtocolError::Refused(format!("invalid filter-spec '{spec}': bad blob size"))
+            });
     }
     if let Some(depth) = spec.strip_prefix("tree:") {
         return depth
@@ -28,20 +31,6 @@ pub fn parse_filter(spec: &str) -> Result<Filter, ProtocolError> {
             .map_err(|_| ProtocolError::Refused(format!("invalid filter-spec '{spec}'")));
     }
     Err(unsupported())
-}
-
-/// `<digits>[k|m|g]` (either case) as a byte count.
-fn parse_size(text: &str) -> Option<u64> {
-    let (digits, shift) = match text.as_bytes().last()? {
-        b'k' | b'K' => (&text[..text.len() - 1], 10),
-        b'm' | b'M' => (&text[..text.len() - 1], 20),
-        b'g' | b'G' => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
 #[cfg(test)]

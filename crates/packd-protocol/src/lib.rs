@@ -35,6 +35,7 @@ pub mod sideband;
 pub use advertise::agent;
 pub use receive_pack::{PushStats, ReceivePack, ReceivePackOptions};
 
+use packd_odb::hide_refs::HiddenRefs;
 use packd_pack::{PackServer, PackSink};
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
@@ -159,10 +160,11 @@ impl UploadPackOptions {
                 "uploadpack.allowfilter" => self.allow_filter = on,
                 "uploadpack.allowtipsha1inwant" => self.allow_tip_sha1_in_want = on,
                 "uploadpack.allowreachablesha1inwant" => self.allow_reachable_sha1_in_want = on,
-                _ => {
+                "uploadpack.allowanysha1inwant" => {
                     self.allow_tip_sha1_in_want = on;
                     self.allow_reachable_sha1_in_want = on;
                 }
+                _ => {}
             }
         }
         self
@@ -184,6 +186,10 @@ pub struct ServeStats {
 pub struct UploadPack {
     packs: Arc<PackServer>,
     options: UploadPackOptions,
+    /// The refs `uploadpack.hideRefs` and `transfer.hideRefs` hide from clients (the
+    /// configuration is read when the repository is opened; a server reopens a repository
+    /// whose configuration changed).
+    hidden: HiddenRefs,
 }
 
 /// Counts the bytes written through it.
@@ -221,9 +227,17 @@ impl Write for CountingWriter<'_> {
 }
 
 impl UploadPack {
-    /// upload-pack serving `packs`' repository.
+    /// upload-pack serving `packs`' repository with the policy `options`, as the repository's
+    /// configuration amends it (see [`UploadPackOptions::with_config`]).
     pub fn new(packs: Arc<PackServer>, options: UploadPackOptions) -> UploadPack {
-        UploadPack { packs, options }
+        let config = packs.repository().config();
+        let options = options.with_config(config);
+        let hidden = HiddenRefs::from_config(config, "uploadpack");
+        UploadPack {
+            packs,
+            options,
+            hidden,
+        }
     }
 
     /// The pack generator (and through it the repository) served.

@@ -75,7 +75,7 @@ impl UploadPack {
     ) -> Result<(), ProtocolError> {
         let args = LsRefsArgs::parse(args)?;
         let repo = self.packs.repository();
-        let snapshot = RefSnapshot::read(repo)?;
+        let snapshot = RefSnapshot::read(repo, &self.hidden)?;
         // Each line is put together in one buffer: thousands of refs are common.
         let mut line: Vec<u8> = Vec::with_capacity(256);
         let mut send = |out: &mut dyn Write,
@@ -101,7 +101,7 @@ impl UploadPack {
             line.push(b'\n');
             pkt_line::write_packet(out, &line)
         };
-        if args.matches("HEAD") && !snapshot.head_hidden {
+        if args.matches("HEAD") {
             match (&snapshot.head, &snapshot.head_target) {
                 (Some(id), target) => {
                     let peeled = args.peel.then(|| peeled(repo, id)).flatten();

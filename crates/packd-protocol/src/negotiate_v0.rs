@@ -13,7 +13,6 @@
 //! no-done: after "ACK <id> ready\n" "NAK\n" the server sends "ACK <id>\n" and the pack at once.
 //! ```
 
-use crate::advertise::RefSnapshot;
 use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
@@ -137,20 +136,16 @@ impl UploadPack {
         err_band: &mut Option<Sideband>,
     ) -> Result<(), ProtocolError> {
         stats.command = "upload-pack";
-        let repo = self.packs.repository();
         let Some(list) = self.read_want_list(reader)? else {
             return Ok(());
         };
         let wants = list.request.wants.clone();
         let allow = &self.options;
-        let tips = RefSnapshot::want_tips(
-            repo,
-            allow.allow_tip_sha1_in_want || allow.allow_reachable_sha1_in_want,
-        )?;
+        let allow_hidden = allow.allow_tip_sha1_in_want || allow.allow_reachable_sha1_in_want;
         // Over HTTP the client chose from an advertisement another request made: refs may have
         // moved since, so an old tip still reachable from a ref is accepted (as git does).
         let reachable = allow.allow_reachable_sha1_in_want || mode == Mode::Stateless;
-        self.check_wants(&wants, &tips, reachable, cancel)?;
+        self.check_wants_against_refs(&wants, allow_hidden, reachable, cancel)?;
 
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;

@@ -215,12 +215,12 @@ impl ReceivePack {
         out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
-        let mut refs = repo
+        let refs: Vec<(String, ObjectId)> = repo
             .refs()
-            .list_skipping("refs/", &hidden.hidden_prefixes())?;
-        if !hidden.is_empty() {
-            refs.retain(|(name, _)| !hidden.is_hidden(name));
-        }
+            .list_shown("refs/", &hidden)?
+            .into_iter()
+            .map(|r| (r.name, r.id))
+            .collect();
         let caps = format!("{CAPABILITIES} agent={}", agent());
         if refs.is_empty() {
             pkt_line::write_text(

@@ -11,6 +11,7 @@
 //! ref names                   git's check-ref-format: "funny refname"
 //! ```
 
+use packd_odb::config::parse_bool;
 use packd_odb::parse::parse_commit;
 use packd_odb::refs_update::{check_ref_name, RefUpdate};
 use packd_odb::{ObjectDb, ObjectId, ObjectKind, Repository};
@@ -35,20 +36,15 @@ impl Rules {
             .get_bool("core.bare")
             .unwrap_or_else(|| repo.git_dir().file_name().is_none_or(|n| n != ".git"));
         let head = repo.refs().symref_target("HEAD").ok().flatten();
-        let deny_current = match config
-            .get("receive.denyCurrentBranch")
-            .map(|v| v.to_ascii_lowercase())
-        {
+        // git's deny actions: a boolean, or `ignore`/`warn` (allowed), or `refuse` (the
+        // default) and anything else.
+        let denies = |key: &str| match config.get(key) {
             None => true,
-            Some(v) => !matches!(v.as_str(), "false" | "no" | "off" | "0" | "ignore" | "warn"),
+            Some(v) if v.eq_ignore_ascii_case("ignore") || v.eq_ignore_ascii_case("warn") => false,
+            Some(v) => parse_bool(v) != Some(false),
         };
-        let deny_delete_current = match config
-            .get("receive.denyDeleteCurrent")
-            .map(|v| v.to_ascii_lowercase())
-        {
-            None => true,
-            Some(v) => !matches!(v.as_str(), "false" | "no" | "off" | "0" | "ignore" | "warn"),
-        };
+        let deny_current = denies("receive.denyCurrentBranch");
+        let deny_delete_current = denies("receive.denyDeleteCurrent");
         Rules {
             deny_deletes: config.get_bool("receive.denyDeletes").unwrap_or(false),
             deny_non_ff: config

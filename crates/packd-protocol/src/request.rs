@@ -12,7 +12,9 @@
 //! "have <id>"                 an object the client has
 //! ```
 
+use crate::advertise::RefSnapshot;
 use crate::{filter, pkt_line::show, ProtocolError, UploadPack};
+use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::{IdSet, ObjectId, ObjectKind, Repository};
 use packd_pack::{Deepen, FetchRequest};
 use packd_reach::walk::{Query, Walker};
@@ -178,9 +180,31 @@ impl RequestBuilder {
 }
 
 impl UploadPack {
+    /// [`UploadPack::check_wants`] against the repository's refs as they are now: the tips
+    /// of the refs shown, and with `allow_hidden` those of hidden refs too (git allows them
+    /// when `allowTipSHA1InWant` or `allowReachableSHA1InWant` is on), which are listed only
+    /// when some want is not a shown tip.
+    pub(crate) fn check_wants_against_refs(
+        &self,
+        wants: &[ObjectId],
+        allow_hidden: bool,
+        reachable: bool,
+        cancel: &AtomicBool,
+    ) -> Result<(), ProtocolError> {
+        let repo = self.packs.repository();
+        let mut tips = RefSnapshot::read(repo, &self.hidden)?.tips();
+        if allow_hidden
+            && !self.hidden.is_empty()
+            && wants.iter().any(|w| tips.binary_search(w).is_err())
+        {
+            tips = RefSnapshot::read(repo, &HiddenRefs::default())?.tips();
+        }
+        self.check_wants(wants, &tips, reachable, cancel)
+    }
+
     /// Refuses wants the client may not have: missing objects, and objects that are not ref
     /// tips unless `reachable` lets them be fetched because some ref reaches them.
-    pub(crate) fn check_wants(
+    fn check_wants(
         &self,
         wants: &[ObjectId],
         tips: &[ObjectId],

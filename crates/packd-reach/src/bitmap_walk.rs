@@ -23,7 +23,7 @@ use packd_odb::{
 };
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// Root objects of a fill-in tree walk from which it is split over two threads (see
 /// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
@@ -56,8 +56,9 @@ const MEMO_SLOTS: usize = 2;
 /// and walks only from its other tips.
 ///
 /// On a host with thousands of pull-request refs that git's bitmaps do not cover (git/git:
-/// 3,277 of its 4,227 tips), that walk is most of a mirror clone's CPU, and after a push to a
-/// branch the next mirror clone would do it all again for one new commit.
+/// 4,133 of its 4,227 tips, by its debug log), that walk is most of a mirror clone's CPU,
+/// and after a push to a branch the next mirror clone would do it all again for one new
+/// commit.
 ///
 /// Why the answer stays right: the objects reachable from `tips` are all in the bitmaps taken
 /// (`reached` and `tip_bitmaps`) or in `walked`. A request whose tips without bitmaps include
@@ -195,9 +196,9 @@ struct KeptWalkFile {
     read: std::sync::OnceLock<()>,
     /// Whether writing it failed (then it is not tried again).
     failed: std::sync::atomic::AtomicBool,
-    /// The answer the file holds, as far as this process wrote or read it: only that one's
-    /// going stale removes the file.
-    holds: std::sync::Mutex<std::sync::Weak<WalkMemo>>,
+    /// The answer the file holds, as far as this process wrote or read it: the same answer is
+    /// not written again, and only that one's going stale removes the file.
+    holds: std::sync::Mutex<Option<Arc<WalkMemo>>>,
 }
 
 /// What [`BitmapIndex::difference_with_outside`] answers.
@@ -1116,24 +1117,21 @@ impl BitmapIndex {
     /// [`MEMO_SLOTS`].
     fn keep_memo(&self, memo: WalkMemo) {
         let memo = Arc::new(memo);
-        let same = {
+        {
             let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
-            // The same answer again (a walk that started from it and found nothing more).
-            let same = memos.iter().find(|m| ***m == *memo).cloned();
             memos.retain(|m| m.tips != memo.tips);
             memos.insert(0, memo.clone());
             memos.truncate(MEMO_SLOTS);
-            same
-        };
+        }
         let Some(file) = self.walk_file.get() else {
             return;
         };
         {
-            // The same answer as the one the file holds is not written again; the file now
-            // holds this one.
+            // The same answer as the one the file holds (a walk that started from it and
+            // found nothing more) is not written again; the file now holds this one.
             let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
-            if same.is_some_and(|same| Weak::ptr_eq(&holds, &Arc::downgrade(&same))) {
-                *holds = Arc::downgrade(&memo);
+            if holds.as_deref() == Some(&*memo) {
+                *holds = Some(memo);
                 return;
             }
         }
@@ -1143,7 +1141,8 @@ impl BitmapIndex {
 
     /// Keeps the answer of each large fill-in walk in a file under `dir` too, and reads it
     /// back for the first request that could start from it: a server started again then does
-    /// not walk again (a mirror clone of git/git: 0.23 s of CPU instead of 1.11 s, `fetch-20261126-0427.txt`). The file is named after this
+    /// not walk again (a mirror clone of git/git: 0.23 s of CPU instead of 1.11 s,
+    /// `fetch-20261126-0427.txt`). The file is named after this
     /// bitmap's own checksum (which covers the checksum of the pack or multi-pack-index it
     /// records), so another pack or bitmap never reads it.
     /// Only the first call counts. The file holds the last answer kept: a mirror clone's, or
@@ -1196,7 +1195,7 @@ impl BitmapIndex {
             let memo = Arc::new(memo);
             let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
             if memos.len() < MEMO_SLOTS && memos.iter().all(|m| m.tips != memo.tips) {
-                *file.holds.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&memo);
+                *file.holds.lock().unwrap_or_else(|p| p.into_inner()) = Some(memo.clone());
                 memos.push(memo);
             }
         });
@@ -1209,9 +1208,10 @@ impl BitmapIndex {
         // When the file holds it, a process started later would find it stale too; another
         // answer there (the other side of a fetch, or a newer one) is left.
         if let Some(file) = self.walk_file.get() {
-            let holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
-            if Weak::ptr_eq(&holds, &Arc::downgrade(memo)) {
+            let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
+            if holds.as_ref().is_some_and(|held| Arc::ptr_eq(held, memo)) {
                 let _ = std::fs::remove_file(&file.path);
+                *holds = None;
             }
         }
     }
@@ -1222,15 +1222,15 @@ impl BitmapIndex {
         if file.failed.load(Ordering::Relaxed) {
             return;
         }
-        let started = std::time::Instant::now();
         let path = &file.path;
         // The holder is set while the file is written, so that a write and a removal for a
         // stale answer do not cross.
         let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let started = std::time::Instant::now();
         let bytes = crate::kept_walk::encode(memo, &file.key);
         match crate::kept_walk::write(path, bytes, &file.pack_dir) {
             Ok(()) => {
-                *holds = Arc::downgrade(memo);
+                *holds = Some(memo.clone());
                 tracing::debug!(
                     "the walk from {} tips kept in {} in {:?}",
                     memo.tips.len(),

@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"packd walk 1\n";
 
-/// The largest file read: git/git's 3,277 tips and 841,300 objects took 188 KB (the
-/// `packd-cache/` of `bench/data/results/fetch-20261126-0416.txt`'s mirror clone after a push:
-/// 188,637 bytes with a 368-byte recipe).
+/// The largest file read: the walk from git/git's 4,133 pull-request tips without bitmaps,
+/// over 841,300 objects, took 188,249 bytes (`bench/data/full-repo.git` after one mirror
+/// clone, 2026-11-26, with `PACKD_LOG=packd_reach=debug` naming the tips).
 const MAX_FILE: u64 = 256 << 20;
 
 /// How long a temporary file is left before it is taken for a dead writer's (see [`write`]).
@@ -217,14 +217,21 @@ pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Re
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
-    let live = bitmap_keys(pack_dir);
+    // The bitmaps' keys, read only when another walk file turns up (most often none does).
+    let mut live: Option<Option<std::collections::HashSet<String>>> = None;
     for entry in entries.flatten() {
         let other = entry.path();
+        if other == path {
+            continue;
+        }
         let name = entry.file_name().to_string_lossy().into_owned();
         let stale = match name.strip_suffix(".walk") {
             // Only once the bitmaps could be listed: a pack directory that cannot be read
             // removes nothing.
-            Some(hex) => live.as_ref().is_some_and(|live| !live.contains(hex)),
+            Some(hex) => live
+                .get_or_insert_with(|| bitmap_keys(pack_dir))
+                .as_ref()
+                .is_some_and(|live| !live.contains(hex)),
             None => {
                 name.starts_with("tmp_")
                     && entry
@@ -235,7 +242,7 @@ pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Re
                         .is_some_and(|age| age >= TEMP_KEPT_FOR)
             }
         };
-        if other != path && stale {
+        if stale {
             let _ = std::fs::remove_file(other);
         }
     }

@@ -629,7 +629,7 @@ fn multi_pack_index_bitmap() {
     let checksum = midx_bytes[midx_bytes.len() - 20..].to_vec();
     let midx_raw = midx_bytes.clone();
     let midx = MultiPackIndex::from_bytes("multi-pack-index", midx_bytes.into()).unwrap();
-    let hex: String = checksum.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = packd_odb::hex(&checksum);
     let storage = repo.storage();
     let blob = storage
         .open(&format!("pack/multi-pack-index-{hex}.bitmap"))

@@ -5,8 +5,8 @@
 //! `objects/info/commit-graphs/`, and the configuration files git reads); when any of them
 //! changed since the repository was opened (a repack, a new pack from a push, a new bitmap or
 //! commit-graph, new alternates, a new `uploadpack.hideRefs`) the repository is opened again.
-//! Refs are read by the protocol layer on every request, so they need no stamp. The cache holds at most `capacity` repositories and evicts the one used
-//! least recently.
+//! Refs are read by the protocol layer on every request, so they need no stamp. The cache
+//! holds at most `capacity` repositories and evicts the one used least recently.
 
 use packd_odb::{Repository, RepositoryOptions};
 use packd_pack::clone_cache::CloneCacheConfig;
@@ -52,10 +52,11 @@ impl Stamp {
             objects.join("info/alternates"),
             objects.join("info/commit-graphs"),
             objects.join("info/commit-graph"),
-            // A linked worktree's shared configuration (its own is among the standard files).
-            objects.with_file_name("config"),
         ];
-        files.extend(packd_odb::config::Config::standard_files(git_dir));
+        // The configuration files `Repository::open` reads: those of the common directory
+        // (the objects directory's parent, also for a linked worktree).
+        let common = objects.parent().unwrap_or(git_dir);
+        files.extend(packd_odb::config::Config::standard_files(common));
         Stamp(files.iter().map(|p| stat(p)).collect())
     }
 }
@@ -135,9 +136,8 @@ impl RepoCache {
         // requests to one repository may both open it; the later insert wins, which is harmless.
         let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
-        let options = self.options.clone().with_config(repo.config());
         let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
-        let upload = Arc::new(UploadPack::new(packs, options));
+        let upload = Arc::new(UploadPack::new(packs, self.options.clone()));
         let mut inner = self.inner.lock();
         inner.tick += 1;
         let tick = inner.tick;

@@ -145,13 +145,12 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
     let dir = workdir.join(&args.dir);
     let repo = Arc::new(open_repository_with(&dir, options)?);
     let cache = CloneCacheConfig::in_repository(&repo, args.clone_cache_bytes);
-    let options = UploadPackOptions::default().with_config(repo.config());
     let packs = Arc::new(
         PackServer::open(repo)
             .for_one_request()
             .with_clone_cache(cache),
     );
-    let upload = UploadPack::new(packs, options);
+    let upload = UploadPack::new(packs, UploadPackOptions::default());
     let version = ProtocolVersion::from_git_protocol(std::env::var("GIT_PROTOCOL").ok().as_deref());
     let mode = if args.stateless_rpc {
         Mode::Stateless

@@ -72,14 +72,27 @@ fn commit_random_file(repo: &Repo, name: &str, seed: u64, len: usize) {
 
 /// `packd upload-pack ARGS` with GIT_PROTOCOL and stdin.
 fn packd_upload_pack(sb: &Sandbox, protocol: Option<&str>, args: &[&str], stdin: &[u8]) -> Run {
-    let mut cmd = Command::new(PACKD);
+    upload_pack(sb, false, protocol, args, stdin)
+}
+
+/// `upload-pack ARGS` with `stdin` and `GIT_PROTOCOL` set to `protocol`: git's
+/// (`git upload-pack`) or packd's.
+fn upload_pack(
+    sb: &Sandbox,
+    git: bool,
+    protocol: Option<&str>,
+    args: &[&str],
+    stdin: &[u8],
+) -> Run {
+    let mut cmd = Command::new(if git { "git" } else { PACKD });
     apply_env(&mut cmd, &sb.home);
     cmd.current_dir(sb.path());
     if let Some(p) = protocol {
         cmd.env("GIT_PROTOCOL", p);
     }
     cmd.arg("upload-pack").args(args);
-    run_cmd(cmd, Some(stdin), PACKD_TIMEOUT)
+    let timeout = if git { GIT_TIMEOUT } else { PACKD_TIMEOUT };
+    run_cmd(cmd, Some(stdin), timeout)
 }
 
 fn pkt(text: &str) -> Vec<u8> {
@@ -341,7 +354,8 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
         }
     }
     repo.fast_import(&fi.finish());
-    repo.git(&["repack", "-adbfq"]);
+    // No `.rev` (git 2.41 and later write one unless told not to): the rank index is built.
+    repo.git(&["-c", "pack.writeReverseIndex=false", "repack", "-adbfq"]);
     let src = repo.path.to_str().unwrap();
     let up = format!("--upload-pack={}", upload_pack_cmd());
     let fetch_old_then_main = |name: &str, packd: bool| -> String {
@@ -391,11 +405,14 @@ fn a_small_fetch_by_a_fresh_process_finds_entries_one_by_one() {
         let run = git_v_with(&sb, &dir, 2, &args, Some(log));
         run.assert_success();
         fsck(&sb, &dir);
-        assert_eq!(
-            objects_of(&sb, &dir),
-            objects_of(&sb, &sb.path().join("by-git"))
-        );
-        assert_eq!(refs_of(&sb, &dir), refs_of(&sb, &sb.path().join("by-git")));
+        if packd {
+            // The same objects and refs as the fetch from git made (run first).
+            assert_eq!(
+                objects_of(&sb, &dir),
+                objects_of(&sb, &sb.path().join("by-git"))
+            );
+            assert_eq!(refs_of(&sb, &dir), refs_of(&sb, &sb.path().join("by-git")));
+        }
         assert!(deltas() > before, "{name}: no object came as a delta");
         run.err()
     };
@@ -670,12 +687,7 @@ fn an_unknown_want_is_refused_readably() {
     let repo = history(&sb);
     let src = repo.path.to_str().unwrap();
     let bogus = "0123456789abcdef0123456789abcdef01234567";
-    let mut input = pkt(&format!(
-        "want {bogus} multi_ack_detailed side-band-64k ofs-delta\n"
-    ));
-    input.extend_from_slice(b"0000");
-    input.extend(pkt("done\n"));
-    let run = packd_upload_pack(&sb, None, &[src], &input);
+    let run = v0_want(&sb, false, src, bogus);
     run.assert_no_crash();
     assert_eq!(run.code(), Some(128));
     let expected = format!("ERR upload-pack: not our ref {bogus}");
@@ -836,22 +848,13 @@ fn stateless_v0_round_then_done_sends_a_pack() {
 /// The refs `upload-pack DIR` lists for `stdin` with `GIT_PROTOCOL` set to `protocol`: git's
 /// (`git upload-pack`) or packd's.
 fn listing(sb: &Sandbox, git: bool, protocol: Option<&str>, dir: &str, stdin: &[u8]) -> Run {
-    let mut cmd = Command::new(if git { "git" } else { PACKD });
-    apply_env(&mut cmd, &sb.home);
-    cmd.current_dir(sb.path());
-    if let Some(p) = protocol {
-        cmd.env("GIT_PROTOCOL", p);
-    }
-    cmd.arg("upload-pack");
-    if protocol.is_some() {
-        cmd.arg("--stateless-rpc");
-    }
-    cmd.arg(dir);
-    run_cmd(
-        cmd,
-        Some(stdin),
-        if git { GIT_TIMEOUT } else { PACKD_TIMEOUT },
-    )
+    // A request with a protocol named is one stateless request, as over HTTP.
+    let args: &[&str] = if protocol.is_some() {
+        &["--stateless-rpc", dir]
+    } else {
+        &[dir]
+    };
+    upload_pack(sb, git, protocol, args, stdin)
 }
 
 /// What a v0 advertisement says of its refs, without the capabilities the two servers word
@@ -896,7 +899,9 @@ fn without_broken(listing: &[u8], broken: bool) -> Vec<u8> {
 /// A protocol v0 request wanting `id` (nothing had), answered by git's upload-pack or packd's
 /// over one connection (as over ssh).
 fn v0_want(sb: &Sandbox, git: bool, dir: &str, id: &str) -> Run {
-    let mut input = pkt(&format!("want {id} side-band-64k ofs-delta\n"));
+    let mut input = pkt(&format!(
+        "want {id} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
     input.extend_from_slice(b"0000");
     input.extend(pkt("done\n"));
     listing(sb, git, None, dir, &input)
@@ -978,7 +983,12 @@ fn unusual_heads_and_broken_refs_are_listed_as_git_lists_them() {
             assert!(!theirs.success(), "{what}: git served it");
             ours.assert_no_crash();
             assert!(!ours.success(), "{what}: packd served it: {}", ours.out());
-            assert!(ours.err().contains("served.git"), "{what}: {}", ours.err());
+            assert!(
+                ours.err()
+                    .contains("served.git' does not appear to be a git repository"),
+                "{what}: {}",
+                ours.err()
+            );
             continue;
         }
         theirs.assert_success();

@@ -414,15 +414,7 @@ impl Pack {
             Some(OneByOne::Rank(rank)) => {
                 return match rank.rank(offset) {
                     Some(_) => Ok(rank.next_offset(offset).unwrap_or(self.entries_end())),
-                    None if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
-                        self.data.name(),
-                        offset,
-                        format!(
-                            "no entry starts here: outside the entries (12..{})",
-                            self.entries_end()
-                        ),
-                    )),
-                    None => Err(self.no_entry_at(offset)),
+                    None => Err(self.no_entry_ending_at(offset)),
                 };
             }
             Some(way @ OneByOne::Order(_)) => {
@@ -435,17 +427,24 @@ impl Pack {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
-            _ if offset < 12 || offset >= self.entries_end() => Err(Error::corrupt(
-                self.index.name(),
-                0,
+            _ => Err(self.no_entry_ending_at(offset)),
+        }
+    }
+
+    /// Why [`Pack::entry_end`] found no entry at `offset`: outside the pack's entries (the
+    /// index placed an object there, or a delta named a base there), or between entries.
+    fn no_entry_ending_at(&self, offset: u64) -> Error {
+        if offset < 12 || offset >= self.entries_end() {
+            return Error::corrupt(
+                self.data.name(),
+                offset,
                 format!(
-                    "places an object at offset {offset}, outside the entries of {} (12..{})",
-                    self.data.name(),
+                    "no entry starts here: outside the entries (12..{})",
                     self.entries_end()
                 ),
-            )),
-            _ => Err(self.no_entry_at(offset)),
+            );
         }
+        self.no_entry_at(offset)
     }
 }
 

@@ -901,13 +901,7 @@ pub fn sha1(data: &[u8]) -> [u8; 20] {
     sha1dc::digest(data).expect("no SHA-1 collision").into()
 }
 
-pub fn hex(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        let _ = write!(s, "{x:02x}");
-    }
-    s
-}
+pub use packd_odb::hex;
 
 pub fn unhex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)

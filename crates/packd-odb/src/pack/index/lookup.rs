@@ -142,7 +142,6 @@ impl PackIndex {
     pub fn warm_lookups(&self) -> bool {
         let mut built = false;
         self.fine_fanout.get_or_init(|| {
-            built = true;
             let mut fine = vec![0u32; (1 << 16) + 1];
             let mut previous = 0usize;
             for i in 0..self.count {
@@ -159,9 +158,10 @@ impl PackIndex {
             }
             // The file's own fanout must say the same of every first byte.
             let agrees = (0..256).all(|byte| fine[(byte + 1) << 8] == self.fanout(byte));
+            built = agrees;
             agrees.then(|| fine.into_boxed_slice())
         });
-        built && matches!(self.fine_fanout.get(), Some(Some(_)))
+        built
     }
 
     /// Keeps the index's file for [`PackIndex::find_by_read`] when the index is at least
