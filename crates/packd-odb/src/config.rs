@@ -203,17 +203,17 @@ fn git_number(value: &str) -> Option<i128> {
     (n.ok()? as i128).checked_mul(1 << shift).map(|n| n * sign)
 }
 
-/// A size as git reads one (`96m`, `1g`, `512k`, `1000`; see [`git_number`]): `None` when
-/// it is negative or beyond 64 bits.
+/// A size as git reads one (`96m`, `1g`, `512k`, `1000`, `0x10`: a number as
+/// [`parse_bool`] reads one): `None` when it is negative or beyond 64 bits.
 pub fn parse_size(value: &str) -> Option<u64> {
     u64::try_from(git_number(value.trim())?).ok()
 }
 
 /// A configuration value as git reads a boolean: `true`, `yes`, `on` (and a key with no `=`,
 /// which [`Config`] stores as `true`) are true; `false`, `no`, `off` and an empty value are
-/// false; otherwise a number as git reads one ([`git_number`], within 32 bits) is true when
-/// it is not zero. `None` for anything else, which git refuses with "bad boolean config
-/// value".
+/// false; otherwise a number as git reads one (decimal, `0x` hex or `0` octal, times 1024,
+/// 1024² or 1024³ for a `k`, `m` or `g`, within 32 bits) is true when it is not zero. `None`
+/// for anything else, which git refuses with "bad boolean config value".
 pub fn parse_bool(value: &str) -> Option<bool> {
     let is = |word: &str| value.eq_ignore_ascii_case(word);
     match () {
