@@ -26,6 +26,17 @@ pub fn agent() -> String {
     format!("packd/{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// What a v0/v1 ref advertisement showed the client: the ids of the refs in it. In a
+/// conversation over one connection (ssh, `git://`) the client's wants are checked against
+/// these, as git checks them, not against the refs read again: a ref moved or deleted in
+/// between (a push meanwhile) must not turn a want of what the client was shown into "not our
+/// ref". Empty for a v2 advertisement, which shows no refs.
+#[derive(Debug, Default, Clone)]
+pub struct Advertised {
+    /// The ids shown, sorted; `None` when no refs were advertised.
+    pub(crate) tips: Option<Vec<ObjectId>>,
+}
+
 /// The repository's refs a client is shown, read once per advertisement or request.
 #[derive(Debug, Clone)]
 pub(crate) struct RefSnapshot {
@@ -134,7 +145,7 @@ impl UploadPack {
         &self,
         version: ProtocolVersion,
         out: &mut dyn Write,
-    ) -> Result<(), ProtocolError> {
+    ) -> Result<Advertised, ProtocolError> {
         let repo = self.packs.repository();
         let snapshot = RefSnapshot::read(repo, &self.hidden)?;
         if version == ProtocolVersion::V1 {
@@ -173,7 +184,9 @@ impl UploadPack {
             pkt_line::write_text(out, &format!("{} capabilities^{{}}\0{c}\n", ObjectId::NULL))?;
         }
         pkt_line::write_flush(out)?;
-        Ok(())
+        Ok(Advertised {
+            tips: Some(snapshot.tips()),
+        })
     }
 
     /// Writes the v2 capability advertisement.
@@ -203,12 +216,15 @@ impl UploadPack {
         version: ProtocolVersion,
         _mode: Mode,
         out: &mut dyn Write,
-    ) -> Result<(), ProtocolError> {
-        match version {
-            ProtocolVersion::V2 => self.advertise_v2(out)?,
+    ) -> Result<Advertised, ProtocolError> {
+        let advertised = match version {
+            ProtocolVersion::V2 => {
+                self.advertise_v2(out)?;
+                Advertised::default()
+            }
             v => self.advertise_refs(v, out)?,
-        }
+        };
         out.flush()?;
-        Ok(())
+        Ok(advertised)
     }
 }

@@ -221,7 +221,7 @@ impl UploadPack {
         }
         // git's protocol v2 fetch checks no want at all, whatever the settings; packd still
         // requires every want to be a ref's tip (hidden ones included) or reached by one.
-        self.check_wants_against_refs(&req.wants, true, true, cancel)?;
+        self.check_wants_against_refs(&req.wants, None, true, true, cancel)?;
 
         let mut neg = Negotiation::default();
         let mut acks = Vec::new();

@@ -32,7 +32,7 @@ mod receive_rules;
 mod request;
 pub mod sideband;
 
-pub use advertise::agent;
+pub use advertise::{agent, Advertised};
 pub use receive_pack::{PushStats, ReceivePack, ReceivePackOptions};
 
 use packd_odb::hide_refs::HiddenRefs;
@@ -253,12 +253,13 @@ impl UploadPack {
     /// Writes what the server says first: for v0/v1 the ref advertisement with capabilities
     /// (`version 1` first for v1), for v2 the capability advertisement. Over HTTP the transport
     /// writes the `# service=git-upload-pack` line and flush before this, for v0/v1 only.
+    /// Returns what the client was shown, for [`UploadPack::serve`] in the same conversation.
     pub fn advertise(
         &self,
         version: ProtocolVersion,
         mode: Mode,
         out: &mut dyn Write,
-    ) -> Result<(), ProtocolError> {
+    ) -> Result<Advertised, ProtocolError> {
         self.advertise_impl(version, mode, out)
     }
 
@@ -267,11 +268,16 @@ impl UploadPack {
     /// input); in [`Mode::Stateless`] the one request in `input`. Errors the client should see
     /// are sent to it as `ERR` lines (or side-band 3) before being returned. Stops promptly when
     /// `cancel` is set or the client hangs up. When `out` takes file ranges (a socket that can
-    /// `sendfile`), a pack that goes out whole is sent as ranges of its file.
+    /// `sendfile`), a pack that goes out whole is sent as ranges of its file. In
+    /// [`Mode::Stateful`], v0/v1 wants are checked against `advertised`, what this
+    /// conversation's [`UploadPack::advertise`] showed (as git does: a ref a push moves
+    /// meanwhile does not make a want of its old tip "not our ref"); in [`Mode::Stateless`]
+    /// against the refs as they are (`Advertised::default()` will do).
     pub fn serve(
         &self,
         version: ProtocolVersion,
         mode: Mode,
+        advertised: &Advertised,
         input: &mut dyn Read,
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
@@ -301,6 +307,7 @@ impl UploadPack {
             ),
             _ => self.serve_v0(
                 mode,
+                advertised,
                 &mut reader,
                 &mut out,
                 cancel,

@@ -13,6 +13,7 @@
 //! no-done: after "ACK <id> ready\n" "NAK\n" the server sends "ACK <id>\n" and the pack at once.
 //! ```
 
+use crate::advertise::Advertised;
 use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
@@ -125,10 +126,14 @@ impl UploadPack {
         Ok(Some(list))
     }
 
-    /// Serves one v0/v1 fetch after the advertisement.
+    /// Serves one v0/v1 fetch after the advertisement (`advertised`, what it showed).
+    // The conversation's mode and advertisement, its reader and writer, its cancel flag and
+    // the two things it reports back: each is needed, and none belongs with another.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn serve_v0(
         &self,
         mode: Mode,
+        advertised: &Advertised,
         reader: &mut PktReader<'_>,
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
@@ -144,8 +149,14 @@ impl UploadPack {
         let allow_hidden = allow.allow_tip_sha1_in_want || allow.allow_reachable_sha1_in_want;
         // Over HTTP the client chose from an advertisement another request made: refs may have
         // moved since, so an old tip still reachable from a ref is accepted (as git does).
+        // Over one connection it chose from this conversation's advertisement, which is what
+        // its wants are checked against.
         let reachable = allow.allow_reachable_sha1_in_want || mode == Mode::Stateless;
-        self.check_wants_against_refs(&wants, allow_hidden, reachable, cancel)?;
+        let shown = match mode {
+            Mode::Stateful => advertised.tips.as_deref(),
+            Mode::Stateless => None,
+        };
+        self.check_wants_against_refs(&wants, shown, allow_hidden, reachable, cancel)?;
 
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;
@@ -442,6 +453,7 @@ mod tests {
             .serve(
                 ProtocolVersion::V0,
                 Mode::Stateful,
+                &Advertised::default(),
                 &mut input.as_slice(),
                 &mut out,
                 &cancel,

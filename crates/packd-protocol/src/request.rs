@@ -180,24 +180,31 @@ impl RequestBuilder {
 }
 
 impl UploadPack {
-    /// [`UploadPack::check_wants`] against the repository's refs as they are now: the tips
-    /// of the refs shown, and with `allow_hidden` those of hidden refs too (git allows them
-    /// when `allowTipSHA1InWant` or `allowReachableSHA1InWant` is on), which are listed only
-    /// when some want is not a shown tip.
+    /// [`UploadPack::check_wants`] against the tips of the refs shown: those `shown` (what
+    /// this conversation's advertisement showed the client), else the repository's refs as
+    /// they are now. With `allow_hidden`, the tips of hidden refs as they are now count too
+    /// (git allows them when `allowTipSHA1InWant` or `allowReachableSHA1InWant` is on); they
+    /// are listed only when some want is not a shown tip.
     pub(crate) fn check_wants_against_refs(
         &self,
         wants: &[ObjectId],
+        shown: Option<&[ObjectId]>,
         allow_hidden: bool,
         reachable: bool,
         cancel: &AtomicBool,
     ) -> Result<(), ProtocolError> {
         let repo = self.packs.repository();
-        let mut tips = RefSnapshot::read(repo, &self.hidden)?.tips();
+        let mut tips = match shown {
+            Some(tips) => tips.to_vec(),
+            None => RefSnapshot::read(repo, &self.hidden)?.tips(),
+        };
         if allow_hidden
             && !self.hidden.is_empty()
             && wants.iter().any(|w| tips.binary_search(w).is_err())
         {
-            tips = RefSnapshot::read(repo, &HiddenRefs::default())?.tips();
+            tips.extend(RefSnapshot::read(repo, &HiddenRefs::default())?.tips());
+            tips.sort_unstable();
+            tips.dedup();
         }
         self.check_wants(wants, &tips, reachable, cancel)
     }

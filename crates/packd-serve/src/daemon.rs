@@ -287,8 +287,17 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let result = upload
         .advertise(version, Mode::Stateful, &mut writer)
-        .and_then(|()| writer.flush().map_err(Into::into))
-        .and_then(|()| upload.serve(version, Mode::Stateful, &mut reader, &mut writer, &cancel));
+        .and_then(|shown| writer.flush().map(|()| shown).map_err(Into::into))
+        .and_then(|shown| {
+            upload.serve(
+                version,
+                Mode::Stateful,
+                &shown,
+                &mut reader,
+                &mut writer,
+                &cancel,
+            )
+        });
     let flushed = writer.flush();
     log.bytes = writer.bytes;
     match result {

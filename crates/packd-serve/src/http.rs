@@ -503,7 +503,7 @@ async fn info_refs(shared: &Arc<Shared>, repo: &str, req: &Request<Incoming>) ->
         }
         upload
             .advertise(version, Mode::Stateless, &mut out)
-            .map(|()| out)
+            .map(|_shown| out)
     })
     .await;
     match joined {
@@ -673,7 +673,14 @@ async fn upload_pack(
         let mut writer =
             ChannelWriter::new(tx, handle, idle, cancel.clone(), FileRange::SENT_BY_KERNEL);
         let mut input: &[u8] = &body;
-        let result = upload.serve(version, Mode::Stateless, &mut input, &mut writer, &cancel);
+        let result = upload.serve(
+            version,
+            Mode::Stateless,
+            &packd_protocol::Advertised::default(),
+            &mut input,
+            &mut writer,
+            &cancel,
+        );
         let flushed = writer.flush();
         log.bytes = writer.sent;
         match result {

@@ -180,8 +180,9 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
         inner: std::io::BufWriter::with_capacity(64 * 1024, stdout.lock()),
         activity: &activity,
     };
+    let mut shown = packd_protocol::Advertised::default();
     if args.advertise_refs || !args.stateless_rpc {
-        upload
+        shown = upload
             .advertise(version, mode, &mut out)
             .context("cannot write the advertisement")?;
     }
@@ -194,7 +195,7 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
         inner: stdin.lock(),
         activity: &activity,
     };
-    let stats = upload.serve(version, mode, &mut input, &mut out, &cancel)?;
+    let stats = upload.serve(version, mode, &shown, &mut input, &mut out, &cancel)?;
     tracing::debug!(
         "{}: {} objects, {} bytes",
         stats.command,

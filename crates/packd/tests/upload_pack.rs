@@ -1237,3 +1237,79 @@ fn uploadpack_config_turns_off_what_it_turns_off_in_git() {
         );
     }
 }
+
+/// A v0 conversation over one connection (stdin and stdout, as over ssh) in which `between`
+/// runs after the client has read the advertisement and before it sends its want of `id`:
+/// the exit status, and what the server sent after the advertisement.
+fn want_after_advertisement(
+    sb: &Sandbox,
+    git: bool,
+    dir: &str,
+    id: &str,
+    between: impl FnOnce(),
+) -> (bool, Vec<u8>) {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    // `timeout`, so that a server waiting for input it will not get fails the test, not CI.
+    let mut cmd = Command::new("timeout");
+    apply_env(&mut cmd, &sb.home);
+    cmd.current_dir(sb.path())
+        .args(["120", if git { "git" } else { PACKD }, "upload-pack", dir])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("upload-pack starts");
+    let mut stdout = child.stdout.take().unwrap();
+    loop {
+        let mut len = [0u8; 4];
+        stdout.read_exact(&mut len).expect("an advertisement line");
+        let n = usize::from_str_radix(std::str::from_utf8(&len).unwrap(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        let mut line = vec![0u8; n - 4];
+        stdout.read_exact(&mut line).unwrap();
+    }
+    between();
+    let mut input = pkt(&format!(
+        "want {id} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt("done\n"));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&input).unwrap();
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    (child.wait().unwrap().success(), rest)
+}
+
+/// Over one connection, wants are checked against what the advertisement showed, as git
+/// checks them: a branch deleted by a push after the client read the advertisement (its
+/// commit now reachable from no ref) is still served, by packd as by git, rather than refused
+/// as "not our ref" because the refs were read again.
+#[test]
+fn a_want_of_an_advertised_tip_is_served_after_its_ref_is_deleted() {
+    let sb = Sandbox::new();
+    let src = history(&sb);
+    let side = src.git_str(&["rev-parse", "side"]);
+    for git in [true, false] {
+        let name = format!("served-{git}.git");
+        sb.git_in(
+            sb.path(),
+            &["clone", "-q", "--bare", src.path.to_str().unwrap(), &name],
+        );
+        let bare = sb.path().join(&name);
+        let (ok, out) = want_after_advertisement(&sb, git, bare.to_str().unwrap(), &side, || {
+            sb.git_in(&bare, &["update-ref", "-d", "refs/heads/side"]);
+        });
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            ok && !text.contains("not our ref") && out.windows(4).any(|w| w == b"PACK"),
+            "git {git}: the want of the deleted branch's tip was not served: {text}"
+        );
+        // The ref is gone: a new conversation may no longer want its commit.
+        let refused_now = v0_want(&sb, git, bare.to_str().unwrap(), &side);
+        assert!(refused(&refused_now), "git {git}: {}", refused_now.err());
+    }
+}
