@@ -30,10 +30,12 @@ pub fn agent() -> String {
 /// conversation over one connection (ssh, `git://`) the client's wants are checked against
 /// these, as git checks them, not against the refs read again: a ref moved or deleted in
 /// between (a push meanwhile) must not turn a want of what the client was shown into "not our
-/// ref". Empty for a v2 advertisement, which shows no refs.
+/// ref". `Advertised::default()` is no v0/v1 advertisement (a v2 one, or none over HTTP):
+/// wants are then checked against the refs as they are.
 #[derive(Debug, Default, Clone)]
 pub struct Advertised {
-    /// The ids shown, sorted; `None` when no refs were advertised.
+    /// The ids shown, sorted (none for an empty repository); `None` when there was no v0/v1
+    /// advertisement.
     pub(crate) tips: Option<Vec<ObjectId>>,
 }
 
@@ -140,7 +142,7 @@ impl UploadPack {
         caps
     }
 
-    /// Writes the v0/v1 ref advertisement.
+    /// Writes the v0/v1 ref advertisement, and returns the ids it showed.
     pub(crate) fn advertise_refs(
         &self,
         version: ProtocolVersion,

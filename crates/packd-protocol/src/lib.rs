@@ -271,8 +271,8 @@ impl UploadPack {
     /// `sendfile`), a pack that goes out whole is sent as ranges of its file. In
     /// [`Mode::Stateful`], v0/v1 wants are checked against `advertised`, what this
     /// conversation's [`UploadPack::advertise`] showed (as git does: a ref a push moves
-    /// meanwhile does not make a want of its old tip "not our ref"); in [`Mode::Stateless`]
-    /// against the refs as they are (`Advertised::default()` will do).
+    /// meanwhile does not make a want of its old tip "not our ref"); in [`Mode::Stateless`],
+    /// or given `Advertised::default()`, against the refs as they are.
     pub fn serve(
         &self,
         version: ProtocolVersion,

@@ -181,10 +181,13 @@ impl RequestBuilder {
 
 impl UploadPack {
     /// [`UploadPack::check_wants`] against the tips of the refs shown: those `shown` (what
-    /// this conversation's advertisement showed the client), else the repository's refs as
-    /// they are now. With `allow_hidden`, the tips of hidden refs as they are now count too
-    /// (git allows them when `allowTipSHA1InWant` or `allowReachableSHA1InWant` is on); they
-    /// are listed only when some want is not a shown tip.
+    /// this conversation's advertisement showed the client), else those of the refs shown
+    /// as they are now. With `allow_hidden`, the tips of the hidden refs count too (git
+    /// allows them when `allowTipSHA1InWant` or `allowReachableSHA1InWant` is on). They are
+    /// listed only when some want is not a shown tip, and as they are then: git marks them
+    /// while advertising, so a hidden ref moved in between is the one place where the two
+    /// may answer differently (listing them with every advertisement would cost a host with
+    /// hidden `refs/pull/*` a listing of all of them).
     pub(crate) fn check_wants_against_refs(
         &self,
         wants: &[ObjectId],
@@ -202,15 +205,20 @@ impl UploadPack {
             && !self.hidden.is_empty()
             && wants.iter().any(|w| tips.binary_search(w).is_err())
         {
-            tips.extend(RefSnapshot::read(repo, &HiddenRefs::default())?.tips());
+            let all = RefSnapshot::read(repo, &HiddenRefs::default())?;
+            let hidden = all.refs.iter().filter(|r| self.hidden.is_hidden(&r.name));
+            tips.extend(hidden.map(|r| r.id));
+            if self.hidden.is_hidden("HEAD") {
+                tips.extend(all.head);
+            }
             tips.sort_unstable();
             tips.dedup();
         }
         self.check_wants(wants, &tips, reachable, cancel)
     }
 
-    /// Refuses wants the client may not have: missing objects, and objects that are not ref
-    /// tips unless `reachable` lets them be fetched because some ref reaches them.
+    /// Refuses wants the client may not have: missing objects, and objects that are not among
+    /// `tips` unless `reachable` lets them be fetched because one of `tips` reaches them.
     fn check_wants(
         &self,
         wants: &[ObjectId],
@@ -241,7 +249,7 @@ impl UploadPack {
         Ok(())
     }
 
-    /// The first of `objects` no ref reaches, if any.
+    /// The first of `objects` none of `tips` reaches, if any.
     fn first_unreachable(
         &self,
         objects: &[(ObjectId, ObjectKind)],

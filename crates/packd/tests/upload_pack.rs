@@ -1240,26 +1240,38 @@ fn uploadpack_config_turns_off_what_it_turns_off_in_git() {
 
 /// A v0 conversation over one connection (stdin and stdout, as over ssh) in which `between`
 /// runs after the client has read the advertisement and before it sends its want of `id`:
-/// the exit status, and what the server sent after the advertisement.
+/// the exit status, what the server sent after the advertisement, and its stderr.
 fn want_after_advertisement(
     sb: &Sandbox,
     git: bool,
-    dir: &str,
+    dir: &Path,
     id: &str,
     between: impl FnOnce(),
-) -> (bool, Vec<u8>) {
+) -> (bool, Vec<u8>, String) {
     use std::io::{Read, Write};
     use std::process::Stdio;
-    // `timeout`, so that a server waiting for input it will not get fails the test, not CI.
-    let mut cmd = Command::new("timeout");
+    use std::sync::{mpsc, Arc, Mutex};
+    let stderr = sb.path().join("upload-pack.err");
+    let mut cmd = Command::new(if git { "git" } else { PACKD });
     apply_env(&mut cmd, &sb.home);
     cmd.current_dir(sb.path())
-        .args(["120", if git { "git" } else { PACKD }, "upload-pack", dir])
+        .arg("upload-pack")
+        .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(std::fs::File::create(&stderr).unwrap());
     let mut child = cmd.spawn().expect("upload-pack starts");
-    let mut stdout = child.stdout.take().unwrap();
+    let (mut stdin, mut stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    // A server that waits for input it will not get is killed, failing the test, not CI.
+    let child = Arc::new(Mutex::new(child));
+    let (done, finished) = mpsc::channel::<()>();
+    let watched = Arc::clone(&child);
+    let timeout = if git { GIT_TIMEOUT } else { PACKD_TIMEOUT };
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(timeout).is_err() {
+            let _ = watched.lock().unwrap().kill();
+        }
+    });
     loop {
         let mut len = [0u8; 4];
         stdout.read_exact(&mut len).expect("an advertisement line");
@@ -1276,20 +1288,30 @@ fn want_after_advertisement(
     ));
     input.extend_from_slice(b"0000");
     input.extend(pkt("done\n"));
-    let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&input).unwrap();
     drop(stdin);
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
-    (child.wait().unwrap().success(), rest)
+    let _ = done.send(());
+    watchdog.join().unwrap();
+    let ok = child.lock().unwrap().wait().unwrap().success();
+    (
+        ok,
+        rest,
+        std::fs::read_to_string(&stderr).unwrap_or_default(),
+    )
 }
 
 /// Over one connection, wants are checked against what the advertisement showed, as git
-/// checks them: a branch deleted by a push after the client read the advertisement (its
-/// commit now reachable from no ref) is still served, by packd as by git, rather than refused
-/// as "not our ref" because the refs were read again.
+/// checks them:
+/// - a branch deleted by a push after the client read the advertisement (its commit now
+///   reachable from no ref) is still served, by packd as by git, rather than refused as "not
+///   our ref" because the refs were read again;
+/// - a branch moved after it to a commit never shown is refused by both, with
+///   `allowTipSHA1InWant` on (and refs hidden, so that packd lists the hidden ones): what
+///   counts beside the refs shown is the hidden refs, not every ref as it is now.
 #[test]
-fn a_want_of_an_advertised_tip_is_served_after_its_ref_is_deleted() {
+fn wants_over_one_connection_are_checked_against_its_advertisement() {
     let sb = Sandbox::new();
     let src = history(&sb);
     let side = src.git_str(&["rev-parse", "side"]);
@@ -1300,16 +1322,46 @@ fn a_want_of_an_advertised_tip_is_served_after_its_ref_is_deleted() {
             &["clone", "-q", "--bare", src.path.to_str().unwrap(), &name],
         );
         let bare = sb.path().join(&name);
-        let (ok, out) = want_after_advertisement(&sb, git, bare.to_str().unwrap(), &side, || {
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, &side, || {
             sb.git_in(&bare, &["update-ref", "-d", "refs/heads/side"]);
         });
         let text = String::from_utf8_lossy(&out);
         assert!(
             ok && !text.contains("not our ref") && out.windows(4).any(|w| w == b"PACK"),
-            "git {git}: the want of the deleted branch's tip was not served: {text}"
+            "git {git}: the want of the deleted branch's tip was not served: {text} {err}"
         );
         // The ref is gone: a new conversation may no longer want its commit.
         let refused_now = v0_want(&sb, git, bare.to_str().unwrap(), &side);
         assert!(refused(&refused_now), "git {git}: {}", refused_now.err());
+
+        for (key, value) in [
+            ("uploadpack.allowTipSHA1InWant", "true"),
+            ("uploadpack.allowReachableSHA1InWant", "false"),
+            ("uploadpack.hideRefs", "refs/hidden"),
+        ] {
+            sb.git_in(&bare, &["config", key, value]);
+        }
+        let tree = String::from_utf8(sb.git_in(&bare, &["rev-parse", "main^{tree}"])).unwrap();
+        let new = String::from_utf8(sb.git_in(
+            &bare,
+            &[
+                "commit-tree",
+                tree.trim(),
+                "-p",
+                "main",
+                "-m",
+                "never shown",
+            ],
+        ))
+        .unwrap();
+        let new = new.trim();
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, new, || {
+            sb.git_in(&bare, &["update-ref", "refs/heads/main", new]);
+        });
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            !ok && text.contains("not our ref"),
+            "git {git}: a commit the advertisement did not show was not refused: {text} {err}"
+        );
     }
 }
