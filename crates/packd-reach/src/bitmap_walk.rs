@@ -124,9 +124,17 @@ fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
 /// next version of each directory with (per thread; see [`LastAtPath`]).
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
+/// Slots of a tree walk's filter in front of its set of ids met (see `walk_trees`): 32,768
+/// ids, 640 KiB, about what a core's second-level cache holds.
+const RECENT_SLOTS: usize = 1 << 15;
+
 /// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
 /// and the entry's offset.
 type StoredAt = (usize, u64);
+
+/// An object on a tree walk's stack: its id, kind and bit, where it is stored (a tree's), and
+/// the hash of its path.
+type Stacked = (ObjectId, ObjectKind, u64, Option<Location>, u64);
 
 /// `loc` as a [`StoredAt`]; `None` for a loose object.
 fn stored_at(loc: &Location) -> Option<StoredAt> {
@@ -496,9 +504,7 @@ impl BitmapIndex {
         let mut last = LastAtPath::new(LAST_AT_PATH_BUDGET);
         // Where the entries of the tree scanned, and of a delta base read early, start.
         let (mut starts, mut base_starts) = (Vec::new(), Vec::new());
-        // (id, kind, bit, where a tree is stored, the hash of its path)
-        let mut stack: Vec<(ObjectId, ObjectKind, u64, Option<Location>, u64)> =
-            Vec::with_capacity(roots.len());
+        let mut stack: Vec<Stacked> = Vec::with_capacity(roots.len());
         for (id, kind) in roots {
             let found = match index.find(&id) {
                 Some(pos) => self.stack_entry(pos, kind)?,
@@ -512,37 +518,36 @@ impl BitmapIndex {
             }
             stack.push((id, kind, bit, location, ROOT));
         }
-        let mut missing = false;
-        let mut error: Option<packd_odb::Error> = None;
-        // Stacks the entries `scan_tree_against` hands out that are not in `seen`, as entries
-        // of the directory whose path hashes to `$path`.
+        // In front of `seen`, the last id met in each slot of a small table: most entries a
+        // scan hands out were met in a tree read shortly before (another version of the same
+        // directory), and a slot costs less to check than the set. A slot only ever holds an
+        // id `seen` has.
+        let mut recent = vec![ObjectId::NULL; RECENT_SLOTS];
+        // The entries a scan handed out that `seen` did not have, with the hash of their path,
+        // looked up together once the scan is done (see `stack_fresh`).
+        let mut fresh: Vec<(ObjectId, ObjectKind, u64)> = Vec::new();
+        let mut positions: Vec<u32> = Vec::new();
+        // Collects the entries `scan_tree_against` hands out that are not in `seen`, as
+        // entries of the directory whose path hashes to `$path`.
         macro_rules! push_new {
             ($path:expr) => {
                 |entry: ObjectId, kind: ObjectKind, name: &[u8]| {
-                    if missing || !seen.insert(entry) {
+                    let bytes = entry.as_bytes();
+                    let slot = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]])
+                        as usize
+                        % RECENT_SLOTS;
+                    if recent[slot] == entry && entry != ObjectId::NULL {
                         return;
                     }
-                    let found = match index.find(&entry) {
-                        Some(pos) => self.stack_entry(pos, kind),
-                        None => Ok(None),
-                    };
-                    match found {
-                        Ok(Some((bit, location))) => {
-                            if let Some(at) = location.as_ref().and_then(stored_at) {
-                                pending.insert(at, bit);
-                            }
-                            let path = match kind {
-                                ObjectKind::Tree => child_path($path, name),
-                                _ => 0,
-                            };
-                            stack.push((entry, kind, bit, location, path));
-                        }
-                        Ok(None) => missing = true,
-                        Err(e) => {
-                            error = Some(e);
-                            missing = true;
-                        }
+                    recent[slot] = entry;
+                    if !seen.insert(entry) {
+                        return;
                     }
+                    let path = match kind {
+                        ObjectKind::Tree => child_path($path, name),
+                        _ => 0,
+                    };
+                    fresh.push((entry, kind, path));
                 }
             };
         }
@@ -595,6 +600,14 @@ impl BitmapIndex {
                             )?;
                             done.entries += scanned.entries;
                             done.shared += scanned.shared;
+                            if !self.stack_fresh(
+                                &mut fresh,
+                                &mut positions,
+                                &mut stack,
+                                &mut pending,
+                            )? {
+                                return Ok(None);
+                            }
                             base_data = Some(data);
                             base_scanned = true;
                         }
@@ -620,10 +633,7 @@ impl BitmapIndex {
                 scan_tree_against(&id, &object.data, against, &mut starts, push_new!(path))?;
             done.entries += scanned.entries;
             done.shared += scanned.shared;
-            if let Some(e) = error.take() {
-                return Err(e);
-            }
-            if missing {
+            if !self.stack_fresh(&mut fresh, &mut positions, &mut stack, &mut pending)? {
                 return Ok(None);
             }
             if object.kind == ObjectKind::Tree {
@@ -647,6 +657,46 @@ impl BitmapIndex {
         if self.objects.warm_lookups() {
             tracing::debug!("lookups by id prepared in {:?}", started.elapsed());
         }
+    }
+
+    /// Stacks the entries of `fresh` (id, kind, path hash) for a tree walk, in order, and
+    /// empties it; `false` when one of them has no bit (the walk cannot answer). They are
+    /// looked up together, each step first asking the processor for what the next reads for
+    /// every entry (the ids to search, then the offset and pack position found): a lookup is a
+    /// few cache misses in tables of megabytes, which then overlap instead of coming one after
+    /// the other.
+    fn stack_fresh(
+        &self,
+        fresh: &mut Vec<(ObjectId, ObjectKind, u64)>,
+        positions: &mut Vec<u32>,
+        stack: &mut Vec<Stacked>,
+        pending: &mut OffsetMap<StoredAt, u64>,
+    ) -> Result<bool> {
+        let index = &self.objects;
+        for (id, _, _) in fresh.iter() {
+            index.prefetch_find(id);
+        }
+        positions.clear();
+        for (id, _, _) in fresh.iter() {
+            let Some(pos) = index.find(id) else {
+                fresh.clear();
+                return Ok(false);
+            };
+            index.prefetch_position(pos);
+            positions.push(pos);
+        }
+        for (&(id, kind, path), &pos) in fresh.iter().zip(positions.iter()) {
+            let Some((bit, location)) = self.stack_entry(pos, kind)? else {
+                fresh.clear();
+                return Ok(false);
+            };
+            if let Some(at) = location.as_ref().and_then(stored_at) {
+                pending.insert(at, bit);
+            }
+            stack.push((id, kind, bit, location, path));
+        }
+        fresh.clear();
+        Ok(true)
     }
 
     /// What a tree walk stacks for the object at `index_pos`: its bit and, for a tree, where it

@@ -169,6 +169,25 @@ impl Bitmapped {
         }
     }
 
+    /// Asks the processor for what [`Bitmapped::find`] will read for `id` (see
+    /// `PackIndex::prefetch_find`); nothing for a multi-pack-index.
+    #[inline]
+    pub(crate) fn prefetch_find(&self, id: &ObjectId) {
+        if let Bitmapped::Pack { pack, .. } = self {
+            pack.index().prefetch_find(id);
+        }
+    }
+
+    /// Asks the processor for what [`Bitmapped::bit_of`] and [`Bitmapped::location`] read
+    /// first for id-order position `pos` (see `Pack::prefetch_pack_position`); nothing for a
+    /// multi-pack-index.
+    #[inline]
+    pub(crate) fn prefetch_position(&self, pos: u32) {
+        if let Bitmapped::Pack { pack, .. } = self {
+            pack.prefetch_pack_position(pos);
+        }
+    }
+
     /// Prepares for many lookups by id (see `PackIndex::warm_lookups`); nothing for a
     /// multi-pack-index. Whether this call did the work.
     pub(crate) fn warm_lookups(&self) -> bool {

@@ -371,6 +371,19 @@ impl Pack {
         Ok(self.crcs.get_or_init(|| crcs).as_deref())
     }
 
+    /// Asks the processor for what [`Pack::pack_position`] and the object's offset read first
+    /// for `index_pos`: its entry in a built inverse of the pack's order, and its offset in the
+    /// index. For a caller with several positions to find (see `PackIndex::prefetch_find`).
+    #[inline]
+    pub fn prefetch_pack_position(&self, index_pos: u32) {
+        if let Some(inverse) = self.built_pack_positions() {
+            if let Some(p) = inverse.get(index_pos as usize) {
+                crate::prefetch::line(p as *const u32 as *const u8);
+            }
+        }
+        self.index.prefetch_offset(index_pos);
+    }
+
     /// The pack position (rank by offset) of the object at index position `index_pos`: the bit
     /// that stands for it in a bitmap. A binary search over the reverse index when it exists,
     /// else a lookup in the inverse of the pack's order when it has one (one pass over its

@@ -111,9 +111,31 @@ impl PackIndex {
         let want = id.as_bytes();
         let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
         let (lo, end) = (fine[prefix], fine[prefix + 1]);
-        // The dozen ids of the bucket span a few cache lines, which the search would miss one
-        // after the other: asking for them all at once costs about one miss. (Not for a
-        // bucket much larger than the dozen: ids crafted to share two bytes.)
+        self.prefetch_ids(lo, end);
+        let at = self.lower_bound_after(lo..end, want, 2);
+        (at < end && self.id_bytes(at) == want).then_some(at)
+    }
+
+    /// Asks the processor for the ids [`PackIndex::find`] will search for `id` (once
+    /// [`PackIndex::warm_lookups`] built its fanout; else nothing): a caller with several ids to
+    /// look up asks for all of them first, so that their cache misses overlap instead of
+    /// coming one after the other.
+    #[inline]
+    pub fn prefetch_find(&self, id: &ObjectId) {
+        let Some(Some(fine)) = self.fine_fanout.get() else {
+            return;
+        };
+        let want = id.as_bytes();
+        let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
+        self.prefetch_ids(fine[prefix], fine[prefix + 1]);
+    }
+
+    /// Asks for the ids at positions `lo..end`, a bucket of the two-byte fanout: its dozen
+    /// ids span a few cache lines, which a search would miss one after the other, and asking
+    /// for them all at once costs about one miss. (Not for a bucket much larger than the
+    /// dozen: ids crafted to share two bytes.)
+    #[inline]
+    fn prefetch_ids(&self, lo: u32, end: u32) {
         if lo < end && end - lo <= PREFETCH_IDS {
             let first = self.id_bytes(lo).as_ptr() as usize;
             let last = self.id_bytes(end - 1).as_ptr() as usize + HASH - 1;
@@ -123,8 +145,15 @@ impl PackIndex {
                 line += 64;
             }
         }
-        let at = self.lower_bound_after(lo..end, want, 2);
-        (at < end && self.id_bytes(at) == want).then_some(at)
+    }
+
+    /// Asks the processor for the offset [`PackIndex::offset`] reads for the `i`th object (see
+    /// [`PackIndex::prefetch_find`]).
+    #[inline]
+    pub fn prefetch_offset(&self, i: u32) {
+        if self.version == IndexVersion::V2 && i < self.count {
+            crate::prefetch::line(self.bytes[self.offsets_at + 4 * i as usize..].as_ptr());
+        }
     }
 
     /// Prepares this index for many lookups by id: a fanout by the ids' first two bytes
