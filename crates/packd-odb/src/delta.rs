@@ -192,6 +192,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn common_prefix_len_finds_the_first_difference() {
+        let a: Vec<u8> = (0..200u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [0usize, 1, 7, 8, 31, 32, 33, 64, 100, 200] {
+            let a = &a[..len];
+            assert_eq!(common_prefix_len(a, a), len);
+            for at in 0..len {
+                let mut b = a.to_vec();
+                b[at] ^= 0x40;
+                assert_eq!(common_prefix_len(a, &b), at, "len {len}, difference at {at}");
+                assert_eq!(common_prefix_len(&b, a), at);
+                // A shorter second slice stops the count at its end.
+                assert_eq!(common_prefix_len(a, &a[..at]), at);
+            }
+        }
+    }
+
+    #[test]
     fn applies_copies_and_inserts() {
         let base = b"hello, world";
         // src 12, dst 11: copy 0..5 ("hello"), insert " you!!"
