@@ -200,7 +200,11 @@ mod tests {
             for at in 0..len {
                 let mut b = a.to_vec();
                 b[at] ^= 0x40;
-                assert_eq!(common_prefix_len(a, &b), at, "len {len}, difference at {at}");
+                assert_eq!(
+                    common_prefix_len(a, &b),
+                    at,
+                    "len {len}, difference at {at}"
+                );
                 assert_eq!(common_prefix_len(&b, a), at);
                 // A shorter second slice stops the count at its end.
                 assert_eq!(common_prefix_len(a, &a[..at]), at);

@@ -125,7 +125,9 @@ fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
 /// Slots of a tree walk's filter in front of its set of ids met (see `walk_trees`): 32,768
-/// ids, 640 KiB, about what a core's second-level cache holds.
+/// ids, 640 KiB, which fits the second-level cache of this project's machine (2 MiB) with room
+/// for the walk's trees. On git/git's first mirror clone it caught 333,000 of the 460,000
+/// entries handed out; the set caught 16,000 more.
 const RECENT_SLOTS: usize = 1 << 15;
 
 /// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
@@ -521,10 +523,12 @@ impl BitmapIndex {
         // In front of `seen`, the last id met in each slot of a small table: most entries a
         // scan hands out were met in a tree read shortly before (another version of the same
         // directory), and a slot costs less to check than the set. A slot only ever holds an
-        // id `seen` has.
-        let mut recent = vec![ObjectId::NULL; RECENT_SLOTS];
-        // The entries a scan handed out that `seen` did not have, with the hash of their path,
-        // looked up together once the scan is done (see `stack_fresh`).
+        // id `seen` has, or the zeros it starts with (which no entry is taken to match). Zeroed
+        // memory: a small walk touches only the pages of the slots it uses.
+        let mut recent: Vec<[u8; 20]> = vec![[0u8; 20]; RECENT_SLOTS];
+        // The entries the scans of a tree (and of a delta base read early for it) handed out
+        // that `seen` did not have, with the hash of their path, looked up together once the
+        // tree is scanned (see `stack_fresh`); `positions` is that step's scratch space.
         let mut fresh: Vec<(ObjectId, ObjectKind, u64)> = Vec::new();
         let mut positions: Vec<u32> = Vec::new();
         // Collects the entries `scan_tree_against` hands out that are not in `seen`, as
@@ -536,10 +540,10 @@ impl BitmapIndex {
                     let slot = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]])
                         as usize
                         % RECENT_SLOTS;
-                    if recent[slot] == entry && entry != ObjectId::NULL {
+                    if recent[slot] == *bytes && entry != ObjectId::NULL {
                         return;
                     }
-                    recent[slot] = entry;
+                    recent[slot] = *bytes;
                     if !seen.insert(entry) {
                         return;
                     }
@@ -600,14 +604,6 @@ impl BitmapIndex {
                             )?;
                             done.entries += scanned.entries;
                             done.shared += scanned.shared;
-                            if !self.stack_fresh(
-                                &mut fresh,
-                                &mut positions,
-                                &mut stack,
-                                &mut pending,
-                            )? {
-                                return Ok(None);
-                            }
                             base_data = Some(data);
                             base_scanned = true;
                         }
@@ -659,12 +655,14 @@ impl BitmapIndex {
         }
     }
 
-    /// Stacks the entries of `fresh` (id, kind, path hash) for a tree walk, in order, and
-    /// empties it; `false` when one of them has no bit (the walk cannot answer). They are
-    /// looked up together, each step first asking the processor for what the next reads for
-    /// every entry (the ids to search, then the offset and pack position found): a lookup is a
-    /// few cache misses in tables of megabytes, which then overlap instead of coming one after
-    /// the other.
+    /// Stacks the entries of `fresh` (id, kind, path hash) for a tree walk, in order, as one
+    /// by one: `false` at the first that is not in the index or has no bit (the walk cannot
+    /// answer), an error at the first whose position cannot be read. They are looked up
+    /// together, each step first asking the processor for what the next reads for every
+    /// entry (the ids to search, then the pack position and, for a tree, the offset found): a
+    /// lookup is a few cache misses in tables of megabytes, which then overlap instead of
+    /// coming one after the other. `fresh` is emptied (unless an error ends the walk), and
+    /// `positions` is its scratch space.
     fn stack_fresh(
         &self,
         fresh: &mut Vec<(ObjectId, ObjectKind, u64)>,
@@ -677,15 +675,18 @@ impl BitmapIndex {
             index.prefetch_find(id);
         }
         positions.clear();
-        for (id, _, _) in fresh.iter() {
+        let mut all_found = true;
+        for (id, kind, _) in fresh.iter() {
             let Some(pos) = index.find(id) else {
-                fresh.clear();
-                return Ok(false);
+                // The entries before it are stacked as they would have been one by one.
+                all_found = false;
+                break;
             };
-            index.prefetch_position(pos);
+            index.prefetch_position(pos, *kind == ObjectKind::Tree);
             positions.push(pos);
         }
-        for (&(id, kind, path), &pos) in fresh.iter().zip(positions.iter()) {
+        let found = positions.len();
+        for (&(id, kind, path), &pos) in fresh[..found].iter().zip(positions.iter()) {
             let Some((bit, location)) = self.stack_entry(pos, kind)? else {
                 fresh.clear();
                 return Ok(false);
@@ -696,7 +697,7 @@ impl BitmapIndex {
             stack.push((id, kind, bit, location, path));
         }
         fresh.clear();
-        Ok(true)
+        Ok(all_found)
     }
 
     /// What a tree walk stacks for the object at `index_pos`: its bit and, for a tree, where it

@@ -178,13 +178,13 @@ impl Bitmapped {
         }
     }
 
-    /// Asks the processor for what [`Bitmapped::bit_of`] and [`Bitmapped::location`] read
-    /// first for id-order position `pos` (see `Pack::prefetch_pack_position`); nothing for a
-    /// multi-pack-index.
+    /// Asks the processor for what [`Bitmapped::bit_of`] reads first for id-order position
+    /// `pos`, and with `location` what [`Bitmapped::location`] reads (see
+    /// `Pack::prefetch_pack_position`); nothing for a multi-pack-index.
     #[inline]
-    pub(crate) fn prefetch_position(&self, pos: u32) {
+    pub(crate) fn prefetch_position(&self, pos: u32, location: bool) {
         if let Bitmapped::Pack { pack, .. } = self {
-            pack.prefetch_pack_position(pos);
+            pack.prefetch_pack_position(pos, location);
         }
     }
 

@@ -371,17 +371,19 @@ impl Pack {
         Ok(self.crcs.get_or_init(|| crcs).as_deref())
     }
 
-    /// Asks the processor for what [`Pack::pack_position`] and the object's offset read first
-    /// for `index_pos`: its entry in a built inverse of the pack's order, and its offset in the
-    /// index. For a caller with several positions to find (see `PackIndex::prefetch_find`).
+    /// Asks the processor for what [`Pack::pack_position`] reads first for `index_pos` (its
+    /// entry in a built inverse of the pack's order, else its offset in the index), and with
+    /// `offset` for the object's offset too (for a caller that will read the object). For a
+    /// caller with several positions to find (see `PackIndex::prefetch_find`).
     #[inline]
-    pub fn prefetch_pack_position(&self, index_pos: u32) {
-        if let Some(inverse) = self.built_pack_positions() {
-            if let Some(p) = inverse.get(index_pos as usize) {
-                crate::prefetch::line(p as *const u32 as *const u8);
-            }
+    pub fn prefetch_pack_position(&self, index_pos: u32, offset: bool) {
+        let inverse = self.built_pack_positions();
+        if let Some(p) = inverse.and_then(|inverse| inverse.get(index_pos as usize)) {
+            crate::prefetch::line(p as *const u32 as *const u8);
         }
-        self.index.prefetch_offset(index_pos);
+        if offset || inverse.is_none() {
+            self.index.prefetch_offset(index_pos);
+        }
     }
 
     /// The pack position (rank by offset) of the object at index position `index_pos`: the bit

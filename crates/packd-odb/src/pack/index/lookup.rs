@@ -105,12 +105,10 @@ impl PackIndex {
     /// The position of `id` in id order, if the pack has it: through the fanout by two bytes
     /// once [`PackIndex::warm_lookups`] built it, else through the file's own.
     pub fn find(&self, id: &ObjectId) -> Option<u32> {
-        let Some(Some(fine)) = self.fine_fanout.get() else {
+        let Some((lo, end)) = self.fine_bucket(id) else {
             return self.find_id(id);
         };
         let want = id.as_bytes();
-        let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
-        let (lo, end) = (fine[prefix], fine[prefix + 1]);
         self.prefetch_ids(lo, end);
         let at = self.lower_bound_after(lo..end, want, 2);
         (at < end && self.id_bytes(at) == want).then_some(at)
@@ -122,12 +120,21 @@ impl PackIndex {
     /// coming one after the other.
     #[inline]
     pub fn prefetch_find(&self, id: &ObjectId) {
+        if let Some((lo, end)) = self.fine_bucket(id) {
+            self.prefetch_ids(lo, end);
+        }
+    }
+
+    /// The positions of the ids sharing `id`'s first two bytes, once
+    /// [`PackIndex::warm_lookups`] built its fanout by them.
+    #[inline]
+    fn fine_bucket(&self, id: &ObjectId) -> Option<(u32, u32)> {
         let Some(Some(fine)) = self.fine_fanout.get() else {
-            return;
+            return None;
         };
         let want = id.as_bytes();
         let prefix = u16::from_be_bytes([want[0], want[1]]) as usize;
-        self.prefetch_ids(fine[prefix], fine[prefix + 1]);
+        Some((fine[prefix], fine[prefix + 1]))
     }
 
     /// Asks for the ids at positions `lo..end`, a bucket of the two-byte fanout: its dozen
@@ -148,7 +155,8 @@ impl PackIndex {
     }
 
     /// Asks the processor for the offset [`PackIndex::offset`] reads for the `i`th object (see
-    /// [`PackIndex::prefetch_find`]).
+    /// [`PackIndex::prefetch_find`]). Nothing for a version 1 index, whose offsets sit beside
+    /// the ids a search has just read.
     #[inline]
     pub fn prefetch_offset(&self, i: u32) {
         if self.version == IndexVersion::V2 && i < self.count {
