@@ -16,14 +16,14 @@
 //!
 //! Only bases already written count, so chains stay acyclic whatever the packs hold. Reused
 //! bytes are checked against the index's CRC-32 first, so a damaged entry is never passed on
-//! as it is. Pack bytes are read with [`packd_storage::Blob::read_copy`] (which does not leave
-//! them mapped) in windows of [`WINDOW`] bytes, and large entries in pieces of that size, so
-//! memory stays bounded whatever the pack and entry sizes. When the output takes file ranges (a
-//! socket, by `sendfile`), runs of reused entries of [`MIN_FILE_RANGE`] bytes or more are
-//! hashed from the window and sent from the file, not copied to the output: the CRC-32 and the
-//! hash are then computed on the window's bytes, and the kernel sends the file's pages, which
-//! are the same bytes as long as the pack is not changed in place (packs never are); a
-//! difference would fail the client's check of the trailer.
+//! as it is. Pack bytes are read with [`packd_storage::Blob::read_streamed`] (which leaves at
+//! most a bound of them mapped) in windows of [`WINDOW`] bytes, and large entries in pieces of
+//! that size, so memory stays bounded whatever the pack and entry sizes. When the output takes
+//! file ranges (a socket, by `sendfile`), runs of reused entries of [`MIN_FILE_RANGE`] bytes or
+//! more are hashed from the window and sent from the file, not copied to the output: the CRC-32
+//! and the hash are then computed on the window's bytes, and the kernel sends the file's
+//! pages, which are the same bytes as long as the pack is not changed in place (packs never
+//! are); a difference would fail the client's check of the trailer.
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::recipe::{Recipe, RecipeWriter, Step};
@@ -376,7 +376,7 @@ impl Window {
         let end = ahead().max(range.end).min(trailer.max(range.end));
         let bytes = pack
             .data()
-            .read_copy(range.start..end)
+            .read_streamed(range.start..end)
             .map_err(packd_odb::Error::from)?;
         self.rank = rank;
         self.start = range.start;
