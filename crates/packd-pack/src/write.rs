@@ -44,6 +44,14 @@ use std::sync::Arc;
 /// copying large entries.
 pub(crate) const WINDOW: u64 = 1 << 20;
 
+/// The shortest window read through the pack's map (`Blob::read_streamed`) rather than
+/// copied: a long run of entries (a clone) costs a fault per 64 KiB block of the map instead
+/// of a copy of every byte, but a short window (entries scattered over the pack, as a fetch
+/// sends them) would pay a fault for each block it only starts. On git/git, reading every
+/// window through the map took a clone of every branch and tag 6% less CPU and fetches 32 to
+/// 128 days behind 3-9% more.
+const MAPPED_WINDOW_FROM: u64 = 256 * 1024;
+
 /// Unsent bytes between two entries to send that one read may still cover (cheaper to copy
 /// than a second read).
 const MAX_GAP: u64 = 8 * 1024;
@@ -374,10 +382,13 @@ impl Window {
         }
         let trailer = pack.entries_end();
         let end = ahead().max(range.end).min(trailer.max(range.end));
-        let bytes = pack
-            .data()
-            .read_streamed(range.start..end)
-            .map_err(packd_odb::Error::from)?;
+        let data = pack.data();
+        let bytes = if end - range.start >= MAPPED_WINDOW_FROM {
+            data.read_streamed(range.start..end)
+        } else {
+            data.read_copy(range.start..end)
+        }
+        .map_err(packd_odb::Error::from)?;
         self.rank = rank;
         self.start = range.start;
         self.bytes = bytes;
