@@ -16,14 +16,14 @@
 //!
 //! Only bases already written count, so chains stay acyclic whatever the packs hold. Reused
 //! bytes are checked against the index's CRC-32 first, so a damaged entry is never passed on
-//! as it is. Pack bytes are read with [`packd_storage::Blob::read_streamed`] (which leaves at
-//! most a bound of them mapped) in windows of [`WINDOW`] bytes, and large entries in pieces of
-//! that size, so memory stays bounded whatever the pack and entry sizes. When the output takes
-//! file ranges (a socket, by `sendfile`), runs of reused entries of [`MIN_FILE_RANGE`] bytes or
-//! more are hashed from the window and sent from the file, not copied to the output: the CRC-32
-//! and the hash are then computed on the window's bytes, and the kernel sends the file's
-//! pages, which are the same bytes as long as the pack is not changed in place (packs never
-//! are); a difference would fail the client's check of the trailer.
+//! as it is. Pack bytes are read with [`packd_storage::Blob::read_copy`] (which does not leave
+//! them mapped) in windows of [`WINDOW`] bytes, and large entries in pieces of that size, so
+//! memory stays bounded whatever the pack and entry sizes. When the output takes file ranges (a
+//! socket, by `sendfile`), runs of reused entries of [`MIN_FILE_RANGE`] bytes or more are
+//! hashed from the window and sent from the file, not copied to the output: the CRC-32 and the
+//! hash are then computed on the window's bytes, and the kernel sends the file's pages, which
+//! are the same bytes as long as the pack is not changed in place (packs never are); a
+//! difference would fail the client's check of the trailer.
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::recipe::{Recipe, RecipeWriter, Step};
@@ -43,14 +43,6 @@ use std::sync::Arc;
 /// Bytes read from a pack at once when entries are close together; also the piece size for
 /// copying large entries.
 pub(crate) const WINDOW: u64 = 1 << 20;
-
-/// The shortest window read through the pack's map (`Blob::read_streamed`) rather than
-/// copied: a long run of entries (a clone) costs a fault per 64 KiB block of the map instead
-/// of a copy of every byte, but a short window (entries scattered over the pack, as a fetch
-/// sends them) would pay a fault for each block it only starts. On git/git, reading every
-/// window through the map took a clone of every branch and tag 6% less CPU and fetches 32 to
-/// 128 days behind 3-9% more.
-const MAPPED_WINDOW_FROM: u64 = 256 * 1024;
 
 /// Unsent bytes between two entries to send that one read may still cover (cheaper to copy
 /// than a second read).
@@ -382,13 +374,10 @@ impl Window {
         }
         let trailer = pack.entries_end();
         let end = ahead().max(range.end).min(trailer.max(range.end));
-        let data = pack.data();
-        let bytes = if end - range.start >= MAPPED_WINDOW_FROM {
-            data.read_streamed(range.start..end)
-        } else {
-            data.read_copy(range.start..end)
-        }
-        .map_err(packd_odb::Error::from)?;
+        let bytes = pack
+            .data()
+            .read_copy(range.start..end)
+            .map_err(packd_odb::Error::from)?;
         self.rank = rank;
         self.start = range.start;
         self.bytes = bytes;

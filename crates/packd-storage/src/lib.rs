@@ -186,15 +186,6 @@ pub trait Blob: Send + Sync + fmt::Debug {
         self.read(range)
     }
 
-    /// The bytes of one range of data read once and in order (a pack sent to a client), with
-    /// at most a bound of them left mapped in the process: [`Blob::read`] where the storage
-    /// bounds the pages its map keeps (see `LocalStorage::with_map_budget`), which costs a
-    /// fault per 64 KiB block instead of a copy of every byte, else [`Blob::read_copy`]. Fails
-    /// if the range reaches past the end.
-    fn read_streamed(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
-        self.read_copy(range)
-    }
-
     /// [`Blob::read_copy`] into `buf` (emptied first), so that a stream of reads (a pack sent
     /// whole) reuses one buffer rather than allocating one per read. Fails if the range reaches
     /// past the end.

@@ -292,15 +292,6 @@ impl Blob for LocalBlob {
         Ok(Bytes::from(buf))
     }
 
-    fn read_streamed(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
-        // A clone of git/git's branches and tags (318 MB sent) took 6-10% less CPU through a
-        // map with the serving budget than copied, for 12 MB more resident (49 MB).
-        if self.touched_blocks.is_empty() {
-            return self.read_copy(range);
-        }
-        self.read(range)
-    }
-
     fn file_range(&self, range: Range<u64>) -> Result<Option<FileRange>, StorageError> {
         check_range(&self.name, &range, self.len())?;
         Ok(self.file.as_ref().map(|file| FileRange {
@@ -439,33 +430,6 @@ mod tests {
         assert!(storage.open("missing").unwrap_err().is_not_found());
         assert_eq!(storage.list("").unwrap(), vec!["big", "small"]);
         assert!(storage.list("nope").unwrap().is_empty());
-    }
-
-    /// A stream of reads of a file whose map has a budget comes from the map (whose pages the
-    /// budget bounds: see `released_maps_read_the_same_bytes`); without a budget the bytes are
-    /// copied. Both read the file's bytes, in order and past many releases of the map.
-    #[test]
-    fn streamed_reads_use_the_map_only_with_a_budget() {
-        let dir = tempfile::tempdir().unwrap();
-        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 249) as u8).collect();
-        std::fs::write(dir.path().join("big"), &big).unwrap();
-        let budget = 32 * 4096;
-        for with_budget in [true, false] {
-            let mut storage = LocalStorage::new(dir.path());
-            if with_budget {
-                storage = storage.with_map_budget(budget);
-            }
-            let blob = storage.open("big").unwrap();
-            let map = blob.read(0..1).unwrap().as_ptr() as usize;
-            for at in (0..big.len() as u64).step_by(100_000) {
-                let end = (at + 100_000).min(big.len() as u64);
-                let bytes = blob.read_streamed(at..end).unwrap();
-                assert_eq!(&bytes[..], &big[at as usize..end as usize]);
-                let in_map = bytes.as_ptr() as usize == map + at as usize;
-                assert_eq!(in_map, with_budget, "budget {with_budget}, at {at}");
-            }
-            assert!(blob.read_streamed(2_999_990..3_000_001).is_err());
-        }
     }
 
     #[test]
