@@ -523,8 +523,9 @@ impl BitmapIndex {
         // In front of `seen`, the last id met in each slot of a small table: most entries a
         // scan hands out were met in a tree read shortly before (another version of the same
         // directory), and a slot costs less to check than the set. A slot only ever holds an
-        // id `seen` has, or the zeros it starts with (which no entry is taken to match). Zeroed
-        // memory: a small walk touches only the pages of the slots it uses.
+        // id `seen` has, or the zeros it starts with (which no entry is taken to match). Asked
+        // for as zeroed memory, which the allocator usually maps fresh: a small walk then
+        // touches only the pages of the slots it uses.
         let mut recent: Vec<[u8; 20]> = vec![[0u8; 20]; RECENT_SLOTS];
         // The entries the scans of a tree (and of a delta base read early for it) handed out
         // that `seen` did not have, with the hash of their path, looked up together once the

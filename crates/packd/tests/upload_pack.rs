@@ -1292,9 +1292,17 @@ fn want_after_advertisement(
     drop(stdin);
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
+    // Waited for by polling, so that the watchdog still runs while the server, its output
+    // closed, has yet to exit (the lock is never held across a blocking wait).
+    let status = loop {
+        if let Some(status) = child.lock().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     let _ = done.send(());
     watchdog.join().unwrap();
-    let ok = child.lock().unwrap().wait().unwrap().success();
+    let ok = status.success();
     (
         ok,
         rest,
@@ -1362,6 +1370,23 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
         assert!(
             !ok && text.contains("not our ref"),
             "git {git}: a commit the advertisement did not show was not refused: {text} {err}"
+        );
+
+        // A hidden HEAD, detached at a commit no ref shown points at: with
+        // `allowTipSHA1InWant`, its tip counts among the hidden ones.
+        sb.git_in(&bare, &["config", "--add", "uploadpack.hideRefs", "HEAD"]);
+        let detached = String::from_utf8(sb.git_in(
+            &bare,
+            &["commit-tree", tree.trim(), "-p", "main", "-m", "detached"],
+        ))
+        .unwrap();
+        let detached = detached.trim();
+        sb.git_in(&bare, &["update-ref", "--no-deref", "HEAD", detached]);
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, detached, || {});
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            ok && out.windows(4).any(|w| w == b"PACK"),
+            "git {git}: the hidden HEAD's tip was not served: {text} {err}"
         );
     }
 }
