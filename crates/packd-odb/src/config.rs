@@ -121,14 +121,14 @@ impl Config {
         parse_bool(self.get(key)?)
     }
 
-    /// Every value of any of `keys`, with its key, in the order the files give them: git reads
-    /// such settings as one list, whose last matching value wins whichever key it came under.
-    pub fn get_all_of(&self, keys: &[&str]) -> Vec<(&str, &str)> {
+    /// Every value of any of `keys`, with the index in `keys` of the key it was set under, in
+    /// the order the files give them: git reads such settings as one list, whose last matching
+    /// value wins whichever key it came under.
+    pub fn get_all_of(&self, keys: &[&str]) -> Vec<(usize, &str)> {
         let keys: Vec<String> = keys.iter().map(|k| Self::normalize(k)).collect();
         self.order
             .iter()
-            .filter(|(k, _)| keys.contains(k))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .filter_map(|(k, v)| Some((keys.iter().position(|key| key == k)?, v.as_str())))
             .collect()
     }
 
@@ -203,8 +203,8 @@ fn git_number(value: &str) -> Option<i128> {
     (n.ok()? as i128).checked_mul(1 << shift).map(|n| n * sign)
 }
 
-/// A size as git reads one (`96m`, `1g`, `512k`, `1000`, `0x10`: a number as
-/// [`parse_bool`] reads one): `None` when it is negative or beyond 64 bits.
+/// A size as git reads one (`96m`, `1g`, `512k`, `1000`, `0x10`: the numbers
+/// [`parse_bool`] also reads, within 64 bits): `None` when it is negative or beyond.
 pub fn parse_size(value: &str) -> Option<u64> {
     u64::try_from(git_number(value.trim())?).ok()
 }

@@ -27,13 +27,13 @@ const SHORT_NAME_RULES: &[(&str, &str)] = &[
 ];
 
 /// git's `isspace`: space, tab, newline and carriage return only.
-pub(crate) fn is_git_space(b: &u8) -> bool {
+fn is_git_space(b: &u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
 /// The bytes a loose ref file's content points at when it is a symbolic ref (`ref: <name>`),
-/// trimmed as git trims them.
-fn symref_in(bytes: &[u8]) -> Option<&[u8]> {
+/// trimmed as git trims them (also what makes a `HEAD` git accepts, when it is in `refs/`).
+pub(crate) fn symref_in(bytes: &[u8]) -> Option<&[u8]> {
     let rest = bytes.strip_prefix(b"ref:")?;
     let start = rest
         .iter()

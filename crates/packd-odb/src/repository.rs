@@ -84,14 +84,8 @@ fn head_is_a_ref(head: &Path) -> bool {
     let Ok(start) = crate::refs::read_start(head, 255) else {
         return false;
     };
-    if let Some(target) = start.strip_prefix(b"ref:") {
-        let skip = target
-            .iter()
-            .take_while(|b| crate::refs::is_git_space(b))
-            .count();
-        if target[skip..].starts_with(b"refs/") {
-            return true;
-        }
+    if crate::refs::symref_in(&start).is_some_and(|target| target.starts_with(b"refs/")) {
+        return true;
     }
     start.get(..40).and_then(ObjectId::from_hex_bytes).is_some()
 }

@@ -400,9 +400,9 @@ impl CloneCacheConfig {
 
     /// Drops the recipe of `key` (damaged, or naming a pack that is gone), and its `.meta`
     /// unless that names a pack or has a copy (another writer's): a `.meta` left alone is a
-    /// miss, but takes one of the records' places until eviction. A fill of the same key crossing this may lose its recipe or `.meta`
-    /// to it, which is a miss next time, not a wrong answer (a recipe is used only with a
-    /// `.meta` of its length).
+    /// miss, but takes one of the records' places until eviction. A fill of the same key
+    /// crossing this may lose its recipe or `.meta` to it, which is a miss next time, not a
+    /// wrong answer (a recipe is used only with a `.meta` of its length).
     pub(crate) fn forget_recipe(&self, key: &str) {
         let _ = std::fs::remove_file(self.recipe_path(key));
         let record = std::fs::read_to_string(self.meta_path(key))

@@ -14,8 +14,8 @@
 //! Why: a clone whose stream is a pack's entries as they are, then a few objects (a mirror
 //! clone after a push), need not be kept as a copy. For git/git that copy is 489 MB, which
 //! the clone would write again; its recipe and `.meta` take 368 bytes. Replaying it sends
-//! the same bytes, the trailer included, without hashing the stream: the pack's entries go out by `sendfile` (only the
-//! recipe itself is hashed, to check it, a few hundred bytes here).
+//! the same bytes, the trailer included, without hashing the stream: the pack's entries go out
+//! by `sendfile` (only the recipe itself is hashed, to check it, a few hundred bytes here).
 //!
 //! What is checked, and where: the recipe's own checksum when it is read, so a damaged recipe
 //! is refused; that each pack it names is there, its file ending with the checksum its index

@@ -30,12 +30,12 @@ pub fn agent() -> String {
 /// conversation over one connection (ssh, `git://`) the client's wants are checked against
 /// these, as git checks them, not against the refs read again: a ref moved or deleted in
 /// between (a push meanwhile) must not turn a want of what the client was shown into "not our
-/// ref". `Advertised::default()` is no v0/v1 advertisement (a v2 one, or none over HTTP):
-/// wants are then checked against the refs as they are.
+/// ref". `Advertised::default()` stands for none to check against: a v2 advertisement, or
+/// one over HTTP, whose next request reads the refs as they are then.
 #[derive(Debug, Default, Clone)]
 pub struct Advertised {
     /// The ids shown, sorted (none for an empty repository); `None` when there was no v0/v1
-    /// advertisement.
+    /// advertisement in this conversation ([`Mode::Stateless`] keeps none).
     pub(crate) tips: Option<Vec<ObjectId>>,
 }
 
@@ -142,10 +142,12 @@ impl UploadPack {
         caps
     }
 
-    /// Writes the v0/v1 ref advertisement, and returns the ids it showed.
+    /// Writes the v0/v1 ref advertisement, and returns the ids it showed when `mode` keeps
+    /// the conversation going.
     pub(crate) fn advertise_refs(
         &self,
         version: ProtocolVersion,
+        mode: Mode,
         out: &mut dyn Write,
     ) -> Result<Advertised, ProtocolError> {
         let repo = self.packs.repository();
@@ -186,8 +188,9 @@ impl UploadPack {
             pkt_line::write_text(out, &format!("{} capabilities^{{}}\0{c}\n", ObjectId::NULL))?;
         }
         pkt_line::write_flush(out)?;
+        // Over HTTP the next request is another conversation: nothing to keep.
         Ok(Advertised {
-            tips: Some(snapshot.tips()),
+            tips: (mode == Mode::Stateful).then(|| snapshot.tips()),
         })
     }
 
@@ -216,7 +219,7 @@ impl UploadPack {
     pub(crate) fn advertise_impl(
         &self,
         version: ProtocolVersion,
-        _mode: Mode,
+        mode: Mode,
         out: &mut dyn Write,
     ) -> Result<Advertised, ProtocolError> {
         let advertised = match version {
@@ -224,7 +227,7 @@ impl UploadPack {
                 self.advertise_v2(out)?;
                 Advertised::default()
             }
-            v => self.advertise_refs(v, out)?,
+            v => self.advertise_refs(v, mode, out)?,
         };
         out.flush()?;
         Ok(advertised)

@@ -135,6 +135,9 @@ impl Default for UploadPackOptions {
     }
 }
 
+/// A boolean `uploadpack.*` key and what it sets (see [`UploadPackOptions::with_config`]).
+type Setting = (&'static str, fn(&mut UploadPackOptions, bool));
+
 impl UploadPackOptions {
     /// `self` with what a repository's configuration sets explicitly, as git's upload-pack
     /// reads it, in the order the files give the settings: `uploadpack.allowFilter`,
@@ -145,26 +148,26 @@ impl UploadPackOptions {
     /// hosts partial clones and mirrors wants them on. A value git refuses is warned about and
     /// left out.
     pub fn with_config(mut self, config: &packd_odb::config::Config) -> UploadPackOptions {
-        let keys = [
-            "uploadpack.allowFilter",
-            "uploadpack.allowTipSHA1InWant",
-            "uploadpack.allowReachableSHA1InWant",
-            "uploadpack.allowAnySHA1InWant",
+        // Each key with what it sets.
+        let settings: [Setting; 4] = [
+            ("uploadpack.allowFilter", |o, on| o.allow_filter = on),
+            ("uploadpack.allowTipSHA1InWant", |o, on| {
+                o.allow_tip_sha1_in_want = on
+            }),
+            ("uploadpack.allowReachableSHA1InWant", |o, on| {
+                o.allow_reachable_sha1_in_want = on
+            }),
+            ("uploadpack.allowAnySHA1InWant", |o, on| {
+                o.allow_tip_sha1_in_want = on;
+                o.allow_reachable_sha1_in_want = on;
+            }),
         ];
-        for (key, value) in config.get_all_of(&keys) {
-            let Some(on) = packd_odb::config::parse_bool(value) else {
-                tracing::warn!("bad boolean config value '{value}' for '{key}': left out");
-                continue;
-            };
-            match key {
-                "uploadpack.allowfilter" => self.allow_filter = on,
-                "uploadpack.allowtipsha1inwant" => self.allow_tip_sha1_in_want = on,
-                "uploadpack.allowreachablesha1inwant" => self.allow_reachable_sha1_in_want = on,
-                "uploadpack.allowanysha1inwant" => {
-                    self.allow_tip_sha1_in_want = on;
-                    self.allow_reachable_sha1_in_want = on;
-                }
-                _ => {}
+        let keys = settings.map(|(key, _)| key);
+        for (i, value) in config.get_all_of(&keys) {
+            let (key, set) = settings[i];
+            match packd_odb::config::parse_bool(value) {
+                Some(on) => set(&mut self, on),
+                None => tracing::warn!("bad boolean config value '{value}' for '{key}': left out"),
             }
         }
         self

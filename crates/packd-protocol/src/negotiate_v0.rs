@@ -150,12 +150,9 @@ impl UploadPack {
         // Over HTTP the client chose from an advertisement another request made: refs may have
         // moved since, so an old tip still reachable from a ref is accepted (as git does).
         // Over one connection it chose from this conversation's advertisement, which is what
-        // its wants are checked against.
+        // its wants are checked against (none is kept over HTTP).
         let reachable = allow.allow_reachable_sha1_in_want || mode == Mode::Stateless;
-        let shown = match mode {
-            Mode::Stateful => advertised.tips.as_deref(),
-            Mode::Stateless => None,
-        };
+        let shown = advertised.tips.as_deref();
         self.check_wants_against_refs(&wants, shown, allow_hidden, reachable, cancel)?;
 
         if list.request.deepens() {

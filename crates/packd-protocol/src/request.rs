@@ -18,6 +18,7 @@ use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::{IdSet, ObjectId, ObjectKind, Repository};
 use packd_pack::{Deepen, FetchRequest};
 use packd_reach::walk::{Query, Walker};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -197,9 +198,9 @@ impl UploadPack {
         cancel: &AtomicBool,
     ) -> Result<(), ProtocolError> {
         let repo = self.packs.repository();
-        let mut tips = match shown {
-            Some(tips) => tips.to_vec(),
-            None => RefSnapshot::read(repo, &self.hidden)?.tips(),
+        let mut tips: Cow<'_, [ObjectId]> = match shown {
+            Some(tips) => Cow::Borrowed(tips),
+            None => Cow::Owned(RefSnapshot::read(repo, &self.hidden)?.tips()),
         };
         if allow_hidden
             && !self.hidden.is_empty()
@@ -207,6 +208,7 @@ impl UploadPack {
         {
             let all = RefSnapshot::read(repo, &HiddenRefs::default())?;
             let hidden = all.refs.iter().filter(|r| self.hidden.is_hidden(&r.name));
+            let tips = tips.to_mut();
             tips.extend(hidden.map(|r| r.id));
             if self.hidden.is_hidden("HEAD") {
                 tips.extend(all.head);
@@ -218,7 +220,8 @@ impl UploadPack {
     }
 
     /// Refuses wants the client may not have: missing objects, and objects that are not among
-    /// `tips` unless `reachable` lets them be fetched because one of `tips` reaches them.
+    /// `tips` (sorted) unless `reachable` lets them be fetched because one of `tips` reaches
+    /// them.
     fn check_wants(
         &self,
         wants: &[ObjectId],
@@ -229,11 +232,10 @@ impl UploadPack {
         let repo = self.packs.repository();
         let not_ours =
             |id: &ObjectId| ProtocolError::Refused(format!("upload-pack: not our ref {id}"));
-        let tip_set: HashSet<&ObjectId> = tips.iter().collect();
         let mut non_tips: Vec<(ObjectId, ObjectKind)> = Vec::new();
         for id in wants {
             let header = repo.objects().header(id)?.ok_or_else(|| not_ours(id))?;
-            if !tip_set.contains(id) {
+            if tips.binary_search(id).is_err() {
                 non_tips.push((*id, header.kind));
             }
         }

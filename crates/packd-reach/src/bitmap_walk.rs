@@ -124,11 +124,14 @@ fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
 /// next version of each directory with (per thread; see [`LastAtPath`]).
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
-/// Slots of a tree walk's filter in front of its set of ids met (see `walk_trees`): 32,768
+/// The most slots of a tree walk's filter in front of its set of ids met (see `walk_trees`): 32,768
 /// ids, 640 KiB, which fits the second-level cache of this project's machine (2 MiB) with room
 /// for the walk's trees. On git/git's first mirror clone it caught 333,000 of the 460,000
 /// entries handed out; the set caught 16,000 more.
 const RECENT_SLOTS: usize = 1 << 15;
+
+/// Slots of that filter for a walk from few roots (20 KiB): 64 per root, at least this many.
+const MIN_RECENT_SLOTS: usize = 1 << 10;
 
 /// Where an object is stored in a pack: the pack (by address: the walk holds every pack open)
 /// and the entry's offset.
@@ -523,10 +526,13 @@ impl BitmapIndex {
         // In front of `seen`, the last id met in each slot of a small table: most entries a
         // scan hands out were met in a tree read shortly before (another version of the same
         // directory), and a slot costs less to check than the set. A slot only ever holds an
-        // id `seen` has, or the zeros it starts with (which no entry is taken to match). Asked
-        // for as zeroed memory, which the allocator usually maps fresh: a small walk then
-        // touches only the pages of the slots it uses.
-        let mut recent: Vec<[u8; 20]> = vec![[0u8; 20]; RECENT_SLOTS];
+        // id `seen` has, or the zeros it starts with (which no entry is taken to match). Sized
+        // by the walk's roots, so that a fetch's walk from a few commits does not clear the
+        // 640 KiB a mirror clone's uses (the table is cleared on every call).
+        let slots = (stack.len() * 64)
+            .next_power_of_two()
+            .clamp(MIN_RECENT_SLOTS, RECENT_SLOTS);
+        let mut recent: Vec<[u8; 20]> = vec![[0u8; 20]; slots];
         // The entries the scans of a tree (and of a delta base read early for it) handed out
         // that `seen` did not have, with the hash of their path, looked up together once the
         // tree is scanned (see `stack_fresh`); `positions` is that step's scratch space.
@@ -540,7 +546,7 @@ impl BitmapIndex {
                     let bytes = entry.as_bytes();
                     let slot = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]])
                         as usize
-                        % RECENT_SLOTS;
+                        & (slots - 1);
                     if recent[slot] == *bytes && entry != ObjectId::NULL {
                         return;
                     }
@@ -1194,9 +1200,9 @@ impl BitmapIndex {
     /// Keeps the answer of each large fill-in walk in a file under `dir` too, and reads it
     /// back for the first request that could start from it: a server started again then does
     /// not walk again (a mirror clone of git/git: 0.23 s of CPU instead of 1.11 s,
-    /// `fetch-20261126-0427.txt`). The file is named after this
-    /// bitmap's own checksum (which covers the checksum of the pack or multi-pack-index it
-    /// records), so another pack or bitmap never reads it.
+    /// `fetch-20261126-0427.txt`). The file is named after this bitmap's own checksum (which
+    /// covers the checksum of the pack or multi-pack-index it records), so another pack or
+    /// bitmap never reads it.
     /// Only the first call counts. The file holds the last answer kept: a mirror clone's, or
     /// the side a mirror fetch has, whichever came last.
     /// `pack_dir` is where the repository's `.bitmap` files are: files kept for bitmaps no
@@ -1321,8 +1327,9 @@ impl BitmapIndex {
     /// named); and the objects outside the bitmapped objects reachable from `include` and not
     /// from `exclude`. Outside objects (loose objects and packs written since the bitmap: every
     /// push until the next repack) are walked by reading them, as git's extended index does,
-    /// until the walk enters the bitmapped objects; the bitmaps answer from there. `None` when the bitmap cannot answer (an object missing, or a bitmapped object that
-    /// reaches outside: a pack that is not closed under reachability).
+    /// until the walk enters the bitmapped objects; the bitmaps answer from there. `None` when
+    /// the bitmap cannot answer (an object missing, or a bitmapped object that reaches
+    /// outside: a pack that is not closed under reachability).
     ///
     /// Why the outside objects the walk from `exclude` meets are all the outside objects the
     /// client has: a commit's bitmap covers everything the commit reaches, and every other edge

@@ -84,15 +84,30 @@ fn upload_pack(
     args: &[&str],
     stdin: &[u8],
 ) -> Run {
-    let mut cmd = Command::new(if git { "git" } else { PACKD });
-    apply_env(&mut cmd, &sb.home);
-    cmd.current_dir(sb.path());
+    let (mut cmd, timeout) = upload_pack_command(sb, git);
     if let Some(p) = protocol {
         cmd.env("GIT_PROTOCOL", p);
     }
-    cmd.arg("upload-pack").args(args);
-    let timeout = if git { GIT_TIMEOUT } else { PACKD_TIMEOUT };
+    cmd.args(args);
     run_cmd(cmd, Some(stdin), timeout)
+}
+
+/// The `upload-pack` command (git's or packd's) in the sandbox, with how long it may take.
+fn upload_pack_command(sb: &Sandbox, git: bool) -> (Command, std::time::Duration) {
+    let mut cmd = Command::new(if git { "git" } else { PACKD });
+    apply_env(&mut cmd, &sb.home);
+    cmd.current_dir(sb.path()).arg("upload-pack");
+    (cmd, if git { GIT_TIMEOUT } else { PACKD_TIMEOUT })
+}
+
+/// A v0 request wanting `id` and nothing had: the want, a flush, `done`.
+fn want_request(id: &str) -> Vec<u8> {
+    let mut input = pkt(&format!(
+        "want {id} multi_ack_detailed side-band-64k ofs-delta\n"
+    ));
+    input.extend_from_slice(b"0000");
+    input.extend(pkt("done\n"));
+    input
 }
 
 fn pkt(text: &str) -> Vec<u8> {
@@ -899,12 +914,7 @@ fn without_broken(listing: &[u8], broken: bool) -> Vec<u8> {
 /// A protocol v0 request wanting `id` (nothing had), answered by git's upload-pack or packd's
 /// over one connection (as over ssh).
 fn v0_want(sb: &Sandbox, git: bool, dir: &str, id: &str) -> Run {
-    let mut input = pkt(&format!(
-        "want {id} multi_ack_detailed side-band-64k ofs-delta\n"
-    ));
-    input.extend_from_slice(b"0000");
-    input.extend(pkt("done\n"));
-    listing(sb, git, None, dir, &input)
+    upload_pack(sb, git, None, &[dir], &want_request(id))
 }
 
 /// Whether an upload-pack answer refused a want as not a ref's ("not our ref").
@@ -922,17 +932,7 @@ fn refused(run: &Run) -> bool {
 fn unusual_heads_and_broken_refs_are_listed_as_git_lists_them() {
     let sb = Sandbox::new();
     let src = history(&sb);
-    let bare = sb.path().join("served.git");
-    sb.git_in(
-        sb.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            src.path.to_str().unwrap(),
-            "served.git",
-        ],
-    );
+    let bare = sb.clone_bare(&src, "served.git").path;
     let dir = bare.to_str().unwrap();
     let main = src.git_str(&["rev-parse", "main"]);
     let mut ls_refs = pkt("command=ls-refs\n");
@@ -1030,10 +1030,8 @@ fn hidden_refs_are_left_out_as_git_leaves_them_out() {
     let sb = Sandbox::new();
     let src = history(&sb);
     // A commit no shown ref reaches, under a hidden ref.
-    let tree = src.git_str(&["rev-parse", "main^{tree}"]);
     let main = src.git_str(&["rev-parse", "main"]);
-    let hidden_tip = src.git_stdin(&["commit-tree", &tree, "-p", &main], b"hidden\n");
-    let hidden_tip = String::from_utf8(hidden_tip).unwrap().trim().to_string();
+    let hidden_tip = src.commit_on("main", "hidden\n");
     for (name, id) in [
         ("refs/pull/1/head", hidden_tip.as_str()),
         ("refs/pull/2/head", main.as_str()),
@@ -1252,11 +1250,8 @@ fn want_after_advertisement(
     use std::process::Stdio;
     use std::sync::{mpsc, Arc, Mutex};
     let stderr = sb.path().join("upload-pack.err");
-    let mut cmd = Command::new(if git { "git" } else { PACKD });
-    apply_env(&mut cmd, &sb.home);
-    cmd.current_dir(sb.path())
-        .arg("upload-pack")
-        .arg(dir)
+    let (mut cmd, timeout) = upload_pack_command(sb, git);
+    cmd.arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr).unwrap());
@@ -1266,7 +1261,6 @@ fn want_after_advertisement(
     let child = Arc::new(Mutex::new(child));
     let (done, finished) = mpsc::channel::<()>();
     let watched = Arc::clone(&child);
-    let timeout = if git { GIT_TIMEOUT } else { PACKD_TIMEOUT };
     let watchdog = std::thread::spawn(move || {
         if finished.recv_timeout(timeout).is_err() {
             let _ = watched.lock().unwrap().kill();
@@ -1283,12 +1277,7 @@ fn want_after_advertisement(
         stdout.read_exact(&mut line).unwrap();
     }
     between();
-    let mut input = pkt(&format!(
-        "want {id} multi_ack_detailed side-band-64k ofs-delta\n"
-    ));
-    input.extend_from_slice(b"0000");
-    input.extend(pkt("done\n"));
-    stdin.write_all(&input).unwrap();
+    stdin.write_all(&want_request(id)).unwrap();
     drop(stdin);
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
@@ -1324,14 +1313,9 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
     let src = history(&sb);
     let side = src.git_str(&["rev-parse", "side"]);
     for git in [true, false] {
-        let name = format!("served-{git}.git");
-        sb.git_in(
-            sb.path(),
-            &["clone", "-q", "--bare", src.path.to_str().unwrap(), &name],
-        );
-        let bare = sb.path().join(&name);
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, &side, || {
-            sb.git_in(&bare, &["update-ref", "-d", "refs/heads/side"]);
+        let bare = sb.clone_bare(&src, &format!("served-{git}.git"));
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &side, || {
+            bare.git(&["update-ref", "-d", "refs/heads/side"]);
         });
         let text = String::from_utf8_lossy(&out);
         assert!(
@@ -1339,7 +1323,7 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
             "git {git}: the want of the deleted branch's tip was not served: {text} {err}"
         );
         // The ref is gone: a new conversation may no longer want its commit.
-        let refused_now = v0_want(&sb, git, bare.to_str().unwrap(), &side);
+        let refused_now = v0_want(&sb, git, bare.path.to_str().unwrap(), &side);
         assert!(refused(&refused_now), "git {git}: {}", refused_now.err());
 
         for (key, value) in [
@@ -1347,24 +1331,11 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
             ("uploadpack.allowReachableSHA1InWant", "false"),
             ("uploadpack.hideRefs", "refs/hidden"),
         ] {
-            sb.git_in(&bare, &["config", key, value]);
+            bare.git(&["config", key, value]);
         }
-        let tree = String::from_utf8(sb.git_in(&bare, &["rev-parse", "main^{tree}"])).unwrap();
-        let new = String::from_utf8(sb.git_in(
-            &bare,
-            &[
-                "commit-tree",
-                tree.trim(),
-                "-p",
-                "main",
-                "-m",
-                "never shown",
-            ],
-        ))
-        .unwrap();
-        let new = new.trim();
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, new, || {
-            sb.git_in(&bare, &["update-ref", "refs/heads/main", new]);
+        let new = bare.commit_on("main", "never shown");
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &new, || {
+            bare.git(&["update-ref", "refs/heads/main", &new]);
         });
         let text = String::from_utf8_lossy(&out);
         assert!(
@@ -1374,15 +1345,10 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
 
         // A hidden HEAD, detached at a commit no ref shown points at: with
         // `allowTipSHA1InWant`, its tip counts among the hidden ones.
-        sb.git_in(&bare, &["config", "--add", "uploadpack.hideRefs", "HEAD"]);
-        let detached = String::from_utf8(sb.git_in(
-            &bare,
-            &["commit-tree", tree.trim(), "-p", "main", "-m", "detached"],
-        ))
-        .unwrap();
-        let detached = detached.trim();
-        sb.git_in(&bare, &["update-ref", "--no-deref", "HEAD", detached]);
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare, detached, || {});
+        bare.git(&["config", "--add", "uploadpack.hideRefs", "HEAD"]);
+        let detached = bare.commit_on("main", "detached");
+        bare.git(&["update-ref", "--no-deref", "HEAD", &detached]);
+        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &detached, || {});
         let text = String::from_utf8_lossy(&out);
         assert!(
             ok && out.windows(4).any(|w| w == b"PACK"),

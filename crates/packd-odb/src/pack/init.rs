@@ -258,7 +258,19 @@ impl Pack {
         })
     }
 
+    /// Why no entry was found at `offset` (the index placed an object there, or a delta named
+    /// a base there): outside the pack's entries, or between entries.
     fn no_entry_at(&self, offset: u64) -> Error {
+        if offset < 12 || offset >= self.entries_end() {
+            return Error::corrupt(
+                self.data.name(),
+                offset,
+                format!(
+                    "no entry starts here: outside the entries (12..{})",
+                    self.entries_end()
+                ),
+            );
+        }
         Error::corrupt(
             self.data.name(),
             offset,
@@ -429,7 +441,7 @@ impl Pack {
             Some(OneByOne::Rank(rank)) => {
                 return match rank.rank(offset) {
                     Some(_) => Ok(rank.next_offset(offset).unwrap_or(self.entries_end())),
-                    None => Err(self.no_entry_ending_at(offset)),
+                    None => Err(self.no_entry_at(offset)),
                 };
             }
             Some(way @ OneByOne::Order(_)) => {
@@ -442,24 +454,8 @@ impl Pack {
         let offsets = self.sorted_offsets()?;
         match offsets.binary_search(&offset) {
             Ok(i) if i + 1 < offsets.len() => Ok(offsets[i + 1]),
-            _ => Err(self.no_entry_ending_at(offset)),
+            _ => Err(self.no_entry_at(offset)),
         }
-    }
-
-    /// Why [`Pack::entry_end`] found no entry at `offset`: outside the pack's entries (the
-    /// index placed an object there, or a delta named a base there), or between entries.
-    fn no_entry_ending_at(&self, offset: u64) -> Error {
-        if offset < 12 || offset >= self.entries_end() {
-            return Error::corrupt(
-                self.data.name(),
-                offset,
-                format!(
-                    "no entry starts here: outside the entries (12..{})",
-                    self.entries_end()
-                ),
-            );
-        }
-        self.no_entry_at(offset)
     }
 }
 

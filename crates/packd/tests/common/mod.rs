@@ -248,8 +248,20 @@ impl Sandbox {
 
     /// `git init --bare NAME`.
     pub fn init_bare(&self, name: &str) -> Repo {
-        let path = self.path().join(name);
         self.git_in(self.path(), &["init", "-q", "--bare", name]);
+        self.bare_repo(name)
+    }
+
+    /// `git clone --bare SOURCE NAME`.
+    pub fn clone_bare(&self, source: &Repo, name: &str) -> Repo {
+        let source = source.path.to_str().unwrap();
+        self.git_in(self.path(), &["clone", "-q", "--bare", source, name]);
+        self.bare_repo(name)
+    }
+
+    /// The bare repository NAME in the sandbox.
+    fn bare_repo(&self, name: &str) -> Repo {
+        let path = self.path().join(name);
         Repo {
             git_dir: path.clone(),
             path,
@@ -381,12 +393,17 @@ impl Repo {
 
     /// A new commit on `main` (its tree, `message`), as a small push leaves it: loose. Its id.
     pub fn commit_on_main(&self, message: &str) -> String {
-        let tree = self.git_str(&["rev-parse", "main^{tree}"]);
-        let parent = self.git_str(&["rev-parse", "main"]);
-        let out = self.git_stdin(&["commit-tree", &tree, "-p", &parent], message.as_bytes());
-        let new = String::from_utf8(out).unwrap().trim().to_string();
+        let new = self.commit_on(&self.git_str(&["rev-parse", "main"]), message);
         self.git(&["update-ref", "refs/heads/main", &new]);
         new
+    }
+
+    /// A new commit with `parent`'s tree on top of `parent` (a revision), on no ref: its id.
+    pub fn commit_on(&self, parent: &str, message: &str) -> String {
+        let tree = self.git_str(&["rev-parse", &format!("{parent}^{{tree}}")]);
+        let parent = self.git_str(&["rev-parse", parent]);
+        let out = self.git_stdin(&["commit-tree", &tree, "-p", &parent], message.as_bytes());
+        String::from_utf8(out).unwrap().trim().to_string()
     }
 
     /// Number of loose objects.
