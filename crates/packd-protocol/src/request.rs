@@ -234,10 +234,16 @@ impl UploadPack {
             |id: &ObjectId| ProtocolError::Refused(format!("upload-pack: not our ref {id}"));
         let mut non_tips: Vec<(ObjectId, ObjectKind)> = Vec::new();
         for id in wants {
-            let header = repo.objects().header(id)?.ok_or_else(|| not_ours(id))?;
-            if tips.binary_search(id).is_err() {
-                non_tips.push((*id, header.kind));
+            if tips.binary_search(id).is_ok() {
+                // A tip need only be there: reading its header (a page of the pack each, for
+                // the 4,227 wants of git/git's mirror clone) told nothing more.
+                if !repo.objects().contains(id)? {
+                    return Err(not_ours(id));
+                }
+                continue;
             }
+            let header = repo.objects().header(id)?.ok_or_else(|| not_ours(id))?;
+            non_tips.push((*id, header.kind));
         }
         if non_tips.is_empty() {
             return Ok(());

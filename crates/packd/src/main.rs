@@ -45,7 +45,7 @@ struct GlobalArgs {
     chdir: Vec<PathBuf>,
 
     /// Delta base cache budget in bytes (k/m/g suffixes; 0 disables). Default: the repository's
-    /// core.deltaBaseCacheLimit, else 96m (16m per repository for serve and upload-pack).
+    /// core.deltaBaseCacheLimit, else 96m (8m per repository for serve and upload-pack).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, global = true)]
     cache_size: Option<u64>,
 

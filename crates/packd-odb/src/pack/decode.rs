@@ -252,7 +252,7 @@ impl Pack {
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
-        self.decode_chain(offset, cache, None)
+        self.decode_chain(offset, cache, None, usize::MAX)
     }
 
     /// [`Pack::decode`], also handing back the object's delta base when the object was
@@ -260,26 +260,34 @@ impl Pack {
     /// content (which decoding computes anyway, one step before the object). `None` for an
     /// object stored whole, or found whole in `cache` while its base is not. A tree walk
     /// compares a tree with its base's entries to skip the entries the two share.
+    ///
+    /// Every link of the chain is kept in `cache`, however far apart the requests are: a tree
+    /// walk reads versions of the same directories, whose chains share most of their links in
+    /// whatever order they are read. On git/git's first mirror clone (a walk of 30,650 trees
+    /// over 36,000 distinct entries), keeping every 8th link inflated 61,000 entries and
+    /// keeping every link 38,800, at either 16 or 48 MiB of cache.
     pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
         let mut base = None;
-        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base))?;
+        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base), 1)?;
         Ok(Decoded { kind, data, base })
     }
 
     /// [`Pack::decode`]; with `base`, sets it to the offset and content of the requested
     /// object's delta base when the object's own delta is applied, or when the object is
-    /// found whole in `cache` and its base is there too.
+    /// found whole in `cache` and its base is there too. Intermediate results are kept every
+    /// `stride` links at most (the stride `cache_stride` picks may be denser).
     fn decode_chain(
         &self,
         offset: u64,
         cache: &DeltaBaseCache,
         mut base_out: Option<&mut Option<(u64, Bytes)>>,
+        stride: usize,
     ) -> Result<(ObjectKind, Bytes)> {
         // Until the cache is under pressure (a short walk, the start of a long one), every
         // link is kept whatever the access pattern: the stride only rations a full cache.
         let stride = match cache_stride(self.id, offset) {
             _ if cache.has_room() => 1,
-            stride => stride,
+            picked => picked.min(stride),
         };
         let mut chain: Vec<(RawEntry, bool)> = Vec::new();
         let mut cur = offset;
