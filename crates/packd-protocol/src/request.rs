@@ -235,8 +235,8 @@ impl UploadPack {
         let mut non_tips: Vec<(ObjectId, ObjectKind)> = Vec::new();
         for id in wants {
             if tips.binary_search(id).is_ok() {
-                // A tip need only be there: reading its header (a page of the pack each, for
-                // the 4,227 wants of git/git's mirror clone) told nothing more.
+                // A tip need only be there: reading its header (up to a page of the pack
+                // each, for the 4,227 wants of git/git's mirror clone) told nothing more.
                 if !repo.objects().contains(id)? {
                     return Err(not_ours(id));
                 }
