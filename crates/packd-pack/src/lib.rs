@@ -263,7 +263,7 @@ impl PackServer {
                     if let Some(index) = &loaded {
                         index.keep_walks_in(
                             &self.repo.git_dir().join("packd-cache").join("walk"),
-                            &self.repo.common_dir().join("objects").join("pack"),
+                            self.repo.objects().own_storage().cloned(),
                         );
                     }
                     loaded

@@ -203,8 +203,8 @@ struct KeptWalkFile {
     path: std::path::PathBuf,
     /// The bitmap's own checksum, which the file is kept under.
     key: [u8; 20],
-    /// The directory of the repository's `.bitmap` files (whose files are kept).
-    pack_dir: std::path::PathBuf,
+    /// The repository's objects (whose `pack/*.bitmap` files' walk files are kept).
+    objects: Option<Arc<dyn packd_storage::Storage>>,
     /// Set once the file was read (requests that could use it wait for the read).
     read: std::sync::OnceLock<()>,
     /// Whether writing it failed (then it is not tried again).
@@ -1205,16 +1205,20 @@ impl BitmapIndex {
     /// bitmap never reads it.
     /// Only the first call counts. The file holds the last answer kept: a mirror clone's, or
     /// the side a mirror fetch has, whichever came last.
-    /// `pack_dir` is where the repository's `.bitmap` files are: files kept for bitmaps no
-    /// longer there are removed.
-    pub fn keep_walks_in(&self, dir: &std::path::Path, pack_dir: &std::path::Path) {
+    /// `objects` is the storage of the repository's objects, whose `pack/` holds its `.bitmap`
+    /// files: files kept for bitmaps no longer there are removed (none are without it).
+    pub fn keep_walks_in(
+        &self,
+        dir: &std::path::Path,
+        objects: Option<Arc<dyn packd_storage::Storage>>,
+    ) {
         let Ok(key) = self.bitmap.file_checksum() else {
             return;
         };
         let _ = self.walk_file.set(KeptWalkFile {
             path: crate::kept_walk::path(dir, &key),
             key,
-            pack_dir: pack_dir.to_path_buf(),
+            objects,
             read: Default::default(),
             failed: Default::default(),
             holds: Default::default(),
@@ -1286,7 +1290,7 @@ impl BitmapIndex {
         let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
         let started = std::time::Instant::now();
         let bytes = crate::kept_walk::encode(memo, &file.key);
-        match crate::kept_walk::write(path, bytes, &file.pack_dir) {
+        match crate::kept_walk::write(path, bytes, file.objects.as_deref()) {
             Ok(()) => {
                 *holds = Some(memo.clone());
                 tracing::debug!(

@@ -23,7 +23,7 @@
 use crate::bitmap_walk::WalkMemo;
 use crate::ewah::Bitmap;
 use packd_odb::ObjectId;
-use std::io::{Read, Seek};
+use packd_storage::Storage;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"packd walk 1\n";
@@ -206,10 +206,14 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Writes `bytes` to `path` whole (see the module documentation), then removes the files of
-/// bitmaps that are no longer among the `.bitmap` files of `pack_dir` (a repack replaced them;
-/// a server still serving an old pack may keep its file meanwhile, and writes it again if it
-/// is removed under it), and temporary files older than [`TEMP_KEPT_FOR`].
-pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Result<()> {
+/// bitmaps that are no longer among the `pack/*.bitmap` files of `objects` (a repack replaced
+/// them; a server still serving an old pack may keep its file meanwhile, and writes it again
+/// if it is removed under it), and temporary files older than [`TEMP_KEPT_FOR`].
+pub(crate) fn write(
+    path: &Path,
+    bytes: Vec<u8>,
+    objects: Option<&dyn Storage>,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     crate::bitmap::write::replace_files(&[(path.to_path_buf(), bytes)])
@@ -226,10 +230,10 @@ pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Re
         }
         let name = entry.file_name().to_string_lossy().into_owned();
         let stale = match name.strip_suffix(".walk") {
-            // Only once the bitmaps could be listed: a pack directory that cannot be read
-            // removes nothing.
+            // Only once the bitmaps could be listed: objects that cannot be listed remove
+            // nothing.
             Some(hex) => live
-                .get_or_insert_with(|| bitmap_keys(pack_dir))
+                .get_or_insert_with(|| objects.and_then(bitmap_keys))
                 .as_ref()
                 .is_some_and(|live| !live.contains(hex)),
             None => {
@@ -249,21 +253,22 @@ pub(crate) fn write(path: &Path, bytes: Vec<u8>, pack_dir: &Path) -> std::io::Re
     Ok(())
 }
 
-/// The keys (in hex) of the `.bitmap` files in `pack_dir`: each file's trailing checksum, read
-/// from its last 20 bytes. `None` when the directory cannot be read.
-fn bitmap_keys(pack_dir: &Path) -> Option<std::collections::HashSet<String>> {
+/// The keys (in hex) of the `pack/*.bitmap` files of `objects`: each file's trailing
+/// checksum, its last 20 bytes. `None` when `pack/` cannot be listed.
+fn bitmap_keys(objects: &dyn Storage) -> Option<std::collections::HashSet<String>> {
     let mut keys = std::collections::HashSet::new();
-    for entry in std::fs::read_dir(pack_dir).ok()?.flatten() {
-        if !entry.file_name().to_string_lossy().ends_with(".bitmap") {
+    for name in objects.list("pack").ok()? {
+        if !name.ends_with(".bitmap") {
             continue;
         }
-        let mut trailer = [0u8; 20];
-        let read = std::fs::File::open(entry.path()).and_then(|mut file| {
-            file.seek(std::io::SeekFrom::End(-20))?;
-            file.read_exact(&mut trailer)
-        });
-        if read.is_ok() {
-            keys.insert(packd_odb::hex(&trailer));
+        let Ok(blob) = objects.open(&format!("pack/{name}")) else {
+            continue;
+        };
+        let len = blob.len();
+        if let Some(start) = len.checked_sub(20) {
+            if let Ok(trailer) = blob.read_copy(start..len) {
+                keys.insert(packd_odb::hex(&trailer));
+            }
         }
     }
     Some(keys)
@@ -329,8 +334,11 @@ mod tests {
     #[test]
     fn a_file_is_replaced_whole_and_files_of_bitmaps_gone_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let pack_dir = dir.path().join("pack");
-        std::fs::create_dir(&pack_dir).unwrap();
+        let objects_dir = dir.path().join("objects");
+        let pack_dir = objects_dir.join("pack");
+        std::fs::create_dir_all(&pack_dir).unwrap();
+        let storage = packd_storage::LocalStorage::new(&objects_dir);
+        let objects = Some(&storage as &dyn Storage);
         // Two bitmaps, named by their trailing checksums.
         let bitmap = |name: &str, key: u8| {
             let mut bytes = b"a bitmap file".to_vec();
@@ -341,8 +349,8 @@ mod tests {
         bitmap("pack-b.bitmap", 2);
         let walk_dir = dir.path().join("walk");
         let file = path(&walk_dir, &[1; 20]);
-        write(&file, b"first".to_vec(), &pack_dir).unwrap();
-        write(&file, b"second".to_vec(), &pack_dir).unwrap();
+        write(&file, b"first".to_vec(), objects).unwrap();
+        write(&file, b"second".to_vec(), objects).unwrap();
         assert_eq!(read(&file).unwrap(), b"second");
         let names: Vec<_> = std::fs::read_dir(&walk_dir)
             .unwrap()
@@ -356,19 +364,26 @@ mod tests {
             .set_modified(long_ago)
             .unwrap();
         let other = path(&walk_dir, &[2; 20]);
-        write(&other, b"third".to_vec(), &pack_dir).unwrap();
+        write(&other, b"third".to_vec(), objects).unwrap();
         assert_eq!(read(&file).unwrap(), b"second", "its bitmap is there: kept");
         // Once a repack removed the bitmap, its file goes with the next write.
         std::fs::remove_file(pack_dir.join("pack-a.bitmap")).unwrap();
-        write(&other, b"fourth".to_vec(), &pack_dir).unwrap();
+        write(&other, b"fourth".to_vec(), objects).unwrap();
         assert!(
             read(&file).is_none(),
             "the removed bitmap's file is removed"
         );
         assert_eq!(read(&other).unwrap(), b"fourth");
-        // A pack directory that cannot be read removes nothing.
-        write(&file, b"fifth".to_vec(), &dir.path().join("missing")).unwrap();
-        write(&other, b"sixth".to_vec(), &dir.path().join("missing")).unwrap();
+        // Objects whose `pack/` cannot be listed (here: their root is a file), or no objects,
+        // remove nothing.
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let unlistable = packd_storage::LocalStorage::new(&not_a_dir);
+        write(&file, b"fifth".to_vec(), Some(&unlistable)).unwrap();
+        write(&other, b"sixth".to_vec(), Some(&unlistable)).unwrap();
         assert_eq!(read(&file).unwrap(), b"fifth");
+        write(&other, b"seventh".to_vec(), None).unwrap();
+        write(&file, b"eighth".to_vec(), None).unwrap();
+        assert_eq!(read(&other).unwrap(), b"seventh");
     }
 }
