@@ -18,7 +18,7 @@ use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
-use crate::{Mode, ProtocolError, ServeStats, UploadPack};
+use crate::{Mode, ProtocolError, Served, UploadPack};
 use packd_odb::ObjectId;
 use packd_pack::{PackSink, ShallowUpdate};
 use std::sync::atomic::AtomicBool;
@@ -120,8 +120,7 @@ impl UploadPack {
         reader: &mut PktReader<'_>,
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
-        stats: &mut ServeStats,
-        err_band: &mut Option<Sideband>,
+        served: &mut Served,
     ) -> Result<(), ProtocolError> {
         loop {
             out.flush()?;
@@ -130,14 +129,15 @@ impl UploadPack {
             };
             match command.name.as_str() {
                 "ls-refs" => {
-                    stats.command = "ls-refs";
+                    served.stats.command = "ls-refs";
                     self.ls_refs(&command.args, out)?;
                 }
                 "fetch" => {
-                    stats.command = "fetch";
-                    *err_band = None;
-                    stats.objects += self.fetch(&command.args, out, cancel, err_band)?;
-                    *err_band = None;
+                    served.stats.command = "fetch";
+                    served.err_band = None;
+                    served.stats.objects +=
+                        self.fetch(&command.args, out, cancel, &mut served.err_band)?;
+                    served.err_band = None;
                 }
                 other => {
                     return Err(ProtocolError::Refused(format!(

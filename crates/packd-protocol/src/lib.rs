@@ -185,6 +185,15 @@ pub struct ServeStats {
     pub bytes: u64,
 }
 
+/// What a conversation reports back to [`UploadPack::serve`] as it goes: what it did, for the
+/// access log, and where an error must go once a pack has started (its side-band; `None`: an
+/// ERR packet).
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    pub(crate) stats: ServeStats,
+    pub(crate) err_band: Option<sideband::Sideband>,
+}
+
 /// upload-pack for one repository, shared by all requests to it.
 pub struct UploadPack {
     packs: Arc<PackServer>,
@@ -290,34 +299,24 @@ impl UploadPack {
             bytes: 0,
         };
         let mut reader = pkt_line::PktReader::new(input);
-        let mut stats = ServeStats {
-            command: match version {
-                ProtocolVersion::V2 => "ls-refs",
-                _ => "upload-pack",
+        let mut served = Served {
+            stats: ServeStats {
+                command: match version {
+                    ProtocolVersion::V2 => "ls-refs",
+                    _ => "upload-pack",
+                },
+                ..ServeStats::default()
             },
-            ..ServeStats::default()
+            err_band: None,
         };
-        // Where an error goes once the pack has started: its side-band (None: ERR packet).
-        let mut err_band = None;
         let result = match version {
-            ProtocolVersion::V2 => self.serve_v2(
-                mode,
-                &mut reader,
-                &mut out,
-                cancel,
-                &mut stats,
-                &mut err_band,
-            ),
-            _ => self.serve_v0(
-                mode,
-                advertised,
-                &mut reader,
-                &mut out,
-                cancel,
-                &mut stats,
-                &mut err_band,
-            ),
+            ProtocolVersion::V2 => self.serve_v2(mode, &mut reader, &mut out, cancel, &mut served),
+            _ => self.serve_v0(mode, advertised, &mut reader, &mut out, cancel, &mut served),
         };
+        let Served {
+            mut stats,
+            err_band,
+        } = served;
         let result = result.and_then(|()| out.flush().map_err(ProtocolError::Io));
         if let Err(e) = &result {
             let tell = match e {

@@ -18,7 +18,7 @@ use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
 use crate::request::{parse_id, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
-use crate::{Mode, ProtocolError, ServeStats, UploadPack};
+use crate::{Mode, ProtocolError, Served, UploadPack};
 use packd_odb::ObjectId;
 use packd_pack::{PackSink, ShallowUpdate};
 use std::collections::HashSet;
@@ -127,9 +127,6 @@ impl UploadPack {
     }
 
     /// Serves one v0/v1 fetch after the advertisement (`advertised`, what it showed).
-    // The conversation's mode and advertisement, its reader and writer, its cancel flag and
-    // the two things it reports back: each is needed, and none belongs with another.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn serve_v0(
         &self,
         mode: Mode,
@@ -137,10 +134,9 @@ impl UploadPack {
         reader: &mut PktReader<'_>,
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
-        stats: &mut ServeStats,
-        err_band: &mut Option<Sideband>,
+        served: &mut Served,
     ) -> Result<(), ProtocolError> {
-        stats.command = "upload-pack";
+        served.stats.command = "upload-pack";
         let Some(list) = self.read_want_list(reader)? else {
             return Ok(());
         };
@@ -180,8 +176,8 @@ impl UploadPack {
             sideband: list.sideband(),
             progress: self.options.progress && !list.features.contains("no-progress"),
         };
-        *err_band = Some(send.sideband);
-        stats.objects = self.send_pack(&request, send, out, cancel)?;
+        served.err_band = Some(send.sideband);
+        served.stats.objects = self.send_pack(&request, send, out, cancel)?;
         Ok(())
     }
 
