@@ -1356,3 +1356,70 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
         );
     }
 }
+
+/// An entry found damaged once the pack has started (a byte of a blob's compressed data
+/// flipped, caught by the index's CRC-32 as the entry is copied) reaches the client as an
+/// error on side-band 3, which git shows with the reason: the clone fails naming the pack file
+/// and the entry's offset, over protocol v0 and v2, and nothing is left behind.
+#[test]
+fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    commit_random_file(&repo, "random.bin", 11, 4096);
+    let branch = repo.git_str(&["symbolic-ref", "--short", "HEAD"]);
+    // Another branch, so that a clone of one branch is a part of the pack, copied entry by
+    // entry, not the pack file sent whole.
+    repo.git(&["checkout", "-q", "-b", "other"]);
+    std::fs::write(repo.path.join("other.txt"), "only on other\n").unwrap();
+    repo.git(&["add", "other.txt"]);
+    repo.git(&["commit", "-q", "-m", "other"]);
+    repo.git(&["checkout", "-q", &branch]);
+    repo.git(&["repack", "-adq", "--no-write-bitmap-index"]);
+    let pack = repo.packs()[0].clone();
+    let id = repo.git_str(&["rev-parse", "HEAD:random.bin"]);
+    let entry = verify_pack_entries(&repo, &pack.with_extension("idx"))
+        .into_iter()
+        .find(|e| e.id == id)
+        .expect("the random file's entry");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55;
+    let mut perms = std::fs::metadata(&pack).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&pack, perms).unwrap();
+    std::fs::write(&pack, &bytes).unwrap();
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let pack_name = pack.file_name().unwrap().to_str().unwrap().to_string();
+    for version in [0u8, 2] {
+        let name = format!("damaged-{version}.git");
+        let run = git_v(
+            &sb,
+            sb.path(),
+            version,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                "--single-branch",
+                "--no-tags",
+                &up,
+                &url,
+                &name,
+            ],
+        );
+        run.assert_no_crash();
+        let err = run.err();
+        assert!(!run.success(), "v{version}: the clone should fail: {err}");
+        assert!(
+            err.contains("remote:") && err.contains(&pack_name),
+            "v{version}: the reason comes on the error band, naming the pack: {err}"
+        );
+        assert!(
+            mentions_offset(&err, entry.offset),
+            "v{version}: names offset {}: {err}",
+            entry.offset
+        );
+        assert!(!sb.path().join(&name).exists(), "v{version}: nothing left");
+    }
+}
