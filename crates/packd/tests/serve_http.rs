@@ -671,27 +671,17 @@ fn runs_of_reused_entries_go_out_as_file_ranges() {
 fn parallel_clones() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &[]);
-    let expected = f.refs_of(&f.repo.path);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..6)
             .map(|i| {
-                let (f, server, expected) = (&f, &server, &expected);
+                let (f, server) = (&f, &server);
                 scope.spawn(move || {
-                    let dst = f.sandbox.path().join(format!("parallel-{i}.git"));
                     let version = if i % 2 == 0 { "0" } else { "2" };
-                    f.git(&[
-                        "-c",
-                        &format!("protocol.version={version}"),
-                        "clone",
-                        "--mirror",
+                    f.mirror_clone(
+                        version,
                         &server.http_url("repo.git"),
-                        dst.to_str().unwrap(),
-                    ])
-                    .assert_success();
-                    f.sandbox
-                        .git_run_in(&dst, &["fsck", "--no-dangling"], None)
-                        .assert_success();
-                    assert_eq!(&f.refs_of(&dst), expected);
+                        &format!("parallel-{i}.git"),
+                    );
                 })
             })
             .collect();
