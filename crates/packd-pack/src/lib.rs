@@ -261,10 +261,7 @@ impl PackServer {
                     // A large fill-in walk's answer survives the server (see
                     // `BitmapIndex::keep_walks_in`).
                     if let Some(index) = &loaded {
-                        index.keep_walks_in(
-                            &self.repo.git_dir().join("packd-cache").join("walk"),
-                            self.repo.objects().own_storage().cloned(),
-                        );
+                        index.keep_walks_in(&self.repo.git_dir().join("packd-cache").join("walk"));
                     }
                     loaded
                 }

@@ -188,6 +188,9 @@ impl std::ops::Add for TreeWalk {
 pub struct BitmapIndex {
     objects: Bitmapped,
     bitmap: PackBitmap,
+    /// The objects directory the bitmap was found in (the repository's own, or an
+    /// alternate's): whose `pack/` lists the bitmaps whose kept walks are live.
+    storage: Arc<dyn packd_storage::Storage>,
     /// Commit bitmaps taken, for the debug log.
     taken: std::sync::atomic::AtomicU32,
     /// Answers of large fill-in walks, most recently used first.
@@ -203,8 +206,7 @@ struct KeptWalkFile {
     path: std::path::PathBuf,
     /// The bitmap's own checksum, which the file is kept under.
     key: [u8; 20],
-    /// The repository's objects (whose `pack/*.bitmap` files' walk files are kept).
-    objects: Option<Arc<dyn packd_storage::Storage>>,
+
     /// Set once the file was read (requests that could use it wait for the read).
     read: std::sync::OnceLock<()>,
     /// Whether writing it failed (then it is not tried again).
@@ -332,7 +334,12 @@ impl BitmapIndex {
                 Ok(blob) => match PackBitmap::open(blob, midx.checksum(), midx.len()) {
                     Ok(bitmap) => {
                         if let Some(objects) = Bitmapped::midx(storage.as_ref(), midx, packs)? {
-                            return Ok(Some(BitmapIndex::opened(objects, bitmap, started)));
+                            return Ok(Some(BitmapIndex::opened(
+                                objects,
+                                bitmap,
+                                storage.clone(),
+                                started,
+                            )));
                         }
                     }
                     Err(e) => tracing::warn!("ignoring {name}: {e}"),
@@ -360,7 +367,12 @@ impl BitmapIndex {
                         Some(objects) => objects,
                         None => Bitmapped::pack(storage.as_ref(), pack)?,
                     };
-                    return Ok(Some(BitmapIndex::opened(objects, bitmap, started)));
+                    return Ok(Some(BitmapIndex::opened(
+                        objects,
+                        bitmap,
+                        storage.clone(),
+                        started,
+                    )));
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!("ignoring the bitmap of {}: {e}", pack.data_name()),
@@ -369,7 +381,12 @@ impl BitmapIndex {
         Ok(None)
     }
 
-    fn opened(objects: Bitmapped, bitmap: PackBitmap, started: std::time::Instant) -> Self {
+    fn opened(
+        objects: Bitmapped,
+        bitmap: PackBitmap,
+        storage: Arc<dyn packd_storage::Storage>,
+        started: std::time::Instant,
+    ) -> Self {
         tracing::debug!(
             "opened {} ({} objects, {} bitmaps, lookup table {}) in {:?}",
             bitmap.name(),
@@ -386,6 +403,7 @@ impl BitmapIndex {
         BitmapIndex {
             objects,
             bitmap,
+            storage,
             taken: Default::default(),
             memos: Default::default(),
             walk_file: Default::default(),
@@ -1205,20 +1223,14 @@ impl BitmapIndex {
     /// bitmap never reads it.
     /// Only the first call counts. The file holds the last answer kept: a mirror clone's, or
     /// the side a mirror fetch has, whichever came last.
-    /// `objects` is the storage of the repository's objects, whose `pack/` holds its `.bitmap`
-    /// files: files kept for bitmaps no longer there are removed (none are without it).
-    pub fn keep_walks_in(
-        &self,
-        dir: &std::path::Path,
-        objects: Option<Arc<dyn packd_storage::Storage>>,
-    ) {
+    /// Files kept for bitmaps no longer in the `pack/` this bitmap was found in are removed.
+    pub fn keep_walks_in(&self, dir: &std::path::Path) {
         let Ok(key) = self.bitmap.file_checksum() else {
             return;
         };
         let _ = self.walk_file.set(KeptWalkFile {
             path: crate::kept_walk::path(dir, &key),
             key,
-            objects,
             read: Default::default(),
             failed: Default::default(),
             holds: Default::default(),
@@ -1290,7 +1302,7 @@ impl BitmapIndex {
         let mut holds = file.holds.lock().unwrap_or_else(|p| p.into_inner());
         let started = std::time::Instant::now();
         let bytes = crate::kept_walk::encode(memo, &file.key);
-        match crate::kept_walk::write(path, bytes, file.objects.as_deref()) {
+        match crate::kept_walk::write(path, bytes, self.storage.as_ref()) {
             Ok(()) => {
                 *holds = Some(memo.clone());
                 tracing::debug!(

@@ -206,14 +206,11 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Writes `bytes` to `path` whole (see the module documentation), then removes the files of
-/// bitmaps that are no longer among the `pack/*.bitmap` files of `objects` (a repack replaced
-/// them; a server still serving an old pack may keep its file meanwhile, and writes it again
-/// if it is removed under it), and temporary files older than [`TEMP_KEPT_FOR`].
-pub(crate) fn write(
-    path: &Path,
-    bytes: Vec<u8>,
-    objects: Option<&dyn Storage>,
-) -> std::io::Result<()> {
+/// bitmaps that are no longer among the `pack/*.bitmap` files of `objects`, the objects
+/// directory the bitmap was found in (a repack replaced them; a server still serving an old
+/// pack may keep its file meanwhile, and writes it again if it is removed under it), and
+/// temporary files older than [`TEMP_KEPT_FOR`].
+pub(crate) fn write(path: &Path, bytes: Vec<u8>, objects: &dyn Storage) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     crate::bitmap::write::replace_files(&[(path.to_path_buf(), bytes)])
@@ -230,10 +227,9 @@ pub(crate) fn write(
         }
         let name = entry.file_name().to_string_lossy().into_owned();
         let stale = match name.strip_suffix(".walk") {
-            // Only once the bitmaps could be listed: objects that cannot be listed remove
-            // nothing.
+            // Only once the bitmaps could be listed (see `bitmap_keys`).
             Some(hex) => live
-                .get_or_insert_with(|| objects.and_then(bitmap_keys))
+                .get_or_insert_with(|| bitmap_keys(objects))
                 .as_ref()
                 .is_some_and(|live| !live.contains(hex)),
             None => {
@@ -254,7 +250,9 @@ pub(crate) fn write(
 }
 
 /// The keys (in hex) of the `pack/*.bitmap` files of `objects`: each file's trailing
-/// checksum, its last 20 bytes. `None` when `pack/` cannot be listed.
+/// checksum, its last 20 bytes. `None` when `pack/` cannot be listed, or lists no bitmap whose
+/// trailer could be read: the bitmap a walk is kept for was found there, so such a listing
+/// (of a directory gone, say) tells nothing about which files are stale.
 fn bitmap_keys(objects: &dyn Storage) -> Option<std::collections::HashSet<String>> {
     let mut keys = std::collections::HashSet::new();
     for name in objects.list("pack").ok()? {
@@ -271,7 +269,7 @@ fn bitmap_keys(objects: &dyn Storage) -> Option<std::collections::HashSet<String
             }
         }
     }
-    Some(keys)
+    (!keys.is_empty()).then_some(keys)
 }
 
 #[cfg(test)]
@@ -337,8 +335,7 @@ mod tests {
         let objects_dir = dir.path().join("objects");
         let pack_dir = objects_dir.join("pack");
         std::fs::create_dir_all(&pack_dir).unwrap();
-        let storage = packd_storage::LocalStorage::new(&objects_dir);
-        let objects = Some(&storage as &dyn Storage);
+        let objects = &packd_storage::LocalStorage::new(&objects_dir);
         // Two bitmaps, named by their trailing checksums.
         let bitmap = |name: &str, key: u8| {
             let mut bytes = b"a bitmap file".to_vec();
@@ -374,16 +371,19 @@ mod tests {
             "the removed bitmap's file is removed"
         );
         assert_eq!(read(&other).unwrap(), b"fourth");
-        // Objects whose `pack/` cannot be listed (here: their root is a file), or no objects,
-        // remove nothing.
+        // Objects whose `pack/` cannot be listed (here: their root is a file), is not there, or
+        // holds no bitmap remove nothing.
         let not_a_dir = dir.path().join("file");
         std::fs::write(&not_a_dir, b"").unwrap();
-        let unlistable = packd_storage::LocalStorage::new(&not_a_dir);
-        write(&file, b"fifth".to_vec(), Some(&unlistable)).unwrap();
-        write(&other, b"sixth".to_vec(), Some(&unlistable)).unwrap();
+        let unlistable = &packd_storage::LocalStorage::new(&not_a_dir);
+        write(&file, b"fifth".to_vec(), unlistable).unwrap();
+        write(&other, b"sixth".to_vec(), unlistable).unwrap();
         assert_eq!(read(&file).unwrap(), b"fifth");
-        write(&other, b"seventh".to_vec(), None).unwrap();
-        write(&file, b"eighth".to_vec(), None).unwrap();
-        assert_eq!(read(&other).unwrap(), b"seventh");
+        let no_pack = &packd_storage::LocalStorage::new(dir.path().join("empty"));
+        write(&file, b"seventh".to_vec(), no_pack).unwrap();
+        assert_eq!(read(&other).unwrap(), b"sixth");
+        std::fs::remove_file(pack_dir.join("pack-b.bitmap")).unwrap();
+        write(&other, b"eighth".to_vec(), objects).unwrap();
+        assert_eq!(read(&file).unwrap(), b"seventh", "no bitmap listed: kept");
     }
 }

@@ -599,3 +599,84 @@ fn alternates_file_details() {
     b.compare_cat_file(&[], &["--batch"], Some(&input));
     b.compare_cat_file(&[], &["--batch-all-objects", "--batch-check"], None);
 }
+
+/// The delta base cache keeps every link of a delta chain read for a tree walk
+/// (`ObjectDb::read_at_with_base`) even once it is full and the reads jump about, where other
+/// reads then keep one link in 8: a walk reads versions of the same directories, whose chains
+/// share their links. Two copies of one repository are filled alike, then the deepest entry
+/// is read in each, from a thread of its own (which counts as a jump).
+#[test]
+fn a_tree_walks_reads_keep_every_link_of_a_full_caches_chains() {
+    use packd_odb::{Repository, RepositoryOptions};
+    let sb = Sandbox::new();
+    let repo = deep_chain_repo(&sb, "chains.git");
+    let pack = repo.packs()[0].clone();
+    let entries = verify_pack_entries(&repo, &pack.with_extension("idx"));
+    let deepest = entries
+        .iter()
+        .max_by_key(|e| e.depth.unwrap_or(0))
+        .expect("entries")
+        .clone();
+    let depth = deepest.depth.unwrap_or(0) as u64;
+    assert!(depth >= 16, "a deep chain: {depth}");
+    // The deepest entry's chain, and every entry whose chain meets it: filling the cache with
+    // those would cache links of the chain read after.
+    let base_of: std::collections::HashMap<&str, &str> = entries
+        .iter()
+        .filter_map(|e| Some((e.id.as_str(), e.base.as_deref()?)))
+        .collect();
+    let chain_of = |id: &str| -> Vec<String> {
+        let mut chain = vec![id.to_string()];
+        while let Some(base) = base_of.get(chain.last().unwrap().as_str()) {
+            chain.push(base.to_string());
+        }
+        chain
+    };
+    let ours: std::collections::HashSet<String> = chain_of(&deepest.id).into_iter().collect();
+    let others: Vec<&PackEntry> = entries
+        .iter()
+        .filter(|e| chain_of(&e.id).iter().all(|link| !ours.contains(link)))
+        .collect();
+    let id = packd_odb::ObjectId::from_hex(&deepest.id).unwrap();
+    let size: usize = repo
+        .git_str(&["cat-file", "-s", &deepest.id])
+        .parse()
+        .unwrap();
+    let options = RepositoryOptions {
+        cache_budget: Some(256 << 10),
+        ..RepositoryOptions::default()
+    };
+    let inserts = |with_base: bool| -> u64 {
+        let opened = Repository::open(&repo.git_dir, &options).unwrap();
+        let db = opened.objects();
+        // Fill the cache past its budget with the objects of other chains.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for e in &others {
+                    let other = packd_odb::ObjectId::from_hex(&e.id).unwrap();
+                    db.read(&other).unwrap().unwrap();
+                }
+            });
+        });
+        let stats = db.cache_stats();
+        assert!(stats.evictions > 0, "the cache is full: {stats:?}");
+        let before = stats.inserts;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let at = db.locate(&id).unwrap().unwrap();
+                let data = if with_base {
+                    db.read_at_with_base(&id, &at).unwrap().0.data
+                } else {
+                    db.read_at(&id, &at).unwrap().data
+                };
+                assert_eq!(data.len(), size);
+            });
+        });
+        db.cache_stats().inserts - before
+    };
+    let (every_eighth, every_link) = (inserts(false), inserts(true));
+    assert!(
+        every_link >= 8 && every_link >= 4 * every_eighth.max(1),
+        "a walk's read kept {every_link} links, another read {every_eighth} (depth {depth})"
+    );
+}

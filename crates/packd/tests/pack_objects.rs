@@ -1325,13 +1325,9 @@ fn damaged_entry_is_reported_not_sent() {
             .find(|e| on_main.contains(&e.id))
             .unwrap_or_else(|| panic!("{ctx}: no suitable entry"))
             .clone();
-        let mut bytes = std::fs::read(&pack).unwrap();
-        bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55;
-        let mut perms = std::fs::metadata(&pack).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perms.set_readonly(false);
-        std::fs::set_permissions(&pack, perms).unwrap();
-        std::fs::write(&pack, &bytes).unwrap();
+        rewrite(&pack, |bytes| {
+            bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55
+        });
         let wants = if every_ref {
             all_refs(&fx)
         } else {

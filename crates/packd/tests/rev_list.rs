@@ -329,16 +329,6 @@ fn only_bitmap(repo: &Repo) -> std::path::PathBuf {
     bitmaps[0].clone()
 }
 
-fn rewrite(path: &std::path::Path, edit: impl FnOnce(&mut Vec<u8>)) {
-    let mut bytes = std::fs::read(path).unwrap();
-    edit(&mut bytes);
-    let mut perms = std::fs::metadata(path).unwrap().permissions();
-    #[allow(clippy::permissions_set_readonly_false)]
-    perms.set_readonly(false);
-    std::fs::set_permissions(path, perms).unwrap();
-    std::fs::write(path, bytes).unwrap();
-}
-
 #[test]
 fn a_bitmap_for_another_pack_or_truncated_is_skipped_with_one_warning() {
     let sb = Sandbox::new();

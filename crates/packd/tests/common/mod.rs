@@ -529,6 +529,18 @@ pub struct PackEntry {
     pub base: Option<String>,
 }
 
+/// Rewrites the file at `path` (a pack, index or bitmap git wrote read-only) with `edit`
+/// applied to its bytes: how tests damage a repository's files.
+pub fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = std::fs::read(path).unwrap();
+    edit(&mut bytes);
+    let mut perms = std::fs::metadata(path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(path, perms).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
 pub fn verify_pack_entries(repo: &Repo, idx: &Path) -> Vec<PackEntry> {
     let out = String::from_utf8(repo.git(&["verify-pack", "-v", idx.to_str().unwrap()])).unwrap();
     let mut v = Vec::new();
