@@ -51,6 +51,25 @@ fn git_v_logged(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
     git_v_with(sb, cwd, version, args, Some("packd_pack=debug"))
 }
 
+/// A quiet `git clone --bare --single-branch --no-tags` of `repo` (its HEAD's branch alone)
+/// into the sandbox's `name`, through `packd upload-pack`, over protocol `version`, with
+/// `PACKD_LOG` set to `log` if given.
+fn clone_one_branch(sb: &Sandbox, repo: &Repo, version: u8, name: &str, log: Option<&str>) -> Run {
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let args = [
+        "clone",
+        "-q",
+        "--bare",
+        "--single-branch",
+        "--no-tags",
+        &up,
+        &url,
+        name,
+    ];
+    git_v_with(sb, sb.path(), version, &args, log)
+}
+
 /// `git -c protocol.version=VERSION ARGS` in `cwd`, with `PACKD_LOG` set to `log` if given.
 fn git_v_with(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str], log: Option<&str>) -> Run {
     let mut cmd = sb.git_cmd(cwd);
@@ -660,25 +679,9 @@ fn runs_of_entries_go_out_from_the_file_to_stdout() {
     repo.git(&["commit", "-q", "-m", "other"]);
     repo.git(&["checkout", "-q", &branch]);
     repo.git(&["repack", "-adbq"]);
-    let url = format!("file://{}", repo.path.to_str().unwrap());
-    let up = format!("--upload-pack={}", upload_pack_cmd());
     for version in [0u8, 2] {
         let name = format!("one-branch-{version}.git");
-        let run = git_v_logged(
-            &sb,
-            sb.path(),
-            version,
-            &[
-                "clone",
-                "-q",
-                "--bare",
-                "--single-branch",
-                "--no-tags",
-                &up,
-                &url,
-                &name,
-            ],
-        );
+        let run = clone_one_branch(&sb, &repo, version, &name, Some("packd_pack=debug"));
         run.assert_success();
         assert!(
             run.err().contains("runs of reused entries"),
@@ -1378,26 +1381,10 @@ fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
     rewrite(&pack, |bytes| {
         bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55
     });
-    let url = format!("file://{}", repo.path.to_str().unwrap());
-    let up = format!("--upload-pack={}", upload_pack_cmd());
     let pack_name = pack.file_name().unwrap().to_str().unwrap().to_string();
     for version in [0u8, 2] {
         let name = format!("damaged-{version}.git");
-        let run = git_v(
-            &sb,
-            sb.path(),
-            version,
-            &[
-                "clone",
-                "-q",
-                "--bare",
-                "--single-branch",
-                "--no-tags",
-                &up,
-                &url,
-                &name,
-            ],
-        );
+        let run = clone_one_branch(&sb, &repo, version, &name, None);
         run.assert_no_crash();
         let err = run.err();
         assert!(!run.success(), "v{version}: the clone should fail: {err}");
