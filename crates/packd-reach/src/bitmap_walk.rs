@@ -206,7 +206,6 @@ struct KeptWalkFile {
     path: std::path::PathBuf,
     /// The bitmap's own checksum, which the file is kept under.
     key: [u8; 20],
-
     /// Set once the file was read (requests that could use it wait for the read).
     read: std::sync::OnceLock<()>,
     /// Whether writing it failed (then it is not tried again).

@@ -215,7 +215,10 @@ fn run() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fatal: {}", one_line(&e));
+            // One write: stderr is unbuffered, and over ssh or `--upload-pack` it is shared
+            // with the client, whose own lines must not land inside this one.
+            let line = format!("fatal: {}\n", one_line(&e));
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             ExitCode::from(128)
         }
     }

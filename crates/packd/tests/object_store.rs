@@ -603,8 +603,9 @@ fn alternates_file_details() {
 /// The delta base cache keeps every link of a delta chain read for a tree walk
 /// (`ObjectDb::read_at_with_base`) even once it is full and the reads jump about, where other
 /// reads then keep one link in 8: a walk reads versions of the same directories, whose chains
-/// share their links. Two copies of one repository are filled alike, then the deepest entry
-/// is read in each, from a thread of its own (which counts as a jump).
+/// share their links. The repository is opened twice, each time with a fresh cache that is
+/// filled alike; then the deepest entry is read, from a thread of its own (which counts as a
+/// jump).
 #[test]
 fn a_tree_walks_reads_keep_every_link_of_a_full_caches_chains() {
     use packd_odb::{Repository, RepositoryOptions};

@@ -605,26 +605,34 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
     );
 }
 
+/// `git clone --mirror` of the repository at `src` into `dst`, through `packd upload-pack` (a
+/// process, as over ssh) with the walk's debug lines on git's stderr.
+fn mirror_clone_by_upload_pack(
+    f: &Fixture,
+    src: &std::path::Path,
+    dst: &std::path::Path,
+) -> common::Run {
+    let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
+    cmd.env("PACKD_LOG", "info,packd_reach=debug");
+    cmd.args([
+        "clone",
+        "--mirror",
+        &format!("--upload-pack={} upload-pack", common::PACKD),
+        &format!("file://{}", src.display()),
+        dst.to_str().unwrap(),
+    ]);
+    common::run_cmd(cmd, None, common::GIT_TIMEOUT)
+}
+
 /// `packd upload-pack`, a process per request as over ssh, keeps a large fill-in walk's answer
 /// in `packd-cache/walk/` as a server does, and the next process reads it back instead of
 /// walking: both mirror clones are complete.
 #[test]
 fn upload_pack_processes_share_the_kept_fill_in_walk() {
     let (f, expected) = pull_requests_left_to_a_fill_in_walk();
-    let upload_pack = format!("--upload-pack={} upload-pack", common::PACKD);
-    let url = format!("file://{}", f.repo.path.display());
     let clone = |name: &str| -> String {
         let dst = f.sandbox.path().join(name);
-        let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
-        cmd.env("PACKD_LOG", "info,packd_reach=debug");
-        cmd.args([
-            "clone",
-            "--mirror",
-            &upload_pack,
-            &url,
-            dst.to_str().unwrap(),
-        ]);
-        let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+        let run = mirror_clone_by_upload_pack(&f, &f.repo.path, &dst);
         run.assert_success();
         f.fsck(&dst);
         assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path), "refs of {name}");
@@ -1091,4 +1099,44 @@ fn client_that_stops_reading_is_dropped_after_idle_timeout() {
     assert!(server.alive());
     let expected = f.ls_remote("2", f.repo.path.to_str().unwrap());
     assert_eq!(f.ls_remote("2", &server.http_url("repo.git")), expected);
+}
+
+/// A repository whose bitmap is in its alternate's pack (`git clone --shared`) keeps its
+/// fill-in walk too, and cleans up against the alternate's bitmaps: a walk file kept for a
+/// bitmap that is not there is removed when the walk is kept, and the walk's own file stays.
+/// (Listed against the repository's own `pack/`, which is empty, nothing would be removed.)
+#[test]
+fn a_walk_kept_for_an_alternates_bitmap_is_cleaned_up_against_the_alternate() {
+    let (f, expected) = pull_requests_left_to_a_fill_in_walk();
+    let shared = f.sandbox.path().join("shared.git");
+    f.git(&[
+        "clone",
+        "-q",
+        "--mirror",
+        "--shared",
+        f.repo.path.to_str().unwrap(),
+        shared.to_str().unwrap(),
+    ])
+    .assert_success();
+    assert!(
+        common::files_in(&shared.join("objects").join("pack")).is_empty(),
+        "no pack of its own"
+    );
+    let walk_dir = shared.join("packd-cache").join("walk");
+    std::fs::create_dir_all(&walk_dir).unwrap();
+    let stale = walk_dir.join(format!("{}.walk", "ab".repeat(20)));
+    std::fs::write(&stale, b"kept for a bitmap long gone").unwrap();
+    let dst = f.sandbox.path().join("from-shared.git");
+    let run = mirror_clone_by_upload_pack(&f, &shared, &dst);
+    run.assert_success();
+    f.fsck(&dst);
+    assert_eq!(objects_in_pack(&f, &dst), expected, "objects sent");
+    assert!(run.err().contains("kept in"), "{}", run.err());
+    assert!(!stale.exists(), "the stale walk file is removed");
+    assert_eq!(
+        common::files_in(&walk_dir).len(),
+        1,
+        "the walk's own file stays: {:?}",
+        common::files_in(&walk_dir)
+    );
 }

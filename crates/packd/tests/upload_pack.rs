@@ -1389,8 +1389,9 @@ fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
         let err = run.err();
         assert!(!run.success(), "v{version}: the clone should fail: {err}");
         // packd's own stderr reaches git's too (over file://), but only what came on the
-        // side-band is shown after "remote: " (`-q`: no progress on band 2); git may put
-        // "fatal: " before it, depending on which of its threads read the band.
+        // side-band is shown after "remote: " (`-q`: no progress on band 2). Not necessarily
+        // at the start of a line: before packd wrote its own "fatal: " line in one piece,
+        // git's line could land inside it.
         assert!(
             err.lines().any(|line| line.contains("remote: ")
                 && line.contains(&pack_name)
