@@ -34,12 +34,13 @@ pub fn agent() -> String {
 /// one over HTTP, whose next request reads the refs as they are then.
 #[derive(Debug, Default, Clone)]
 pub struct Advertised {
-    /// The ids shown, sorted (none for an empty repository); `None` when there was no v0/v1
+    /// The ids shown, sorted (empty for an empty repository); `None` when there was no v0/v1
     /// advertisement in this conversation ([`Mode::Stateless`] keeps none).
     pub(crate) tips: Option<Vec<ObjectId>>,
 }
 
-/// The repository's refs a client is shown, read once per advertisement or request.
+/// The repository's refs a client is shown, as read at one moment (for an advertisement, or
+/// for a request's check of its wants).
 #[derive(Debug, Clone)]
 pub(crate) struct RefSnapshot {
     /// HEAD's id, when it resolves and is not hidden.

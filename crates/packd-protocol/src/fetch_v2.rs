@@ -134,10 +134,10 @@ impl UploadPack {
                 }
                 "fetch" => {
                     served.stats.command = "fetch";
-                    served.err_band = None;
+                    served.err_band = Sideband::None;
                     served.stats.objects +=
                         self.fetch(&command.args, out, cancel, &mut served.err_band)?;
-                    served.err_band = None;
+                    served.err_band = Sideband::None;
                 }
                 other => {
                     return Err(ProtocolError::Refused(format!(
@@ -159,7 +159,7 @@ impl UploadPack {
         args: &[String],
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
-        err_band: &mut Option<Sideband>,
+        err_band: &mut Sideband,
     ) -> Result<u64, ProtocolError> {
         let repo = self.packs.repository();
         let mut req = RequestBuilder::default();
@@ -273,7 +273,7 @@ impl UploadPack {
             pkt_line::write_delim(out)?;
         }
         pkt_line::write_text(out, "packfile\n")?;
-        *err_band = Some(Sideband::Large);
+        *err_band = Sideband::Large;
         let send = SendOptions {
             sideband: Sideband::Large,
             progress: self.options.progress && !no_progress,

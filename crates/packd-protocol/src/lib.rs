@@ -186,12 +186,12 @@ pub struct ServeStats {
 }
 
 /// What a conversation reports back to [`UploadPack::serve`] as it goes: what it did, for the
-/// access log, and where an error must go once a pack has started (its side-band; `None`: an
-/// ERR packet).
-#[derive(Debug, Default)]
+/// access log, and where an error must go once a pack has started (its side-band;
+/// `Sideband::None` until then, and without one: an ERR packet).
+#[derive(Debug)]
 pub(crate) struct Served {
     pub(crate) stats: ServeStats,
-    pub(crate) err_band: Option<sideband::Sideband>,
+    pub(crate) err_band: sideband::Sideband,
 }
 
 /// upload-pack for one repository, shared by all requests to it.
@@ -307,7 +307,7 @@ impl UploadPack {
                 },
                 ..ServeStats::default()
             },
-            err_band: None,
+            err_band: sideband::Sideband::None,
         };
         let result = match version {
             ProtocolVersion::V2 => self.serve_v2(mode, &mut reader, &mut out, cancel, &mut served),
@@ -329,13 +329,13 @@ impl UploadPack {
             if let Some(message) = tell {
                 // The client may be gone already: nothing more to do if this fails.
                 let _ = match err_band {
-                    Some(band) if band != sideband::Sideband::None => sideband::write_band(
+                    sideband::Sideband::None => pkt_line::write_err(&mut out, &message),
+                    band => sideband::write_band(
                         &mut out,
                         sideband::BAND_ERROR,
                         format!("{message}\n").as_bytes(),
                         band.max_payload(),
                     ),
-                    _ => pkt_line::write_err(&mut out, &message),
                 }
                 .and_then(|()| out.flush());
             }

@@ -136,11 +136,9 @@ impl UploadPack {
         cancel: &AtomicBool,
         served: &mut Served,
     ) -> Result<(), ProtocolError> {
-        served.stats.command = "upload-pack";
         let Some(list) = self.read_want_list(reader)? else {
             return Ok(());
         };
-        let wants = list.request.wants.clone();
         let allow = &self.options;
         let allow_hidden = allow.allow_tip_sha1_in_want || allow.allow_reachable_sha1_in_want;
         // Over HTTP the client chose from an advertisement another request made: refs may have
@@ -149,7 +147,7 @@ impl UploadPack {
         // its wants are checked against (none is kept over HTTP).
         let reachable = allow.allow_reachable_sha1_in_want || mode == Mode::Stateless;
         let shown = advertised.tips.as_deref();
-        self.check_wants_against_refs(&wants, shown, allow_hidden, reachable, cancel)?;
+        self.check_wants_against_refs(&list.request.wants, shown, allow_hidden, reachable, cancel)?;
 
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;
@@ -176,7 +174,7 @@ impl UploadPack {
             sideband: list.sideband(),
             progress: self.options.progress && !list.features.contains("no-progress"),
         };
-        served.err_band = Some(send.sideband);
+        served.err_band = send.sideband;
         served.stats.objects = self.send_pack(&request, send, out, cancel)?;
         Ok(())
     }

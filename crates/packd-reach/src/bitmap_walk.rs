@@ -517,7 +517,6 @@ impl BitmapIndex {
         roots: Vec<(ObjectId, ObjectKind)>,
         cancel: &AtomicBool,
     ) -> Result<Option<TreeWalk>> {
-        let index = &self.objects;
         let mut done = TreeWalk::default();
         // Trees read by this walk, and trees on its stack (with their bits), by where they are
         // stored: a delta names its base by place, and a place read is the content compared.
@@ -527,18 +526,17 @@ impl BitmapIndex {
         // Where the entries of the tree scanned, and of a delta base read early, start.
         let (mut starts, mut base_starts) = (Vec::new(), Vec::new());
         let mut stack: Vec<Stacked> = Vec::with_capacity(roots.len());
-        for (id, kind) in roots {
-            let found = match index.find(&id) {
-                Some(pos) => self.stack_entry(pos, kind)?,
-                None => None,
-            };
-            let Some((bit, location)) = found else {
-                return Ok(None);
-            };
-            if let Some(at) = location.as_ref().and_then(stored_at) {
-                pending.insert(at, bit);
-            }
-            stack.push((id, kind, bit, location, ROOT));
+        // The entries the scans of a tree (and of a delta base read early for it) handed out
+        // that `seen` did not have, with the hash of their path, looked up together once the
+        // tree is scanned (see `stack_fresh`); `positions` is that step's scratch space. The
+        // roots go first, the same way.
+        let mut fresh: Vec<(ObjectId, ObjectKind, u64)> = roots
+            .into_iter()
+            .map(|(id, kind)| (id, kind, ROOT))
+            .collect();
+        let mut positions: Vec<u32> = Vec::new();
+        if !self.stack_fresh(&mut fresh, &mut positions, &mut stack, &mut pending)? {
+            return Ok(None);
         }
         // In front of `seen`, the last id met in each slot of a small table: most entries a
         // scan hands out were met in a tree read shortly before (another version of the same
@@ -550,11 +548,6 @@ impl BitmapIndex {
             .next_power_of_two()
             .clamp(MIN_RECENT_SLOTS, RECENT_SLOTS);
         let mut recent: Vec<[u8; 20]> = vec![[0u8; 20]; slots];
-        // The entries the scans of a tree (and of a delta base read early for it) handed out
-        // that `seen` did not have, with the hash of their path, looked up together once the
-        // tree is scanned (see `stack_fresh`); `positions` is that step's scratch space.
-        let mut fresh: Vec<(ObjectId, ObjectKind, u64)> = Vec::new();
-        let mut positions: Vec<u32> = Vec::new();
         // Collects the entries `scan_tree_against` hands out that are not in `seen`, as
         // entries of the directory whose path hashes to `$path`.
         macro_rules! push_new {
@@ -702,7 +695,6 @@ impl BitmapIndex {
         let mut all_found = true;
         for (id, kind, _) in fresh.iter() {
             let Some(pos) = index.find(id) else {
-                // The entries before it are stacked as they would have been one by one.
                 all_found = false;
                 break;
             };
@@ -715,6 +707,11 @@ impl BitmapIndex {
                 fresh.clear();
                 return Ok(false);
             };
+            // Past a miss the walk cannot answer: the entries before it are only read, so
+            // that an error reading one still wins, as one by one.
+            if !all_found {
+                continue;
+            }
             if let Some(at) = location.as_ref().and_then(stored_at) {
                 pending.insert(at, bit);
             }

@@ -15,7 +15,8 @@
 //! ```
 //! All integers but the words are big-endian. The file is `<dir>/<key in hex>.walk`, one per
 //! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the files of
-//! bitmaps no longer in the repository (a repack replaced them). A file is written as the
+//! bitmaps no longer in the `pack/` the bitmap was found in (a repack replaced them; a listing
+//! with no bitmap in it removes nothing: see `write`). A file is written as the
 //! bitmap writer writes its files (`bitmap::write::replace_files`: a temporary file, synced,
 //! renamed); one that does not check out (damaged, another key, a position without a bitmap, a
 //! bit past the last object) is ignored.
@@ -262,11 +263,8 @@ fn bitmap_keys(objects: &dyn Storage) -> Option<std::collections::HashSet<String
         let Ok(blob) = objects.open(&format!("pack/{name}")) else {
             continue;
         };
-        let len = blob.len();
-        if let Some(start) = len.checked_sub(20) {
-            if let Ok(trailer) = blob.read_copy(start..len) {
-                keys.insert(packd_odb::hex(&trailer));
-            }
+        if let Ok(Some(key)) = crate::bitmap::trailing_checksum(blob.as_ref()) {
+            keys.insert(packd_odb::hex(&key));
         }
     }
     (!keys.is_empty()).then_some(keys)

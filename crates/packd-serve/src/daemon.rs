@@ -287,7 +287,6 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let result = upload
         .advertise(version, Mode::Stateful, &mut writer)
-        .and_then(|shown| writer.flush().map(|()| shown).map_err(Into::into))
         .and_then(|shown| {
             upload.serve(
                 version,

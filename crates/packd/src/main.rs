@@ -215,13 +215,17 @@ fn run() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // One write: stderr is unbuffered, and over ssh or `--upload-pack` it is shared
-            // with the client, whose own lines must not land inside this one.
-            let line = format!("fatal: {}\n", one_line(&e));
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            write_fatal(&one_line(&e));
             ExitCode::from(128)
         }
     }
+}
+
+/// Writes `fatal: MESSAGE` to stderr in one write: stderr is unbuffered, and over ssh or
+/// `--upload-pack` it is shared with the client, whose own lines must not land inside this one.
+fn write_fatal(message: &str) {
+    let line = format!("fatal: {message}\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 
 /// `e` and its causes on one line, each said once. The libraries' errors already end their

@@ -169,7 +169,7 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_millis(250).min(limit));
             if activity.idle() >= limit {
-                eprintln!("fatal: timeout: no activity for {secs} seconds");
+                crate::write_fatal(&format!("timeout: no activity for {secs} seconds"));
                 std::process::exit(128);
             }
         });

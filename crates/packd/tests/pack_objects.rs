@@ -1325,9 +1325,7 @@ fn damaged_entry_is_reported_not_sent() {
             .find(|e| on_main.contains(&e.id))
             .unwrap_or_else(|| panic!("{ctx}: no suitable entry"))
             .clone();
-        rewrite(&pack, |bytes| {
-            bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55
-        });
+        damage_entry(&pack, &entry);
         let wants = if every_ref {
             all_refs(&fx)
         } else {

@@ -1103,7 +1103,7 @@ fn client_that_stops_reading_is_dropped_after_idle_timeout() {
 
 /// A repository whose bitmap is in its alternate's pack (`git clone --shared`) keeps its
 /// fill-in walk too, and cleans up against the alternate's bitmaps: a walk file kept for a
-/// bitmap that is not there is removed when the walk is kept, and the walk's own file stays.
+/// bitmap that is not there is removed when the walk is kept (the walk's own file is written).
 /// (Listed against the repository's own `pack/`, which is empty, nothing would be removed.)
 #[test]
 fn a_walk_kept_for_an_alternates_bitmap_is_cleaned_up_against_the_alternate() {
@@ -1136,7 +1136,7 @@ fn a_walk_kept_for_an_alternates_bitmap_is_cleaned_up_against_the_alternate() {
     assert_eq!(
         common::files_in(&walk_dir).len(),
         1,
-        "the walk's own file stays: {:?}",
+        "only the walk's own file, just written: {:?}",
         common::files_in(&walk_dir)
     );
 }

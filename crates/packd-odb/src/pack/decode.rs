@@ -252,7 +252,7 @@ impl Pack {
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
-        self.decode_chain(offset, cache, None, usize::MAX)
+        self.decode_chain(offset, cache, None, false)
     }
 
     /// [`Pack::decode`], also handing back the object's delta base when the object was
@@ -269,27 +269,29 @@ impl Pack {
     /// link, 38,800 and 38,100, and 40,000 with the 8 MiB a server has.
     pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
         let mut base = None;
-        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base), 1)?;
+        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base), true)?;
         Ok(Decoded { kind, data, base })
     }
 
     /// [`Pack::decode`]; with `base`, sets it to the offset and content of the requested
     /// object's delta base when the object's own delta is applied, or when the object is
-    /// found whole in `cache` and its base is there too. Intermediate results are kept at
-    /// least every `stride`-th link (more densely when `cache_stride` picks 1 or the cache has
-    /// room).
+    /// found whole in `cache` and its base is there too. With `keep_every_link`, every
+    /// intermediate result is kept, whatever `cache_stride` picks.
     fn decode_chain(
         &self,
         offset: u64,
         cache: &DeltaBaseCache,
         mut base_out: Option<&mut Option<(u64, Bytes)>>,
-        stride: usize,
+        keep_every_link: bool,
     ) -> Result<(ObjectKind, Bytes)> {
+        // Called for every request: it also records this one for the thread's next.
+        let picked = cache_stride(self.id, offset);
         // Until the cache is under pressure (a short walk, the start of a long one), every
         // link is kept whatever the access pattern: the stride only rations a full cache.
-        let stride = match cache_stride(self.id, offset) {
-            _ if cache.has_room() => 1,
-            picked => picked.min(stride),
+        let stride = if keep_every_link || cache.has_room() {
+            1
+        } else {
+            picked
         };
         let mut chain: Vec<(RawEntry, bool)> = Vec::new();
         let mut cur = offset;

@@ -52,7 +52,7 @@ use crate::ewah::{self, Bitmap};
 use bytes::Bytes;
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, ObjectKind};
-use packd_storage::{Blob, Storage};
+use packd_storage::{Blob, Storage, StorageError};
 use std::sync::{Arc, OnceLock};
 
 /// Header flag: every object's reachable objects are in the same pack. git requires it.
@@ -119,6 +119,17 @@ struct Resolved {
     bytes: usize,
     /// By row: whether a chain passed through it already (sized on first use).
     passed: Vec<bool>,
+}
+
+/// The last 20 bytes of the bitmap file `blob`: its checksum, which names this version of the
+/// file (see [`PackBitmap::file_checksum`]). `None` when the file is shorter.
+pub(crate) fn trailing_checksum(blob: &dyn Blob) -> Result<Option<[u8; 20]>, StorageError> {
+    let len = blob.len();
+    let Some(start) = len.checked_sub(20) else {
+        return Ok(None);
+    };
+    let bytes = blob.read_copy(start..len)?;
+    Ok(bytes[..].try_into().ok())
 }
 
 impl PackBitmap {
@@ -304,9 +315,11 @@ impl PackBitmap {
     /// The file's trailing SHA-1, which names this version of the bitmap: another bitmap of
     /// the same pack (other commits chosen) has another.
     pub fn file_checksum(&self) -> Result<[u8; 20], BitmapError> {
-        let len = self.blob.len();
-        let bytes = self.blob.read(len - 20..len)?;
-        Ok(bytes[..].try_into().expect("20 bytes read"))
+        trailing_checksum(self.blob.as_ref())?.ok_or_else(|| BitmapError::Corrupt {
+            file: self.blob.name().to_string(),
+            offset: 0,
+            what: "shorter than its checksum".into(),
+        })
     }
 
     /// Checks the file's trailing SHA-1 against its content (reads the whole file).

@@ -541,6 +541,14 @@ pub fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Flips a byte in the middle of `entry`'s data in the pack file `pack`: damage only the
+/// index's CRC-32 of the entry (or inflating it) can reveal.
+pub fn damage_entry(pack: &Path, entry: &PackEntry) {
+    rewrite(pack, |bytes| {
+        bytes[(entry.offset + entry.size_in_pack / 2) as usize] ^= 0x55
+    });
+}
+
 pub fn verify_pack_entries(repo: &Repo, idx: &Path) -> Vec<PackEntry> {
     let out = String::from_utf8(repo.git(&["verify-pack", "-v", idx.to_str().unwrap()])).unwrap();
     let mut v = Vec::new();
