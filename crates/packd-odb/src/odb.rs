@@ -335,7 +335,9 @@ impl ObjectDb {
     /// [`ObjectDb::read_at`], also handing back the object's delta base when it was resolved
     /// from a delta: where the base is stored and its content (see
     /// [`Pack::decode_with_base`]). `None` for a loose object, an object stored whole, or one
-    /// found whole in the delta base cache while its base is not.
+    /// found whole in the delta base cache while its base is not. Meant for a tree walk: every
+    /// link of the object's delta chain is kept in the cache, however far apart the reads are
+    /// (see [`Pack::decode_with_base`]), which a reader of unrelated objects should not do.
     pub fn read_at_with_base(
         &self,
         id: &ObjectId,

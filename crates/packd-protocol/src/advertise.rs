@@ -215,22 +215,4 @@ impl UploadPack {
         pkt_line::write_flush(out)?;
         Ok(())
     }
-
-    /// [`UploadPack::advertise`]'s body.
-    pub(crate) fn advertise_impl(
-        &self,
-        version: ProtocolVersion,
-        mode: Mode,
-        out: &mut dyn Write,
-    ) -> Result<Advertised, ProtocolError> {
-        let advertised = match version {
-            ProtocolVersion::V2 => {
-                self.advertise_v2(out)?;
-                Advertised::default()
-            }
-            v => self.advertise_refs(v, mode, out)?,
-        };
-        out.flush()?;
-        Ok(advertised)
-    }
 }

@@ -134,9 +134,9 @@ impl UploadPack {
                 }
                 "fetch" => {
                     served.stats.command = "fetch";
-                    served.err_band = Sideband::None;
                     served.stats.objects +=
                         self.fetch(&command.args, out, cancel, &mut served.err_band)?;
+                    // The pack is over: an error from here is an ERR packet again.
                     served.err_band = Sideband::None;
                 }
                 other => {
@@ -273,11 +273,11 @@ impl UploadPack {
             pkt_line::write_delim(out)?;
         }
         pkt_line::write_text(out, "packfile\n")?;
-        *err_band = Sideband::Large;
         let send = SendOptions {
             sideband: Sideband::Large,
             progress: self.options.progress && !no_progress,
         };
+        *err_band = send.sideband;
         self.send_pack(&request, send, out, cancel)
     }
 }

@@ -265,14 +265,23 @@ impl UploadPack {
     /// Writes what the server says first: for v0/v1 the ref advertisement with capabilities
     /// (`version 1` first for v1), for v2 the capability advertisement. Over HTTP the transport
     /// writes the `# service=git-upload-pack` line and flush before this, for v0/v1 only.
-    /// Returns what the client was shown, for [`UploadPack::serve`] in the same conversation.
+    /// `out` is flushed. Returns what the client was shown, for [`UploadPack::serve`] in the
+    /// same conversation (nothing in [`Mode::Stateless`], where no later request is part of it).
     pub fn advertise(
         &self,
         version: ProtocolVersion,
         mode: Mode,
         out: &mut dyn Write,
     ) -> Result<Advertised, ProtocolError> {
-        self.advertise_impl(version, mode, out)
+        let advertised = match version {
+            ProtocolVersion::V2 => {
+                self.advertise_v2(out)?;
+                Advertised::default()
+            }
+            v => self.advertise_refs(v, mode, out)?,
+        };
+        out.flush()?;
+        Ok(advertised)
     }
 
     /// Serves the client's requests after the advertisement: in [`Mode::Stateful`] until the
@@ -283,8 +292,10 @@ impl UploadPack {
     /// `sendfile`), a pack that goes out whole is sent as ranges of its file. In
     /// [`Mode::Stateful`], v0/v1 wants are checked against `advertised`, what this
     /// conversation's [`UploadPack::advertise`] showed (as git does: a ref a push moves
-    /// meanwhile does not make a want of its old tip "not our ref"); in [`Mode::Stateless`],
-    /// or given `Advertised::default()`, against the refs as they are.
+    /// meanwhile does not make a want of its old tip "not our ref"); given
+    /// `Advertised::default()`, against the refs as they are. In [`Mode::Stateless`] the
+    /// advertisement was another request's: pass `Advertised::default()`, which is what
+    /// `advertise` returns in that mode.
     pub fn serve(
         &self,
         version: ProtocolVersion,

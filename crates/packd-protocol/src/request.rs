@@ -207,14 +207,19 @@ impl UploadPack {
             && wants.iter().any(|w| tips.binary_search(w).is_err())
         {
             let all = RefSnapshot::read(repo, &HiddenRefs::default())?;
-            let hidden = all.refs.iter().filter(|r| self.hidden.is_hidden(&r.name));
-            let tips = tips.to_mut();
-            tips.extend(hidden.map(|r| r.id));
-            if self.hidden.is_hidden("HEAD") {
-                tips.extend(all.head);
+            if shown.is_none() {
+                // The refs shown as they are now are among all of them.
+                tips = Cow::Owned(all.tips());
+            } else {
+                let hidden = all.refs.iter().filter(|r| self.hidden.is_hidden(&r.name));
+                let tips = tips.to_mut();
+                tips.extend(hidden.map(|r| r.id));
+                if self.hidden.is_hidden("HEAD") {
+                    tips.extend(all.head);
+                }
+                tips.sort_unstable();
+                tips.dedup();
             }
-            tips.sort_unstable();
-            tips.dedup();
         }
         self.check_wants(wants, &tips, reachable, cancel)
     }
@@ -235,8 +240,10 @@ impl UploadPack {
         let mut non_tips: Vec<(ObjectId, ObjectKind)> = Vec::new();
         for id in wants {
             if tips.binary_search(id).is_ok() {
-                // A tip need only be there: reading its header (up to a page of the pack
-                // each, for the 4,227 wants of git/git's mirror clone) told nothing more.
+                // A tip need only be there: its header was read for nothing but a kind not
+                // needed here (up to a page of the pack each, for the 4,227 wants of
+                // git/git's mirror clone). A damaged entry is found when the pack is written,
+                // if its bytes are read then; a pack sent whole leaves it to the client.
                 if !repo.objects().contains(id)? {
                     return Err(not_ours(id));
                 }

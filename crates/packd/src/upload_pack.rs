@@ -187,7 +187,6 @@ pub fn run(workdir: &Path, args: &Args, options: &RepositoryOptions) -> Result<E
             .context("cannot write the advertisement")?;
     }
     if args.advertise_refs {
-        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let stdin = std::io::stdin();

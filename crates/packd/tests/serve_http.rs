@@ -606,12 +606,15 @@ fn a_server_started_again_reads_the_last_fill_in_walk_back() {
 }
 
 /// `git clone --mirror` of the repository at `src` into `dst`, through `packd upload-pack` (a
-/// process, as over ssh) with the walk's debug lines on git's stderr.
+/// process, as over ssh) with the walk's debug lines on git's stderr; checks that it succeeds,
+/// that fsck finds it whole, that it has `src`'s refs and that `expected` objects were sent;
+/// returns git's stderr.
 fn mirror_clone_by_upload_pack(
     f: &Fixture,
     src: &std::path::Path,
     dst: &std::path::Path,
-) -> common::Run {
+    expected: &str,
+) -> String {
     let mut cmd = f.sandbox.git_cmd(f.sandbox.path());
     cmd.env("PACKD_LOG", "info,packd_reach=debug");
     cmd.args([
@@ -621,7 +624,17 @@ fn mirror_clone_by_upload_pack(
         &format!("file://{}", src.display()),
         dst.to_str().unwrap(),
     ]);
-    common::run_cmd(cmd, None, common::GIT_TIMEOUT)
+    let run = common::run_cmd(cmd, None, common::GIT_TIMEOUT);
+    run.assert_success();
+    f.fsck(dst);
+    assert_eq!(f.refs_of(dst), f.refs_of(src), "refs of {}", dst.display());
+    assert_eq!(
+        objects_in_pack(f, dst),
+        expected,
+        "objects sent to {}",
+        dst.display()
+    );
+    run.err()
 }
 
 /// `packd upload-pack`, a process per request as over ssh, keeps a large fill-in walk's answer
@@ -632,16 +645,7 @@ fn upload_pack_processes_share_the_kept_fill_in_walk() {
     let (f, expected) = pull_requests_left_to_a_fill_in_walk();
     let clone = |name: &str| -> String {
         let dst = f.sandbox.path().join(name);
-        let run = mirror_clone_by_upload_pack(&f, &f.repo.path, &dst);
-        run.assert_success();
-        f.fsck(&dst);
-        assert_eq!(f.refs_of(&dst), f.refs_of(&f.repo.path), "refs of {name}");
-        assert_eq!(
-            objects_in_pack(&f, &dst),
-            expected,
-            "objects sent to {name}"
-        );
-        run.err()
+        mirror_clone_by_upload_pack(&f, &f.repo.path, &dst, &expected)
     };
     let first = clone("first.git");
     assert!(first.contains("kept in"), "{first}");
@@ -1127,11 +1131,8 @@ fn a_walk_kept_for_an_alternates_bitmap_is_cleaned_up_against_the_alternate() {
     let stale = walk_dir.join(format!("{}.walk", "ab".repeat(20)));
     std::fs::write(&stale, b"kept for a bitmap long gone").unwrap();
     let dst = f.sandbox.path().join("from-shared.git");
-    let run = mirror_clone_by_upload_pack(&f, &shared, &dst);
-    run.assert_success();
-    f.fsck(&dst);
-    assert_eq!(objects_in_pack(&f, &dst), expected, "objects sent");
-    assert!(run.err().contains("kept in"), "{}", run.err());
+    let err = mirror_clone_by_upload_pack(&f, &shared, &dst, &expected);
+    assert!(err.contains("kept in"), "{err}");
     assert!(!stale.exists(), "the stale walk file is removed");
     assert_eq!(
         common::files_in(&walk_dir).len(),

@@ -53,13 +53,18 @@ fn git_v_logged(sb: &Sandbox, cwd: &Path, version: u8, args: &[&str]) -> Run {
 
 /// A quiet `git clone --bare --single-branch --no-tags` of `repo` (its HEAD's branch alone)
 /// into the sandbox's `name`, through `packd upload-pack`, over protocol `version`. With `log`,
-/// packd logs that (`PACKD_LOG`) on git's stderr; without, packd's own stderr is dropped, so
-/// that git's holds only what git says (and what came to it on the side-band).
+/// packd logs that (`PACKD_LOG`) on git's stderr; without, packd's own stderr goes to the
+/// sandbox's `name.packd-stderr` (see [`packd_stderr`]), so that git's holds only what git
+/// says (and what came to it on the side-band).
 fn clone_one_branch(sb: &Sandbox, repo: &Repo, version: u8, name: &str, log: Option<&str>) -> Run {
     let url = format!("file://{}", repo.path.to_str().unwrap());
     let up = match log {
         Some(_) => format!("--upload-pack={}", upload_pack_cmd()),
-        None => format!("--upload-pack={} 2>/dev/null", upload_pack_cmd()),
+        None => format!(
+            "--upload-pack={} 2>>{}",
+            upload_pack_cmd(),
+            sb.path().join(format!("{name}.packd-stderr")).display()
+        ),
     };
     let args = [
         "clone",
@@ -72,6 +77,11 @@ fn clone_one_branch(sb: &Sandbox, repo: &Repo, version: u8, name: &str, log: Opt
         name,
     ];
     git_v_with(sb, sb.path(), version, &args, log)
+}
+
+/// What packd wrote to its stderr during [`clone_one_branch`]`(.., name, None)`.
+fn packd_stderr(sb: &Sandbox, name: &str) -> String {
+    std::fs::read_to_string(sb.path().join(format!("{name}.packd-stderr"))).unwrap_or_default()
 }
 
 /// `git -c protocol.version=VERSION ARGS` in `cwd`, with `PACKD_LOG` set to `log` if given.
@@ -676,12 +686,7 @@ fn runs_of_entries_go_out_from_the_file_to_stdout() {
     let repo = history(&sb);
     // Larger than the writer's 1 MiB window: its entry goes out in pieces.
     commit_random_file(&repo, "big.bin", 6, 1536 << 10);
-    let branch = repo.git_str(&["symbolic-ref", "--short", "HEAD"]);
-    repo.git(&["checkout", "-q", "-b", "other"]);
-    std::fs::write(repo.path.join("other.txt"), "only on other\n").unwrap();
-    repo.git(&["add", "other.txt"]);
-    repo.git(&["commit", "-q", "-m", "other"]);
-    repo.git(&["checkout", "-q", &branch]);
+    // The history's branch `side` is left out.
     repo.git(&["repack", "-adbq"]);
     for version in [0u8, 2] {
         let name = format!("one-branch-{version}.git");
@@ -1245,14 +1250,15 @@ fn uploadpack_config_turns_off_what_it_turns_off_in_git() {
 
 /// A v0 conversation over one connection (stdin and stdout, as over ssh) in which `between`
 /// runs after the client has read the advertisement and before it sends its want of `id`:
-/// the exit status, what the server sent after the advertisement, and its stderr.
+/// the exit status, the advertisement's lines, what the server sent after it, and its
+/// stderr.
 fn want_after_advertisement(
     sb: &Sandbox,
     git: bool,
     dir: &Path,
     id: &str,
     between: impl FnOnce(),
-) -> (bool, Vec<u8>, String) {
+) -> (bool, String, Vec<u8>, String) {
     use std::io::{Read, Write};
     use std::process::Stdio;
     use std::sync::{mpsc, Arc, Mutex};
@@ -1273,6 +1279,7 @@ fn want_after_advertisement(
             let _ = watched.lock().unwrap().kill();
         }
     });
+    let mut shown = String::new();
     loop {
         let mut len = [0u8; 4];
         stdout.read_exact(&mut len).expect("an advertisement line");
@@ -1282,6 +1289,7 @@ fn want_after_advertisement(
         }
         let mut line = vec![0u8; n - 4];
         stdout.read_exact(&mut line).unwrap();
+        shown.push_str(&String::from_utf8_lossy(&line));
     }
     between();
     stdin.write_all(&want_request(id)).unwrap();
@@ -1301,6 +1309,7 @@ fn want_after_advertisement(
     let ok = status.success();
     (
         ok,
+        shown,
         rest,
         std::fs::read_to_string(&stderr).unwrap_or_default(),
     )
@@ -1321,7 +1330,7 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
     let side = src.git_str(&["rev-parse", "side"]);
     for git in [true, false] {
         let bare = sb.clone_bare(&src, &format!("served-{git}.git"));
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &side, || {
+        let (ok, _, out, err) = want_after_advertisement(&sb, git, &bare.path, &side, || {
             bare.git(&["update-ref", "-d", "refs/heads/side"]);
         });
         let text = String::from_utf8_lossy(&out);
@@ -1341,7 +1350,7 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
             bare.git(&["config", key, value]);
         }
         let new = bare.commit_on("main", "never shown");
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &new, || {
+        let (ok, _, out, err) = want_after_advertisement(&sb, git, &bare.path, &new, || {
             bare.git(&["update-ref", "refs/heads/main", &new]);
         });
         let text = String::from_utf8_lossy(&out);
@@ -1355,7 +1364,12 @@ fn wants_over_one_connection_are_checked_against_its_advertisement() {
         bare.git(&["config", "--add", "uploadpack.hideRefs", "HEAD"]);
         let detached = bare.commit_on("main", "detached");
         bare.git(&["update-ref", "--no-deref", "HEAD", &detached]);
-        let (ok, out, err) = want_after_advertisement(&sb, git, &bare.path, &detached, || {});
+        let (ok, shown, out, err) =
+            want_after_advertisement(&sb, git, &bare.path, &detached, || {});
+        assert!(
+            !shown.contains(&detached),
+            "git {git}: HEAD is hidden, its commit not shown: {shown}"
+        );
         let text = String::from_utf8_lossy(&out);
         assert!(
             ok && out.windows(4).any(|w| w == b"PACK"),
@@ -1388,10 +1402,15 @@ fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
         let name = format!("damaged-{version}.git");
         let run = clone_one_branch(&sb, &repo, version, &name, None);
         run.assert_no_crash();
+        let packd_err = packd_stderr(&sb, &name);
+        assert!(
+            packd_err.starts_with("fatal: ") && !packd_err.contains("panicked"),
+            "v{version}: packd fails with a reason, not a panic: {packd_err}"
+        );
         let err = run.err();
         assert!(!run.success(), "v{version}: the clone should fail: {err}");
-        // packd's own stderr is dropped: what names the pack came on the side-band, which git
-        // shows after "remote: " (`-q`: no progress on band 2).
+        // packd's own stderr went to a file: what names the pack came on the side-band, which
+        // git shows after "remote: " (`-q`: no progress on band 2).
         assert!(
             err.lines().any(|line| line.starts_with("remote: ")
                 && line.contains(&pack_name)

@@ -252,7 +252,7 @@ impl Pack {
     /// gained no hits in either access order and cost 35% more time in random order, spent
     /// allocating and evicting objects nobody asked for again.
     pub fn decode(&self, offset: u64, cache: &DeltaBaseCache) -> Result<(ObjectKind, Bytes)> {
-        self.decode_chain(offset, cache, None, false)
+        self.decode_chain(offset, cache, None)
     }
 
     /// [`Pack::decode`], also handing back the object's delta base when the object was
@@ -269,26 +269,26 @@ impl Pack {
     /// link, 38,800 and 38,100, and 40,000 with the 8 MiB a server has.
     pub fn decode_with_base(&self, offset: u64, cache: &DeltaBaseCache) -> Result<Decoded> {
         let mut base = None;
-        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base), true)?;
+        let (kind, data) = self.decode_chain(offset, cache, Some(&mut base))?;
         Ok(Decoded { kind, data, base })
     }
 
     /// [`Pack::decode`]; with `base`, sets it to the offset and content of the requested
     /// object's delta base when the object's own delta is applied, or when the object is
-    /// found whole in `cache` and its base is there too. With `keep_every_link`, every
-    /// intermediate result is kept, whatever `cache_stride` picks.
+    /// found whole in `cache` and its base is there too. A caller asking for the base is a
+    /// tree walk ([`Pack::decode_with_base`]), for which every intermediate result is kept,
+    /// whatever `cache_stride` picks.
     fn decode_chain(
         &self,
         offset: u64,
         cache: &DeltaBaseCache,
         mut base_out: Option<&mut Option<(u64, Bytes)>>,
-        keep_every_link: bool,
     ) -> Result<(ObjectKind, Bytes)> {
         // Called for every request: it also records this one for the thread's next.
         let picked = cache_stride(self.id, offset);
         // Until the cache is under pressure (a short walk, the start of a long one), every
         // link is kept whatever the access pattern: the stride only rations a full cache.
-        let stride = if keep_every_link || cache.has_room() {
+        let stride = if base_out.is_some() || cache.has_room() {
             1
         } else {
             picked

@@ -125,7 +125,7 @@ struct Resolved {
 /// file (see [`PackBitmap::file_checksum`]). `None` when the file is shorter.
 pub(crate) fn trailing_checksum(blob: &dyn Blob) -> Result<Option<[u8; 20]>, StorageError> {
     let len = blob.len();
-    let Some(start) = len.checked_sub(20) else {
+    let Some(start) = len.checked_sub(open::TRAILER) else {
         return Ok(None);
     };
     let bytes = blob.read_copy(start..len)?;
@@ -315,11 +315,8 @@ impl PackBitmap {
     /// The file's trailing SHA-1, which names this version of the bitmap: another bitmap of
     /// the same pack (other commits chosen) has another.
     pub fn file_checksum(&self) -> Result<[u8; 20], BitmapError> {
-        trailing_checksum(self.blob.as_ref())?.ok_or_else(|| BitmapError::Corrupt {
-            file: self.blob.name().to_string(),
-            offset: 0,
-            what: "shorter than its checksum".into(),
-        })
+        trailing_checksum(self.blob.as_ref())?
+            .ok_or_else(|| BitmapError::corrupt(self.blob.name(), 0, "shorter than its checksum"))
     }
 
     /// Checks the file's trailing SHA-1 against its content (reads the whole file).

@@ -22,7 +22,8 @@ use packd_storage::Blob;
 use std::sync::{Arc, OnceLock};
 
 const HEADER: u64 = 32;
-const TRAILER: u64 = 20;
+/// Bytes of the trailing checksum that ends a bitmap file (and names its version).
+pub(super) const TRAILER: u64 = 20;
 const TABLE_ROW: u64 = 16;
 /// Commit position, xor offset, flags.
 const ENTRY_HEADER: u64 = 6;

@@ -393,7 +393,7 @@ impl Repo {
 
     /// A new commit on `main` (its tree, `message`), as a small push leaves it: loose. Its id.
     pub fn commit_on_main(&self, message: &str) -> String {
-        let new = self.commit_on(&self.git_str(&["rev-parse", "main"]), message);
+        let new = self.commit_on("main", message);
         self.git(&["update-ref", "refs/heads/main", &new]);
         new
     }
