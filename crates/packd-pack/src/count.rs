@@ -248,12 +248,12 @@ fn missing(id: &ObjectId) -> PackError {
 }
 
 impl PackServer {
-    /// Counts `request` (see the module documentation); `keep` is a deepen request's kept
-    /// commits.
+    /// Counts `request` (see the module documentation); `deepened` is what a deepen request
+    /// keeps.
     pub(crate) fn count(
         &self,
         request: &FetchRequest,
-        keep: Option<&IdSet>,
+        deepened: Option<&walk::Deepened>,
         tag_refs: &[ListedRef],
         progress: &mut dyn ProgressSink,
         cancel: &AtomicBool,
@@ -272,7 +272,7 @@ impl PackServer {
                 return Err(PackError::BadRequest(format!("not our ref {w}")));
             }
         }
-        let bitmap_ok = keep.is_none()
+        let bitmap_ok = deepened.is_none()
             && request.client_shallow.is_empty()
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
@@ -389,7 +389,7 @@ impl PackServer {
             haves,
             ..request.clone()
         };
-        let counted = walk::count(repo, &request_haves, keep, cancel)?;
+        let counted = walk::count(repo, &request_haves, deepened, cancel)?;
         let mut sorter = Sorter::new();
         let mut sent = IdSet::default();
         for (n, id) in counted.objects.iter().enumerate() {

@@ -311,8 +311,8 @@ impl PackServer {
                 cache = Some(clone_cache::CacheUse::Fill(key));
             }
         }
-        let (shallow, keep) = walk::shallow_updates(&self.repo, request, cancel)?;
-        let planned = self.count(request, keep.as_ref(), &tag_refs, progress, cancel)?;
+        let (shallow, deepened) = walk::shallow_updates(&self.repo, request, cancel)?;
+        let planned = self.count(request, deepened.as_ref(), &tag_refs, progress, cancel)?;
         let object_count = u32::try_from(planned.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         if object_count >= LARGE_PLAN {

@@ -235,12 +235,23 @@ fn cut(
     }
 }
 
-/// The shallow boundary changes of `request` (empty unless it deepens).
+/// The commits a deepen request sends, and which of them the client will have without their
+/// parents.
+pub(crate) struct Deepened {
+    /// The commits kept, the new boundary among them.
+    pub(crate) keep: IdSet,
+    /// The kept commits whose parents are not all kept: shallow for the client once it has
+    /// this pack, so the pack holds nothing that only their parents lead to.
+    pub(crate) boundary: IdSet,
+}
+
+/// The shallow boundary changes of `request` (empty unless it deepens), and what a deepen
+/// request keeps.
 pub(crate) fn shallow_updates(
     repo: &Repository,
     request: &FetchRequest,
     cancel: &AtomicBool,
-) -> Result<(Vec<ShallowUpdate>, Option<IdSet>), PackError> {
+) -> Result<(Vec<ShallowUpdate>, Option<Deepened>), PackError> {
     let Some(deepen) = &request.deepen else {
         return Ok((Vec::new(), None));
     };
@@ -272,7 +283,7 @@ pub(crate) fn shallow_updates(
     for b in &cut.boundary {
         keep.insert(*b);
     }
-    Ok((updates, Some(keep)))
+    Ok((updates, Some(Deepened { keep, boundary })))
 }
 
 /// What a walk counted.
@@ -287,13 +298,14 @@ pub(crate) struct Counted {
 }
 
 /// Counts the objects of `request` by walking, honouring shallow requests and filters.
-/// `keep` is the set of commits a deepen request keeps (from [`shallow_updates`]).
+/// `deepened` is what a deepen request keeps (from [`shallow_updates`]).
 pub(crate) fn count(
     repo: &Repository,
     request: &FetchRequest,
-    keep: Option<&IdSet>,
+    deepened: Option<&Deepened>,
     cancel: &AtomicBool,
 ) -> Result<Counted, PackError> {
+    let keep = deepened.map(|d| &d.keep);
     let walker = Walker::new(repo);
     let wants = peel(&walker, &request.wants)?;
     let haves = peel(&walker, &request.haves)?;
@@ -309,14 +321,24 @@ pub(crate) fn count(
         // The client's shallow commits that the request deepens: the client has them but not
         // their parents, which the walk from the wants, stopping at had commits, would never
         // reach (git's upload-pack adds these parents to the wants).
-        if let Some(keep) = keep {
+        if let Some(Deepened { keep, boundary }) = deepened {
             for s in &client_shallow {
-                if keep.contains(s) {
+                if keep.contains(s) && !boundary.contains(s) {
                     let parents = walker.commit(s)?.parents;
                     stack.extend(parents.into_iter().filter(|p| keep.contains(p)));
                 }
             }
         }
+        // Shallow for the client once it has the pack: the client will not see their parents,
+        // so neither is anything sent that only their parents lead to (git's pack-objects
+        // walks with them as grafts). A deepen-since or deepen-not boundary can have a kept
+        // parent that nothing else leads to: sent, the client has it as a dangling commit.
+        let shallow_after = |id: &ObjectId| match deepened {
+            Some(d) => {
+                d.boundary.contains(id) || (client_shallow.contains(id) && !d.keep.contains(id))
+            }
+            None => client_shallow.contains(id),
+        };
         while let Some(id) = stack.pop() {
             if had.contains(&id) || !seen.insert(id) {
                 continue;
@@ -328,10 +350,10 @@ pub(crate) fn count(
                 cancelled(cancel)?;
             }
             out.push(id);
-            let commit = walker.commit(&id)?;
-            // The client's old shallow commits now sent with parents, and the new boundary,
-            // stop the walk where the keep set ends.
-            stack.extend(commit.parents);
+            if shallow_after(&id) {
+                continue;
+            }
+            stack.extend(walker.commit(&id)?.parents);
         }
         out
     } else {

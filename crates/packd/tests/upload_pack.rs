@@ -548,6 +548,66 @@ fn shallow_clones_and_deepening() {
     }
 }
 
+/// A commit newer than the cut whose only way from the tip is through a new shallow commit:
+/// `s` (new) merges `q` (old) and `p1` (new), both on the old root `o`. A `--shallow-since`
+/// between the dates, or a `--shallow-exclude` of `q`, keeps `s` and `p1` and makes both
+/// shallow; `s` then has no parents for the client, so git sends `s` alone, and so must packd
+/// (it sent `p1` too, a dangling commit in the clone: 305 objects more than git's for a
+/// `--shallow-since=2024-01-01` clone of git/git's master).
+#[test]
+fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
+    let sb = Sandbox::new();
+    let repo = sb.init("src");
+    let script = r#"
+        set -e
+        echo o > o; git add o
+        GIT_COMMITTER_DATE="1600000000 +0000" git commit -q -m o
+        git checkout -q -b p1
+        echo p > p; git add p
+        GIT_COMMITTER_DATE="1710000000 +0000" git commit -q -m p1
+        git checkout -q main
+        echo q > q; git add q
+        GIT_COMMITTER_DATE="1650000000 +0000" git commit -q -m q
+        git tag q
+        GIT_COMMITTER_DATE="1720000000 +0000" git merge -q --no-ff -m s p1
+        git branch -q -D p1
+    "#;
+    let mut cmd = Command::new("sh");
+    apply_env(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.path).arg("-c").arg(script);
+    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let p1 = repo.git_str(&["rev-parse", "HEAD^2"]);
+    for version in [0u8, 2] {
+        for cut in ["--shallow-since=1700000000", "--shallow-exclude=q"] {
+            let ours = format!("ours-{version}{cut}");
+            let theirs = format!("theirs-{version}{cut}");
+            let clone = ["clone", "-q", "--single-branch", "--no-tags", cut];
+            let mut args = clone.to_vec();
+            args.extend([up.as_str(), url.as_str(), ours.as_str()]);
+            git_v(&sb, sb.path(), version, &args).assert_success();
+            let mut args = clone.to_vec();
+            args.extend([url.as_str(), theirs.as_str()]);
+            git_v(&sb, sb.path(), version, &args).assert_success();
+            let (ours, theirs) = (sb.path().join(ours), sb.path().join(theirs));
+            let what = format!("v{version} {cut}");
+            let shallow = |dir: &Path| std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
+            assert_eq!(shallow(&ours), shallow(&theirs), "{what}: shallow commits");
+            assert!(shallow(&ours).contains(&p1), "{what}: p1 is shallow");
+            let objects = objects_of(&sb, &ours);
+            assert_eq!(objects, objects_of(&sb, &theirs), "{what}: objects");
+            assert!(!objects.contains(&p1), "{what}: p1 sent");
+            assert_eq!(
+                objects.lines().count(),
+                5,
+                "{what}: s, its tree and three blobs"
+            );
+            fsck(&sb, &ours);
+        }
+    }
+}
+
 #[test]
 fn fetch_deepen_extends_a_shallow_clone() {
     let sb = Sandbox::new();
