@@ -69,6 +69,8 @@ struct Entry {
 
 struct Inner {
     entries: HashMap<PathBuf, Entry>,
+    /// Repositories being opened, each with the lock its opener holds meanwhile.
+    opening: HashMap<PathBuf, Arc<Mutex<()>>>,
     tick: u64,
 }
 
@@ -96,6 +98,7 @@ impl RepoCache {
         RepoCache {
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
+                opening: HashMap::new(),
                 tick: 0,
             }),
             capacity: capacity.max(1),
@@ -120,20 +123,48 @@ impl RepoCache {
     /// off the async runtime.
     pub fn get(&self, git_dir: &Path) -> Result<Arc<UploadPack>, OpenError> {
         let stamp = Stamp::of(git_dir);
-        {
-            let mut inner = self.inner.lock();
-            inner.tick += 1;
-            let tick = inner.tick;
-            if let Some(entry) = inner.entries.get_mut(git_dir) {
-                if entry.stamp == stamp {
-                    entry.last_used = tick;
-                    return Ok(entry.upload.clone());
-                }
-                tracing::debug!("{}: packs changed, reopening", git_dir.display());
-            }
+        if let Some(upload) = self.cached(git_dir, &stamp) {
+            return Ok(upload);
         }
-        // Opened outside the lock: other repositories keep being served meanwhile. Two first
-        // requests to one repository may both open it; the later insert wins, which is harmless.
+        // Opened outside the cache's lock: other repositories keep being served meanwhile. One
+        // request opens a repository and the others that want it wait for that one: each open
+        // has its own indexes, delta base cache and kept walks, so requests that came together
+        // (a fleet of mirror clones after a repack) would each make the same fill-in walk on
+        // their own (see `BitmapIndex::walk_alone`).
+        let opening = {
+            let mut inner = self.inner.lock();
+            inner
+                .opening
+                .entry(git_dir.to_path_buf())
+                .or_default()
+                .clone()
+        };
+        let _opener = opening.lock();
+        if let Some(upload) = self.cached(git_dir, &stamp) {
+            return Ok(upload);
+        }
+        let opened = self.open(git_dir, stamp);
+        self.inner.lock().opening.remove(git_dir);
+        opened
+    }
+
+    /// The cached upload-pack of `git_dir` if it was opened when its files looked as `stamp`
+    /// says.
+    fn cached(&self, git_dir: &Path, stamp: &Stamp) -> Option<Arc<UploadPack>> {
+        let mut inner = self.inner.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let entry = inner.entries.get_mut(git_dir)?;
+        if entry.stamp == *stamp {
+            entry.last_used = tick;
+            return Some(entry.upload.clone());
+        }
+        tracing::debug!("{}: packs changed, reopening", git_dir.display());
+        None
+    }
+
+    /// Opens `git_dir`, whose files look as `stamp` says, and caches it.
+    fn open(&self, git_dir: &Path, stamp: Stamp) -> Result<Arc<UploadPack>, OpenError> {
         let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
         let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
@@ -213,6 +244,34 @@ mod tests {
         );
         let d = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&c, &d));
+    }
+
+    #[test]
+    fn requests_that_come_together_share_one_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = repo(tmp.path());
+        let cache = RepoCache::new(
+            4,
+            UploadPackOptions::default(),
+            0,
+            RepositoryOptions::default(),
+        );
+        let start = std::sync::Barrier::new(8);
+        let opened: Vec<Arc<UploadPack>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        cache.get(&git_dir).unwrap()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for upload in &opened[1..] {
+            assert!(Arc::ptr_eq(&opened[0], upload), "opened more than once");
+        }
+        assert!(cache.inner.lock().opening.is_empty());
     }
 
     #[test]

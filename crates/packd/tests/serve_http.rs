@@ -544,6 +544,49 @@ fn pull_requests_left_to_a_fill_in_walk() -> (Fixture, String) {
     (f, expected)
 }
 
+/// Mirror clones that reach a fresh server together share one opened repository and make its
+/// fill-in walk once: the others wait for it and start from its answer. Each clone is
+/// complete.
+#[test]
+fn mirror_clones_that_come_together_walk_once() {
+    let (f, _) = pull_requests_left_to_a_fill_in_walk();
+    let server = Server::start_logging(
+        &f.sandbox,
+        &f.root,
+        &["--clone-cache-bytes", "0"],
+        "info,packd_reach=debug",
+    );
+    std::thread::scope(|scope| {
+        for i in 0..3 {
+            let (f, server) = (&f, &server);
+            scope.spawn(move || mirror_clone_checked(f, server, "2", &format!("together-{i}")));
+        }
+    });
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("bitmap (").count(),
+        1,
+        "one bitmap opened: {log}"
+    );
+    // Each walk's summary starts with its tips and says how many commits it read: one read
+    // the pull requests', the others none (the walks of the clients' side have no tips).
+    let number_before = |text: &str, what: &str| -> Option<u64> {
+        text.split(what).next()?.rsplit(' ').next()?.parse().ok()
+    };
+    let commits_read: Vec<u64> = log
+        .lines()
+        .filter_map(|line| line.split("bitmap_walk: ").nth(1))
+        .filter(|summary| number_before(summary, " tips").is_some_and(|tips| tips > 0))
+        .filter_map(|summary| number_before(summary, " commits and "))
+        .collect();
+    assert_eq!(commits_read.len(), 3, "a walk per clone: {log}");
+    assert_eq!(
+        commits_read.iter().filter(|&&n| n > 0).count(),
+        1,
+        "one walk read commits: {log}"
+    );
+}
+
 /// Asserts that the debug log `log` of a mirror clone shows the kept fill-in walk read back
 /// from its file and used, with nothing walked.
 fn assert_walk_read_back(log: &str) {
