@@ -63,10 +63,14 @@ pub enum Deepen {
         /// `deepen-relative`.
         relative: bool,
     },
-    /// `deepen-since T`: commits newer than T (seconds since the epoch).
-    Since(i64),
-    /// `deepen-not REF`: commits not reachable from these.
-    Not(Vec<ObjectId>),
+    /// `deepen-since T` and `deepen-not REF` lines, either or both: the commits no older than
+    /// T (seconds since the epoch, when given) that none of `not` reaches.
+    Cut {
+        /// `deepen-since`.
+        since: Option<i64>,
+        /// `deepen-not`: the commits the refs named peel to.
+        not: Vec<ObjectId>,
+    },
 }
 
 /// A partial-clone filter (`filter` in the protocol).

@@ -191,15 +191,28 @@ fn cut(
             cut.keep.extend(from_wants.keep);
             Ok(cut)
         }
-        Deepen::Since(since) => {
+        Deepen::Cut { since, not } => {
+            // Commits none of `not` reaches, as git's rev-list `--not` finds them.
+            let allowed: Option<IdSet> = if not.is_empty() {
+                None
+            } else {
+                let reached = Walker::new(repo).reachable(&Query {
+                    include: wants.to_vec(),
+                    exclude: not.clone(),
+                    objects: false,
+                    exact: false,
+                })?;
+                Some(reached.into_iter().map(|r| r.id).collect())
+            };
+            // Of those, the ones the wants reach through commits no older than `since`.
             let mut keep = IdSet::default();
             let mut stack: Vec<ObjectId> = wants.to_vec();
             while let Some(id) = stack.pop() {
-                if keep.contains(&id) {
+                if keep.contains(&id) || allowed.as_ref().is_some_and(|a| !a.contains(&id)) {
                     continue;
                 }
                 let commit = walker.commit(&id)?;
-                if commit.time < *since {
+                if since.is_some_and(|since| commit.time < since) {
                     continue;
                 }
                 keep.insert(id);
@@ -208,22 +221,6 @@ fn cut(
                 }
                 stack.extend(commit.parents);
             }
-            if keep.is_empty() {
-                return Err(PackError::BadRequest(
-                    "no commits selected for shallow requests".into(),
-                ));
-            }
-            let boundary = boundary_of(walker, &keep)?;
-            Ok(Cut { keep, boundary })
-        }
-        Deepen::Not(not) => {
-            let reached = Walker::new(repo).reachable(&Query {
-                include: wants.to_vec(),
-                exclude: not.clone(),
-                objects: false,
-                exact: false,
-            })?;
-            let keep: IdSet = reached.into_iter().map(|r| r.id).collect();
             if keep.is_empty() {
                 return Err(PackError::BadRequest(
                     "no commits selected for shallow requests".into(),

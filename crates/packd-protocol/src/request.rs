@@ -147,26 +147,22 @@ impl RequestBuilder {
 
     /// The request for pack generation.
     pub fn build(&self, haves: Vec<ObjectId>) -> Result<FetchRequest, ProtocolError> {
-        let deepen = match (self.depth, self.since, self.not.is_empty()) {
-            (None, None, true) => None,
-            (Some(depth), None, true) => Some(Deepen::Depth {
-                depth,
-                relative: self.relative,
-            }),
-            (Some(_), _, _) => {
-                return Err(ProtocolError::Refused(
+        let deepen =
+            match (self.depth, self.since, self.not.is_empty()) {
+                (None, None, true) => None,
+                (Some(depth), None, true) => Some(Deepen::Depth {
+                    depth,
+                    relative: self.relative,
+                }),
+                (Some(_), _, _) => return Err(ProtocolError::Refused(
                     "upload-pack: deepen and deepen-since (or deepen-not) cannot be used together"
                         .into(),
-                ))
-            }
-            (None, Some(since), true) => Some(Deepen::Since(since)),
-            (None, None, false) => Some(Deepen::Not(self.not.clone())),
-            (None, Some(_), false) => {
-                return Err(ProtocolError::Refused(
-                    "upload-pack: deepen-since and deepen-not together are not supported".into(),
-                ))
-            }
-        };
+                )),
+                (None, since, _) => Some(Deepen::Cut {
+                    since,
+                    not: self.not.clone(),
+                }),
+            };
         Ok(FetchRequest {
             wants: self.wants.clone(),
             haves,

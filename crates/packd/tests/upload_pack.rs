@@ -550,8 +550,8 @@ fn shallow_clones_and_deepening() {
 
 /// A commit newer than the cut whose only way from the tip is through a new shallow commit:
 /// `s` (new) merges `q` (old) and `p1` (new), both on the old root `o`. A `--shallow-since`
-/// between the dates, or a `--shallow-exclude` of `q`, keeps `s` and `p1` and makes both
-/// shallow; `s` then has no parents for the client, so git sends `s` alone, and so must packd
+/// between the dates, or a `--shallow-exclude` of `q`, or both, keeps `s` and `p1` and makes
+/// both shallow; `s` then has no parents for the client, so git sends `s` alone, and so must packd
 /// (it sent `p1` too, a dangling commit in the clone: 305 objects more than git's for a
 /// `--shallow-since=2024-01-01` clone of git/git's master).
 #[test]
@@ -580,11 +580,16 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
     let up = format!("--upload-pack={}", upload_pack_cmd());
     let p1 = repo.git_str(&["rev-parse", "HEAD^2"]);
     for version in [0u8, 2] {
-        for cut in ["--shallow-since=1700000000", "--shallow-exclude=q"] {
-            let ours = format!("ours-{version}{cut}");
-            let theirs = format!("theirs-{version}{cut}");
-            let clone = ["clone", "-q", "--single-branch", "--no-tags", cut];
-            let mut args = clone.to_vec();
+        for cut in [
+            "--shallow-since=1700000000",
+            "--shallow-exclude=q",
+            "--shallow-since=1700000000 --shallow-exclude=q",
+        ] {
+            let ours = format!("ours-{version}{}", cut.replace(' ', ""));
+            let theirs = format!("theirs-{version}{}", cut.replace(' ', ""));
+            let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
+            clone.extend(cut.split(' '));
+            let mut args = clone.clone();
             args.extend([up.as_str(), url.as_str(), ours.as_str()]);
             git_v(&sb, sb.path(), version, &args).assert_success();
             let mut args = clone.to_vec();
