@@ -8,6 +8,7 @@ with what it replaces, each as a ratio against git measured in the same run.
     CLONE=all RUNS=4 bench/ab.py OLD NEW REPO       # clones instead: every ref (mirror)
     CLONE=all CACHE=1 PUSHED=1 bench/ab.py OLD NEW REPO
                                  # with the clone cache, on a copy with one pushed commit
+    CLONE=all CONCURRENT=4 bench/ab.py OLD NEW REPO  # each clone: four at once
 
 Fetches: `git upload-pack --stateless-rpc` and each build's `packd upload-pack --stateless-rpc`,
 one process per request (as over ssh), HEAD wanted and the newest commit N days older had;
@@ -18,11 +19,14 @@ Clones remove REPO's `packd-cache/` (kept walks, clone cache) before each server
 that each starts as after a repack. With CACHE=1 the servers keep the clone cache: three clones
 each, the first filling the cache, and the bytes the cache then holds. With PUSHED=1 the clones
 are of a hard-linked copy of REPO with one new loose commit on HEAD's branch, as a push leaves.
+With CONCURRENT=N each clone is N identical clones sent at once (a fleet of mirrors after a
+repack): the server's CPU for all N, and its peak resident memory over the run.
 """
 import os
 import shutil
 import statistics
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import fetch_bench as fb  # noqa: E402
@@ -67,6 +71,8 @@ def clones(old, new, repo, tmp, runs, which):
     git_cpu = []
     nth = ("first", "second", "third") if cache else ("first", "second")
     cpu = {k: tuple([] for _ in nth) for k in ("old", "new")}
+    together = int(os.environ.get("CONCURRENT", "1"))
+    peak = {k: 0.0 for k in ("old", "new")}
     held = {}
     for _ in range(runs):
         git_cpu.append(fb.git_pack_objects(repo, revs, f"{tmp}/ab.git.pack", include_tag=True)[0])
@@ -76,22 +82,37 @@ def clones(old, new, repo, tmp, runs, which):
                               [] if cache else ["--clone-cache-bytes", "0"])
             for clone in cpu[k]:
                 before = server.cpu()
-                server.fetch(os.path.basename(repo), wants, [], f"{tmp}/ab.pack",
-                             include_tag=True)
+                sizes = [0] * together
+
+                def fetch(i):
+                    sizes[i] = server.fetch(os.path.basename(repo), wants, [],
+                                            f"{tmp}/ab.{i}.pack", include_tag=True)
+                fetches_at_once = [threading.Thread(target=fetch, args=(i,))
+                                   for i in range(together)]
+                for f in fetches_at_once:
+                    f.start()
+                for f in fetches_at_once:
+                    f.join()
                 clone.append(server.cpu() - before)
+                # A fetch that failed exited its own thread only: its size is still 0.
+                if min(sizes) == 0 or len(set(sizes)) != 1:
+                    sys.exit(f"{k}: the clones sent at once differ: {sizes} bytes")
+            peak[k] = max(peak[k], server.hwm())
             server.stop()
             held[k] = fb.clone_cache_bytes(repo)
     shutil.rmtree(f"{repo}/packd-cache", ignore_errors=True)
-    for pack in ("ab.git.pack", "ab.pack"):
+    for pack in ["ab.git.pack"] + [f"ab.{i}.pack" for i in range(together)]:
         if os.path.exists(f"{tmp}/{pack}"):
             os.unlink(f"{tmp}/{pack}")
     if os.environ.get("PUSHED") == "1":
         shutil.rmtree(repo, ignore_errors=True)
-    g = statistics.median(git_cpu)
-    print(f"git pack-objects {g:.3f} s")
+    g = statistics.median(git_cpu) * together
+    print(f"git pack-objects {g:.3f} s" + (f" (one clone's, times {together})" if together > 1 else ""))
     for k in ("old", "new"):
-        line = ", ".join(f"{name} clone {m:.3f} s ({m / g:.2f})"
+        name_of = (lambda name: f"{name} {together} clones") if together > 1 else (lambda name: f"{name} clone")
+        line = ", ".join(f"{name_of(name)} {m:.3f} s ({m / g:.2f})"
                          for name, m in zip(nth, (statistics.median(v) for v in cpu[k])))
+        line += f"; peak {peak[k]:.1f} MB"
         if cache:
             line += f"; the cache holds {held[k]} bytes"
         print(f"{k}: {line}", flush=True)

@@ -64,11 +64,12 @@ pub enum Deepen {
         relative: bool,
     },
     /// `deepen-since T` and `deepen-not REF` lines, either or both: the commits no older than
-    /// T (seconds since the epoch, when given) that none of `not` reaches.
-    Cut {
+    /// T (seconds since the epoch, when given) that none of `not` reaches, reached from the
+    /// wants through such commits.
+    SinceNot {
         /// `deepen-since`.
         since: Option<i64>,
-        /// `deepen-not`: the commits the refs named peel to.
+        /// `deepen-not`: the ids the named refs point at.
         not: Vec<ObjectId>,
     },
 }

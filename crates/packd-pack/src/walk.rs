@@ -6,7 +6,8 @@
 //! had      commits the client has: from its haves down, stopping at its shallow commits
 //! cut      for deepen requests: the commits within the requested depth / date / exclusion,
 //!          and the boundary (commits kept whose parents are cut off)
-//! send     commits from the wants down, stopping at had commits (and at the cut)
+//! send     commits from the wants down, stopping at had commits, at the cut, and at the
+//!          commits the client will have as shallow (past which it sees no parents)
 //! objects  send's commits, then their trees and blobs (filtered), minus what the root trees
 //!          of the client's haves hold
 //! bases    for a thin pack, the client's version of each changed path (its haves' trees by
@@ -191,8 +192,9 @@ fn cut(
             cut.keep.extend(from_wants.keep);
             Ok(cut)
         }
-        Deepen::Cut { since, not } => {
-            // Commits none of `not` reaches, as git's rev-list `--not` finds them.
+        Deepen::SinceNot { since, not } => {
+            // Commits none of `not` reaches, as git's rev-list `--not` finds them: the cut,
+            // without a date.
             let allowed: Option<IdSet> = if not.is_empty() {
                 None
             } else {
@@ -204,23 +206,32 @@ fn cut(
                 })?;
                 Some(reached.into_iter().map(|r| r.id).collect())
             };
-            // Of those, the ones the wants reach through commits no older than `since`.
-            let mut keep = IdSet::default();
-            let mut stack: Vec<ObjectId> = wants.to_vec();
-            while let Some(id) = stack.pop() {
-                if keep.contains(&id) || allowed.as_ref().is_some_and(|a| !a.contains(&id)) {
-                    continue;
+            let keep = match (since, allowed) {
+                (None, Some(allowed)) => allowed,
+                (since, allowed) => {
+                    let mut keep = IdSet::default();
+                    let mut stack: Vec<ObjectId> = wants.to_vec();
+                    // Of those, the ones the wants reach through commits no older than `since`
+                    // (git's rev-list `--max-age` also leaves out a newer commit that an older
+                    // one leads to, when dates go back in history: such a commit is kept here).
+                    while let Some(id) = stack.pop() {
+                        if keep.contains(&id) || allowed.as_ref().is_some_and(|a| !a.contains(&id))
+                        {
+                            continue;
+                        }
+                        let commit = walker.commit(&id)?;
+                        if since.is_some_and(|since| commit.time < since) {
+                            continue;
+                        }
+                        keep.insert(id);
+                        if keep.len() % CANCEL_EVERY == 0 {
+                            cancelled(cancel)?;
+                        }
+                        stack.extend(commit.parents);
+                    }
+                    keep
                 }
-                let commit = walker.commit(&id)?;
-                if since.is_some_and(|since| commit.time < since) {
-                    continue;
-                }
-                keep.insert(id);
-                if keep.len() % CANCEL_EVERY == 0 {
-                    cancelled(cancel)?;
-                }
-                stack.extend(commit.parents);
-            }
+            };
             if keep.is_empty() {
                 return Err(PackError::BadRequest(
                     "no commits selected for shallow requests".into(),
@@ -232,13 +243,13 @@ fn cut(
     }
 }
 
-/// The commits a deepen request sends, and which of them the client will have without their
-/// parents.
+/// The commits within a deepen request's cut, and which of them the client will have without
+/// their parents.
 pub(crate) struct Deepened {
-    /// The commits kept, the new boundary among them.
+    /// The commits within the cut, the new boundary among them.
     pub(crate) keep: IdSet,
-    /// The kept commits whose parents are not all kept: shallow for the client once it has
-    /// this pack, so the pack holds nothing that only their parents lead to.
+    /// The new shallow commits: the client will have them without their parents, so the pack
+    /// holds nothing that only their parents lead to.
     pub(crate) boundary: IdSet,
 }
 
@@ -275,12 +286,13 @@ pub(crate) fn shallow_updates(
             updates.push(ShallowUpdate::Unshallow(*s));
         }
     }
-    // Commits below the new boundary are not sent.
-    let mut keep = cut.keep;
-    for b in &cut.boundary {
-        keep.insert(*b);
-    }
-    Ok((updates, Some(Deepened { keep, boundary })))
+    Ok((
+        updates,
+        Some(Deepened {
+            keep: cut.keep,
+            boundary,
+        }),
+    ))
 }
 
 /// What a walk counted.
@@ -326,14 +338,14 @@ pub(crate) fn count(
                 }
             }
         }
-        // Shallow for the client once it has the pack: the client will not see their parents,
-        // so neither is anything sent that only their parents lead to (git's pack-objects
-        // walks with them as grafts). A deepen-since or deepen-not boundary can have a kept
-        // parent that nothing else leads to: sent, the client has it as a dangling commit.
+        // Shallow for the client once it has the pack (the new boundary, or without a deepen
+        // its shallow commits; those outside the cut are never reached): the client will not
+        // see their parents, so neither is anything sent that only their parents lead to
+        // (git's pack-objects walks with them as grafts). A deepen-since or deepen-not
+        // boundary can have a parent within the cut that nothing else leads to: sent, the
+        // client has it as a dangling commit.
         let shallow_after = |id: &ObjectId| match deepened {
-            Some(d) => {
-                d.boundary.contains(id) || (client_shallow.contains(id) && !d.keep.contains(id))
-            }
+            Some(d) => d.boundary.contains(id),
             None => client_shallow.contains(id),
         };
         while let Some(id) = stack.pop() {

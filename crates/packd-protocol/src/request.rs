@@ -158,7 +158,7 @@ impl RequestBuilder {
                     "upload-pack: deepen and deepen-since (or deepen-not) cannot be used together"
                         .into(),
                 )),
-                (None, since, _) => Some(Deepen::Cut {
+                (None, since, _) => Some(Deepen::SinceNot {
                     since,
                     not: self.not.clone(),
                 }),

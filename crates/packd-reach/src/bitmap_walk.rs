@@ -847,9 +847,9 @@ impl BitmapIndex {
     ///
     /// With `seed` (objects known to be reached, a set closed under reachability: what a
     /// client has), the walk starts from it and stops wherever it enters it, so the answer is
-    /// everything reachable from `tips` plus `seed`. Such a walk is not kept. Without one, and
-    /// with many tips, it first waits for any other such walk on this index to end
-    /// ([`BitmapIndex::walk_alone`]), whose answer it may then start from.
+    /// everything reachable from `tips` plus `seed`. Such a walk is not kept. A walk whose
+    /// answer may be kept waits for any other such walk on this index to end first
+    /// ([`BitmapIndex::walk_alone`]), and may then start from that one's answer.
     #[allow(clippy::too_many_arguments)]
     fn reach(
         &self,
@@ -860,14 +860,6 @@ impl BitmapIndex {
         seed: Option<&Bitmap>,
         cancel: &AtomicBool,
     ) -> Result<Option<Bitmap>> {
-        let _alone = if seed.is_none() && tips.len() >= MEMO_MIN_TIPS {
-            match self.walk_alone(cancel) {
-                Some(guard) => Some(guard),
-                None => return Ok(None),
-            }
-        } else {
-            None
-        };
         match self.reach_once(repo, walker, tips, peeled, seed, true, cancel)? {
             Attempt::Done(bits) => Ok(bits),
             // The first attempt's sets are dropped by now.
@@ -881,7 +873,9 @@ impl BitmapIndex {
     }
 
     /// Waits until no other walk that may keep its answer runs on this index, and holds that
-    /// until the guard is dropped; `None` when `cancel` is set meanwhile.
+    /// until the guard is dropped (a walk from [`MEMO_MIN_TIPS`] tips without bitmaps or more:
+    /// see [`WalkMemo`]); `None` when `cancel` is set meanwhile. Waiters are not served in
+    /// order.
     ///
     /// Such a walk (a mirror clone's, from thousands of tips without bitmaps) costs most of the
     /// clone, and clones of the same refs tend to come together (a fleet of mirrors or CI jobs
@@ -889,9 +883,7 @@ impl BitmapIndex {
     /// the other, each next one starts from the answer the first kept (see [`WalkMemo`]). Four
     /// mirror clones of git/git reaching a fresh server together cost it 4.05-4.49 s of CPU and
     /// a peak of 147-149 MB, and 1.66 s and 87-89 MB this way (with the repository opened once
-    /// for all four, see `packd_serve`'s repository cache; two alternating runs). Walks that
-    /// would keep no answer wait too (only their tips are counted here): on two cores, walks
-    /// side by side would not end sooner in all.
+    /// for all four, see `packd_serve`'s repository cache; two alternating runs).
     fn walk_alone(&self, cancel: &AtomicBool) -> Option<std::sync::MutexGuard<'_, ()>> {
         loop {
             match self.large_walk.try_lock() {
@@ -1017,6 +1009,14 @@ impl BitmapIndex {
         // Enough tips without bitmaps for a kept answer to serve, and for this one to be kept
         // (see `WalkMemo`), unless it starts from a seed, which it then does not reach.
         taken.track = plain.len() >= MEMO_MIN_TIPS;
+        let _alone = if taken.track {
+            match self.walk_alone(cancel) {
+                Some(guard) => Some(guard),
+                None => return Ok(Attempt::Done(None)),
+            }
+        } else {
+            None
+        };
         // Many tips with bitmaps (a repository whose bitmaps cover every ref): their union in
         // one pass over the bitmap file's entries, rather than each tip's XOR chain.
         let union = if bitmapped.len() >= MANY_BITMAPS {

@@ -139,13 +139,24 @@ impl RepoCache {
                 .or_default()
                 .clone()
         };
-        let _opener = opening.lock();
-        if let Some(upload) = self.cached(git_dir, &stamp) {
-            return Ok(upload);
+        let opener = opening.lock();
+        // Stamped again: the files may have changed while this request waited.
+        let stamp = Stamp::of(git_dir);
+        let upload = match self.cached(git_dir, &stamp) {
+            Some(upload) => Ok(upload),
+            None => self.open(git_dir, stamp),
+        };
+        drop(opener);
+        // Another request may have put a newer lock there meanwhile: only this one goes.
+        let mut inner = self.inner.lock();
+        if inner
+            .opening
+            .get(git_dir)
+            .is_some_and(|o| Arc::ptr_eq(o, &opening))
+        {
+            inner.opening.remove(git_dir);
         }
-        let opened = self.open(git_dir, stamp);
-        self.inner.lock().opening.remove(git_dir);
-        opened
+        upload
     }
 
     /// The cached upload-pack of `git_dir` if it was opened when its files looked as `stamp`

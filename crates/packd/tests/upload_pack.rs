@@ -550,10 +550,11 @@ fn shallow_clones_and_deepening() {
 
 /// A commit newer than the cut whose only way from the tip is through a new shallow commit:
 /// `s` (new) merges `q` (old) and `p1` (new), both on the old root `o`. A `--shallow-since`
-/// between the dates, or a `--shallow-exclude` of `q`, or both, keeps `s` and `p1` and makes
-/// both shallow; `s` then has no parents for the client, so git sends `s` alone, and so must packd
+/// between the dates, or a `--shallow-exclude` of `q`, keeps `s` and `p1` and makes both
+/// shallow; `s` then has no parents for the client, so git sends `s` alone, and so must packd
 /// (it sent `p1` too, a dangling commit in the clone: 305 objects more than git's for a
-/// `--shallow-since=2024-01-01` clone of git/git's master).
+/// `--shallow-since=2024-01-01` clone of git/git's master). The same when a client with `s`
+/// shallow deepens by date. Both options together cut both sides: `s` alone is kept.
 #[test]
 fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
     let sb = Sandbox::new();
@@ -565,6 +566,7 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
         git checkout -q -b p1
         echo p > p; git add p
         GIT_COMMITTER_DATE="1710000000 +0000" git commit -q -m p1
+        git tag p1
         git checkout -q main
         echo q > q; git add q
         GIT_COMMITTER_DATE="1650000000 +0000" git commit -q -m q
@@ -578,37 +580,55 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
     run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
     let url = format!("file://{}", repo.path.to_str().unwrap());
     let up = format!("--upload-pack={}", upload_pack_cmd());
+    let s = repo.git_str(&["rev-parse", "HEAD"]);
     let p1 = repo.git_str(&["rev-parse", "HEAD^2"]);
+    let shallow = |dir: &Path| std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
+    // Asserts that `ours` (served by packd) and `theirs` (by git) hold the same objects and
+    // shallow commits, `s` and its tree and blobs; returns the shallow commits.
+    let same = |ours: &Path, theirs: &Path, what: &str| {
+        assert_eq!(shallow(ours), shallow(theirs), "{what}: shallow commits");
+        let objects = objects_of(&sb, ours);
+        assert_eq!(objects, objects_of(&sb, theirs), "{what}: objects");
+        assert!(!objects.contains(&p1), "{what}: p1 sent");
+        assert_eq!(
+            objects.lines().count(),
+            5,
+            "{what}: s, its tree, three blobs"
+        );
+        fsck(&sb, ours);
+        shallow(ours)
+    };
     for version in [0u8, 2] {
-        for cut in [
-            "--shallow-since=1700000000",
-            "--shallow-exclude=q",
-            "--shallow-since=1700000000 --shallow-exclude=q",
+        for (cut, p1_shallow) in [
+            ("--shallow-since=1700000000", true),
+            ("--shallow-exclude=q", true),
+            ("--shallow-since=1700000000 --shallow-exclude=p1", false),
+            ("--depth=1", false),
         ] {
-            let ours = format!("ours-{version}{}", cut.replace(' ', ""));
-            let theirs = format!("theirs-{version}{}", cut.replace(' ', ""));
+            let name = |who: &str| format!("{who}-{version}{}", cut.replace(' ', ""));
+            let (ours, theirs) = (name("ours"), name("theirs"));
             let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
             clone.extend(cut.split(' '));
             let mut args = clone.clone();
             args.extend([up.as_str(), url.as_str(), ours.as_str()]);
             git_v(&sb, sb.path(), version, &args).assert_success();
-            let mut args = clone.to_vec();
+            let mut args = clone.clone();
             args.extend([url.as_str(), theirs.as_str()]);
             git_v(&sb, sb.path(), version, &args).assert_success();
             let (ours, theirs) = (sb.path().join(ours), sb.path().join(theirs));
             let what = format!("v{version} {cut}");
-            let shallow = |dir: &Path| std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
-            assert_eq!(shallow(&ours), shallow(&theirs), "{what}: shallow commits");
-            assert!(shallow(&ours).contains(&p1), "{what}: p1 is shallow");
-            let objects = objects_of(&sb, &ours);
-            assert_eq!(objects, objects_of(&sb, &theirs), "{what}: objects");
-            assert!(!objects.contains(&p1), "{what}: p1 sent");
-            assert_eq!(
-                objects.lines().count(),
-                5,
-                "{what}: s, its tree and three blobs"
-            );
-            fsck(&sb, &ours);
+            let shallow = same(&ours, &theirs, &what);
+            assert!(shallow.contains(&s), "{what}: s is shallow");
+            assert_eq!(shallow.contains(&p1), p1_shallow, "{what}: p1 shallow");
+            if cut == "--depth=1" {
+                // `s` shallow on the client and within the new cut, still shallow.
+                let deepen = ["fetch", "-q", "--shallow-since=1700000000"];
+                let mut args = deepen.to_vec();
+                args.push(up.as_str());
+                git_v(&sb, &ours, version, &args).assert_success();
+                git_v(&sb, &theirs, version, &deepen).assert_success();
+                same(&ours, &theirs, &format!("{what} then --shallow-since"));
+            }
         }
     }
 }
