@@ -83,10 +83,15 @@ def clones(old, new, repo, tmp, runs, which):
             for clone in cpu[k]:
                 before = server.cpu()
                 sizes = [0] * together
+                errors = [None] * together
 
                 def fetch(i):
-                    sizes[i] = server.fetch(os.path.basename(repo), wants, [],
-                                            f"{tmp}/ab.{i}.pack", include_tag=True)
+                    # fetch_bench exits on a bad answer: in a thread that would go unseen.
+                    try:
+                        sizes[i] = server.fetch(os.path.basename(repo), wants, [],
+                                                f"{tmp}/ab.{i}.pack", include_tag=True)
+                    except BaseException as e:  # noqa: B036 (SystemExit included)
+                        errors[i] = e
                 fetches_at_once = [threading.Thread(target=fetch, args=(i,))
                                    for i in range(together)]
                 for f in fetches_at_once:
@@ -94,8 +99,10 @@ def clones(old, new, repo, tmp, runs, which):
                 for f in fetches_at_once:
                     f.join()
                 clone.append(server.cpu() - before)
-                # A fetch that failed exited its own thread only: its size is still 0.
-                if min(sizes) == 0 or len(set(sizes)) != 1:
+                failed = [str(e) for e in errors if e is not None]
+                if failed:
+                    sys.exit(f"{k}: a clone failed: {'; '.join(failed)}")
+                if len(set(sizes)) != 1:
                     sys.exit(f"{k}: the clones sent at once differ: {sizes} bytes")
             peak[k] = max(peak[k], server.hwm())
             server.stop()

@@ -873,8 +873,8 @@ impl BitmapIndex {
     }
 
     /// Waits until no other walk that may keep its answer runs on this index, and holds that
-    /// until the guard is dropped (a walk from [`MEMO_MIN_TIPS`] tips without bitmaps or more:
-    /// see [`WalkMemo`]); `None` when `cancel` is set meanwhile. Waiters are not served in
+    /// until the guard is dropped (a walk from [`MEMO_MIN_TIPS`] or more tips without bitmaps,
+    /// and no seed: see [`WalkMemo`]); `None` when `cancel` is set meanwhile. Waiters are not served in
     /// order.
     ///
     /// Such a walk (a mirror clone's, from thousands of tips without bitmaps) costs most of the
@@ -1009,7 +1009,8 @@ impl BitmapIndex {
         // Enough tips without bitmaps for a kept answer to serve, and for this one to be kept
         // (see `WalkMemo`), unless it starts from a seed, which it then does not reach.
         taken.track = plain.len() >= MEMO_MIN_TIPS;
-        let _alone = if taken.track {
+        // A walk whose answer will be kept runs alone (see `BitmapIndex::walk_alone`).
+        let _alone = if taken.track && seed.is_none() {
             match self.walk_alone(cancel) {
                 Some(guard) => Some(guard),
                 None => return Ok(Attempt::Done(None)),
