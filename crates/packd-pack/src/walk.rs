@@ -161,6 +161,35 @@ fn boundary_of(walker: &Walker, keep: &IdSet) -> Result<Vec<ObjectId>, PackError
     Ok(boundary)
 }
 
+/// The commits `wants` reach through commits no older than `since` (all when `None`) and,
+/// when given, in `allowed`. git's rev-list `--max-age` also leaves out a newer commit that an
+/// older one leads to, when dates go back in history; such a commit is kept here.
+fn commits_since(
+    walker: &Walker,
+    wants: &[ObjectId],
+    since: Option<i64>,
+    allowed: Option<&IdSet>,
+    cancel: &AtomicBool,
+) -> Result<IdSet, PackError> {
+    let mut keep = IdSet::default();
+    let mut stack: Vec<ObjectId> = wants.to_vec();
+    while let Some(id) = stack.pop() {
+        if keep.contains(&id) || allowed.is_some_and(|a| !a.contains(&id)) {
+            continue;
+        }
+        let commit = walker.commit(&id)?;
+        if since.is_some_and(|since| commit.time < since) {
+            continue;
+        }
+        keep.insert(id);
+        if keep.len() % CANCEL_EVERY == 0 {
+            cancelled(cancel)?;
+        }
+        stack.extend(commit.parents);
+    }
+    Ok(keep)
+}
+
 /// Applies a deepen request.
 fn cut(
     repo: &Repository,
@@ -206,31 +235,9 @@ fn cut(
                 })?;
                 Some(reached.into_iter().map(|r| r.id).collect())
             };
-            let keep = match (since, allowed) {
-                (None, Some(allowed)) => allowed,
-                (since, allowed) => {
-                    let mut keep = IdSet::default();
-                    let mut stack: Vec<ObjectId> = wants.to_vec();
-                    // Of those, the ones the wants reach through commits no older than `since`
-                    // (git's rev-list `--max-age` also leaves out a newer commit that an older
-                    // one leads to, when dates go back in history: such a commit is kept here).
-                    while let Some(id) = stack.pop() {
-                        if keep.contains(&id) || allowed.as_ref().is_some_and(|a| !a.contains(&id))
-                        {
-                            continue;
-                        }
-                        let commit = walker.commit(&id)?;
-                        if since.is_some_and(|since| commit.time < since) {
-                            continue;
-                        }
-                        keep.insert(id);
-                        if keep.len() % CANCEL_EVERY == 0 {
-                            cancelled(cancel)?;
-                        }
-                        stack.extend(commit.parents);
-                    }
-                    keep
-                }
+            let keep = match allowed {
+                Some(allowed) if since.is_none() => allowed,
+                allowed => commits_since(walker, wants, *since, allowed.as_ref(), cancel)?,
             };
             if keep.is_empty() {
                 return Err(PackError::BadRequest(

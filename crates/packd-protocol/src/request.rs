@@ -147,22 +147,23 @@ impl RequestBuilder {
 
     /// The request for pack generation.
     pub fn build(&self, haves: Vec<ObjectId>) -> Result<FetchRequest, ProtocolError> {
-        let deepen =
-            match (self.depth, self.since, self.not.is_empty()) {
-                (None, None, true) => None,
-                (Some(depth), None, true) => Some(Deepen::Depth {
-                    depth,
-                    relative: self.relative,
-                }),
-                (Some(_), _, _) => return Err(ProtocolError::Refused(
+        let deepen = match self.depth {
+            _ if !self.deepens() => None,
+            Some(_) if self.since.is_some() || !self.not.is_empty() => {
+                return Err(ProtocolError::Refused(
                     "upload-pack: deepen and deepen-since (or deepen-not) cannot be used together"
                         .into(),
-                )),
-                (None, since, _) => Some(Deepen::SinceNot {
-                    since,
-                    not: self.not.clone(),
-                }),
-            };
+                ));
+            }
+            Some(depth) => Some(Deepen::Depth {
+                depth,
+                relative: self.relative,
+            }),
+            None => Some(Deepen::SinceNot {
+                since: self.since,
+                not: self.not.clone(),
+            }),
+        };
         Ok(FetchRequest {
             wants: self.wants.clone(),
             haves,

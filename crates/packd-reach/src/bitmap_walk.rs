@@ -872,18 +872,19 @@ impl BitmapIndex {
         }
     }
 
-    /// Waits until no other walk that may keep its answer runs on this index, and holds that
-    /// until the guard is dropped (a walk from [`MEMO_MIN_TIPS`] or more tips without bitmaps,
-    /// and no seed: see [`WalkMemo`]); `None` when `cancel` is set meanwhile. Waiters are not served in
-    /// order.
+    /// Waits until no other walk that will keep its answer runs on this index (a walk from
+    /// [`MEMO_MIN_TIPS`] or more tips without bitmaps, and no seed: see [`WalkMemo`]), and holds
+    /// that until the guard is dropped; `None` when `cancel` is set meanwhile. Waiters are not
+    /// served in order.
     ///
     /// Such a walk (a mirror clone's, from thousands of tips without bitmaps) costs most of the
     /// clone, and clones of the same refs tend to come together (a fleet of mirrors or CI jobs
     /// after a push or a repack). Made side by side, each makes the whole walk; made one after
-    /// the other, each next one starts from the answer the first kept (see [`WalkMemo`]). Four
-    /// mirror clones of git/git reaching a fresh server together cost it 4.05-4.49 s of CPU and
-    /// a peak of 147-149 MB, and 1.66 s and 87-89 MB this way (with the repository opened once
-    /// for all four, see `packd_serve`'s repository cache; two alternating runs).
+    /// the other, each next one starts from the answer the first kept. Four first mirror clones
+    /// of git/git at once cost a fresh server 3.83 s of CPU and a 204 MB peak before, 1.37 s
+    /// and 91 MB with this and the repository opened once for all four (see `packd_serve`'s
+    /// repository cache; `CLONE=all CONCURRENT=4 RUNS=3 bench/ab.py`, git's pack-objects 3.6 s
+    /// per clone in that run).
     fn walk_alone(&self, cancel: &AtomicBool) -> Option<std::sync::MutexGuard<'_, ()>> {
         loop {
             match self.large_walk.try_lock() {
@@ -1009,8 +1010,9 @@ impl BitmapIndex {
         // Enough tips without bitmaps for a kept answer to serve, and for this one to be kept
         // (see `WalkMemo`), unless it starts from a seed, which it then does not reach.
         taken.track = plain.len() >= MEMO_MIN_TIPS;
+        let keep = taken.track && seed.is_none();
         // A walk whose answer will be kept runs alone (see `BitmapIndex::walk_alone`).
-        let _alone = if taken.track && seed.is_none() {
+        let _alone = if keep {
             match self.walk_alone(cancel) {
                 Some(guard) => Some(guard),
                 None => return Ok(Attempt::Done(None)),
@@ -1079,7 +1081,6 @@ impl BitmapIndex {
         } else {
             Vec::new()
         };
-        let keep = taken.track && seed.is_none();
         let memo = if taken.track && use_memo {
             self.memo_for(&plain_tips)
         } else {

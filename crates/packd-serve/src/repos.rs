@@ -231,16 +231,21 @@ mod tests {
         dir.join("r.git").canonicalize().unwrap()
     }
 
+    /// A cache of `capacity` repositories with the default options and no clone cache.
+    fn cache(capacity: usize) -> RepoCache {
+        RepoCache::new(
+            capacity,
+            UploadPackOptions::default(),
+            0,
+            RepositoryOptions::default(),
+        )
+    }
+
     #[test]
     fn cached_until_packs_change() {
         let tmp = tempfile::tempdir().unwrap();
         let git_dir = repo(tmp.path());
-        let cache = RepoCache::new(
-            4,
-            UploadPackOptions::default(),
-            0,
-            RepositoryOptions::default(),
-        );
+        let cache = cache(4);
         let a = cache.get(&git_dir).unwrap();
         let b = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "second lookup reopened");
@@ -261,12 +266,7 @@ mod tests {
     fn requests_that_come_together_share_one_open() {
         let tmp = tempfile::tempdir().unwrap();
         let git_dir = repo(tmp.path());
-        let cache = RepoCache::new(
-            4,
-            UploadPackOptions::default(),
-            0,
-            RepositoryOptions::default(),
-        );
+        let cache = cache(4);
         let start = std::sync::Barrier::new(8);
         let opened: Vec<Arc<UploadPack>> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..8)
@@ -288,12 +288,7 @@ mod tests {
     #[test]
     fn bounded() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = RepoCache::new(
-            2,
-            UploadPackOptions::default(),
-            0,
-            RepositoryOptions::default(),
-        );
+        let cache = cache(2);
         let dirs: Vec<PathBuf> = (0..3)
             .map(|i| repo(&tmp.path().join(i.to_string())))
             .collect();
