@@ -25,10 +25,6 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Root objects of a fill-in tree walk from which it is split over two threads (see
-/// `BitmapIndex::reach`): below this, a thread's start costs more than it saves.
-const SPLIT_ROOTS: usize = 16;
-
 /// Trees (or tips) to walk from which the walk first prepares the index for many lookups by
 /// id (`PackIndex::warm_lookups`: 3 ms on git/git's 841,000 objects, against hundreds of
 /// nanoseconds saved per lookup, a few lookups per tree).
@@ -121,7 +117,7 @@ fn cancelled_at(step: &mut usize, cancel: &AtomicBool) -> bool {
 }
 
 /// Bytes of tree content (and four per entry start) a fill-in tree walk keeps to compare the
-/// next version of each directory with (per thread; see [`LastAtPath`]).
+/// next version of each directory with (per walk; see [`LastAtPath`]).
 const LAST_AT_PATH_BUDGET: usize = 8 << 20;
 
 /// The most slots of a tree walk's filter in front of its set of ids met ([`RecentIds`]): 32,768
@@ -840,10 +836,11 @@ impl BitmapIndex {
     /// a bitmapped commit on the main line is reached, and its bits taken, before the walk goes
     /// down the side branches it already covers. A tip with a bitmap is taken without reading
     /// the commit. Trees of the commits that needed walking come after, skipping every subtree
-    /// already set; with many of them, on two threads (the sides of a fetch are walked one after
-    /// the other, so a second core is free). With many tips without bitmaps, the walk starts
-    /// from what an earlier walk kept (unless told not to), and keeps its own answer (see
-    /// [`WalkMemo`]).
+    /// already set, all on the caller's thread: when the trees were split over two threads,
+    /// git/git's first mirror clone was answered about 0.06 s sooner but took 9% more CPU
+    /// (0.531 s against 0.485 s, `CLONE=all bench/ab.py`), and CPU is what a server runs
+    /// out of. With many tips without bitmaps, the walk starts from what an earlier walk kept
+    /// (unless told not to), and keeps its own answer (see [`WalkMemo`]).
     ///
     /// With `seed` (objects known to be reached, a set closed under reachability: what a
     /// client has), the walk starts from it and stops wherever it enters it, so the answer is
@@ -1191,33 +1188,7 @@ impl BitmapIndex {
                 roots.push((id, kind));
             }
         }
-        // Many roots (and a core to spare: the sides of a fetch are walked in turn): the older
-        // half of the walk's trees goes to a second thread with its own copy of the bits and
-        // the objects met, and the two sets of bits are joined after. Objects both halves meet are
-        // looked up twice; the trees of neighbouring commits share most of them, which is why
-        // the halves are the newer and the older commits, not every other one.
-        let walked = if roots.len() >= SPLIT_ROOTS {
-            let older = roots.split_off(roots.len() / 2);
-            let mut other_bits = bits.clone();
-            let mut other_seen = seen.clone();
-            let (mine, theirs) = std::thread::scope(|scope| {
-                let theirs = scope.spawn(|| {
-                    self.walk_trees(repo, &mut other_bits, &mut other_seen, older, cancel)
-                });
-                let mine = self.walk_trees(repo, &mut bits, &mut seen, roots, cancel);
-                let theirs = theirs
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (mine, theirs)
-            });
-            bits.or_assign(&other_bits);
-            match (mine?, theirs?) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            }
-        } else {
-            self.walk_trees(repo, &mut bits, &mut seen, roots, cancel)?
-        };
+        let walked = self.walk_trees(repo, &mut bits, &mut seen, roots, cancel)?;
         let Some(mut walked) = walked else {
             return Ok(Attempt::Done(None));
         };

@@ -435,9 +435,9 @@ fn lines_equal_gits_with_names() {
 }
 
 /// A fill-in walk of many commits (git bitmaps every one of the newest 100 commits, then only
-/// some): the tree walk is then split over two threads, with the bits and objects met joined
-/// after, and the rank index is still being built while the commits are walked. Both with
-/// git's pack alone and with a `.rev`, the answers must be git's.
+/// some): the tree walk starts from many commits' trees, and the rank index is still being
+/// built while the commits are walked. Both with git's pack alone and with a `.rev`, the
+/// answers must be git's.
 #[test]
 fn long_fill_in_walks_match_git() {
     let sb = Sandbox::new();
