@@ -498,9 +498,11 @@ fn long_fill_in_walks_match_git() {
                 .unwrap_or(0);
             longest = longest.max(walked);
         }
+        // Walks of this many commits once split their trees over two threads; the test still
+        // asks for long walks, which also overlap the rank index's building.
         assert!(
             longest >= 16,
-            "no query walked 16 commits (.rev: {rev}), the split tree walk went untested"
+            "no query walked 16 commits (.rev: {rev}), a long fill-in walk went untested"
         );
     }
 }
