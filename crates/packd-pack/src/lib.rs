@@ -65,7 +65,8 @@ pub enum Deepen {
     },
     /// `deepen-since T` and `deepen-not REF` lines, either or both: the commits no older than
     /// T (seconds since the epoch, when given) that none of `not` reaches, reached from the
-    /// wants through such commits.
+    /// wants through such commits; with both, also none that a commit older than T reaches
+    /// (git's rev-list `--max-age` then limits its walk).
     SinceNot {
         /// `deepen-since`.
         since: Option<i64>,

@@ -161,20 +161,20 @@ fn boundary_of(walker: &Walker, keep: &IdSet) -> Result<Vec<ObjectId>, PackError
     Ok(boundary)
 }
 
-/// The commits `wants` reach through commits no older than `since` (all when `None`) and,
-/// when given, in `allowed`. git's rev-list `--max-age` also leaves out a newer commit that an
-/// older one leads to, when dates go back in history; such a commit is kept here.
+/// The commits `wants` reach through commits no older than `since` (all when `None`), as
+/// git's rev-list `--max-age` walks when nothing limits it: an older commit is left out, and
+/// so is what only it leads to, but a newer commit it leads to that a newer path also reaches
+/// is kept (dates can go back in history).
 fn commits_since(
     walker: &Walker,
     wants: &[ObjectId],
     since: Option<i64>,
-    allowed: Option<&IdSet>,
     cancel: &AtomicBool,
 ) -> Result<IdSet, PackError> {
     let mut keep = IdSet::default();
     let mut stack: Vec<ObjectId> = wants.to_vec();
     while let Some(id) = stack.pop() {
-        if keep.contains(&id) || allowed.is_some_and(|a| !a.contains(&id)) {
+        if keep.contains(&id) {
             continue;
         }
         let commit = walker.commit(&id)?;
@@ -188,6 +188,45 @@ fn commits_since(
         stack.extend(commit.parents);
     }
     Ok(keep)
+}
+
+/// The commits of `allowed` (what the wants reach and none of the excluded refs does) that no
+/// commit of `allowed` older than `since` reaches. git's rev-list `--max-age` with `--not`
+/// limits its walk first, and there an older commit makes everything it reaches uninteresting,
+/// a newer commit too: with dates going back in history, such a commit is left out even where
+/// a newer path reaches it, unlike [`commits_since`]. (git's limited walk may stop before an
+/// uninteresting mark has gone all the way down, in histories whose dates go back more than
+/// once; this takes the mark all the way.)
+fn commits_since_limited(
+    walker: &Walker,
+    allowed: IdSet,
+    since: i64,
+    cancel: &AtomicBool,
+) -> Result<IdSet, PackError> {
+    let mut stack = Vec::new();
+    for (n, id) in allowed.iter().enumerate() {
+        if n.is_multiple_of(CANCEL_EVERY) {
+            cancelled(cancel)?;
+        }
+        if walker.commit(id)?.time < since {
+            stack.push(*id);
+        }
+    }
+    let mut reached_from_old = IdSet::default();
+    while let Some(id) = stack.pop() {
+        // Outside `allowed` is outside the answer already.
+        if !allowed.contains(&id) || !reached_from_old.insert(id) {
+            continue;
+        }
+        if reached_from_old.len().is_multiple_of(CANCEL_EVERY) {
+            cancelled(cancel)?;
+        }
+        stack.extend(walker.commit(&id)?.parents);
+    }
+    Ok(allowed
+        .into_iter()
+        .filter(|id| !reached_from_old.contains(id))
+        .collect())
 }
 
 /// Applies a deepen request.
@@ -235,9 +274,12 @@ fn cut(
                 })?;
                 Some(reached.into_iter().map(|r| r.id).collect())
             };
-            let keep = match allowed {
-                Some(allowed) if since.is_none() => allowed,
-                allowed => commits_since(walker, wants, *since, allowed.as_ref(), cancel)?,
+            let keep = match (allowed, *since) {
+                (Some(allowed), None) => allowed,
+                (Some(allowed), Some(since)) => {
+                    commits_since_limited(walker, allowed, since, cancel)?
+                }
+                (None, since) => commits_since(walker, wants, since, cancel)?,
             };
             if keep.is_empty() {
                 return Err(PackError::BadRequest(

@@ -633,6 +633,72 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
     }
 }
 
+/// Dates going back in history: `t` merges `d` (new) and `o` (old), both on the root `c`,
+/// which is newer than `o`. git's rev-list `--max-age` alone skips `o` and still reaches `c`
+/// through `d`, so only `t` is shallow; with `--not` (a `--shallow-exclude`) it limits its
+/// walk, `o` makes `c` uninteresting too, and `d` becomes shallow as well. packd kept `c` in
+/// both cases, so its answer to the second lacked `shallow d`.
+#[test]
+fn an_old_commit_cuts_what_it_reaches_when_refs_are_excluded() {
+    let sb = Sandbox::new();
+    let repo = sb.init("src");
+    let script = r#"
+        set -e
+        echo c > c; git add c
+        GIT_COMMITTER_DATE="1700000000 +0000" git commit -q -m c
+        git checkout -q -b d
+        echo d > d; git add d
+        GIT_COMMITTER_DATE="1710000000 +0000" git commit -q -m d
+        git checkout -q main
+        echo o > o; git add o
+        GIT_COMMITTER_DATE="1600000000 +0000" git commit -q -m o
+        GIT_COMMITTER_DATE="1720000000 +0000" git merge -q --no-ff -m t d
+        git branch -q -D d
+        git checkout -q --orphan other
+        git rm -rqf .
+        echo z > z; git add z
+        GIT_COMMITTER_DATE="1720000000 +0000" git commit -q -m z
+        git checkout -q main
+    "#;
+    let mut cmd = Command::new("sh");
+    apply_env(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.path).arg("-c").arg(script);
+    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let t = repo.git_str(&["rev-parse", "HEAD"]);
+    let d = repo.git_str(&["rev-parse", "HEAD^2"]);
+    let shallow = |dir: &Path| std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
+    for version in [0u8, 2] {
+        for (cut, d_shallow) in [
+            ("--shallow-since=1650000000", false),
+            ("--shallow-since=1650000000 --shallow-exclude=other", true),
+        ] {
+            let name = |who: &str| format!("back-{who}-{version}{}", cut.replace(' ', ""));
+            let (ours, theirs) = (name("ours"), name("theirs"));
+            let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
+            clone.extend(cut.split(' '));
+            let mut args = clone.clone();
+            args.extend([up.as_str(), url.as_str(), ours.as_str()]);
+            git_v(&sb, sb.path(), version, &args).assert_success();
+            let mut args = clone.clone();
+            args.extend([url.as_str(), theirs.as_str()]);
+            git_v(&sb, sb.path(), version, &args).assert_success();
+            let (ours, theirs) = (sb.path().join(ours), sb.path().join(theirs));
+            let what = format!("v{version} {cut}");
+            assert_eq!(shallow(&ours), shallow(&theirs), "{what}: shallow commits");
+            assert_eq!(
+                objects_of(&sb, &ours),
+                objects_of(&sb, &theirs),
+                "{what}: objects"
+            );
+            assert!(shallow(&ours).contains(&t), "{what}: t is shallow");
+            assert_eq!(shallow(&ours).contains(&d), d_shallow, "{what}: d shallow");
+            fsck(&sb, &ours);
+        }
+    }
+}
+
 #[test]
 fn fetch_deepen_extends_a_shallow_clone() {
     let sb = Sandbox::new();
