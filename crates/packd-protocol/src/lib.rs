@@ -337,7 +337,7 @@ impl UploadPack {
                 ProtocolError::Invalid(_) => Some(format!("upload-pack: {e}")),
                 e => Some(e.to_string()),
             };
-            if let Some(message) = tell {
+            if let Some(message) = tell.map(|m| self.for_client(m)) {
                 // The client may be gone already: nothing more to do if this fails.
                 let _ = match err_band {
                     sideband::Sideband::None => pkt_line::write_err(&mut out, &message),
@@ -353,6 +353,23 @@ impl UploadPack {
         }
         stats.bytes = out.bytes;
         result.map(|()| stats)
+    }
+
+    /// An error's `message` as the client is told it: the repository's directory, which an
+    /// error names in full (a damaged pack file's path), becomes `.`, as git's upload-pack,
+    /// which runs in that directory, names it. The client learns nothing of where the server
+    /// keeps its repositories; the server's own log keeps the full path.
+    fn for_client(&self, message: String) -> String {
+        let repo = self.packs.repository();
+        let mut message = message;
+        for dir in [repo.common_dir(), repo.git_dir()] {
+            if let Some(dir) = dir.to_str().map(|d| d.trim_end_matches('/')) {
+                if !dir.is_empty() {
+                    message = message.replace(&format!("{dir}/"), "./");
+                }
+            }
+        }
+        message
     }
 }
 
