@@ -355,22 +355,26 @@ impl UploadPack {
         result.map(|()| stats)
     }
 
-    /// An error's `message` as the client is told it: the repository's directory, which an
-    /// error names in full (a damaged pack file's path), becomes `.`, as git's upload-pack,
-    /// which runs in that directory, names it. The client learns nothing of where the server
-    /// keeps its repositories; the server's own log keeps the full path.
+    /// An error's `message` as the client is told it (see [`told_to_client`]).
     fn for_client(&self, message: String) -> String {
         let repo = self.packs.repository();
-        let mut message = message;
-        for dir in [repo.common_dir(), repo.git_dir()] {
-            if let Some(dir) = dir.to_str().map(|d| d.trim_end_matches('/')) {
-                if !dir.is_empty() {
-                    message = message.replace(&format!("{dir}/"), "./");
-                }
+        told_to_client(message, &[repo.common_dir(), repo.git_dir()])
+    }
+}
+
+/// An error's `message` as a client is told it: each of `dirs` (a repository's directories),
+/// which an error names in full (a damaged file's path), becomes `.`, as git's upload-pack,
+/// which runs in the repository's directory, names its files. The client learns nothing of
+/// where the server keeps its repositories; the server's own log keeps the full path.
+pub fn told_to_client(mut message: String, dirs: &[&std::path::Path]) -> String {
+    for dir in dirs {
+        if let Some(dir) = dir.to_str().map(|d| d.trim_end_matches('/')) {
+            if !dir.is_empty() {
+                message = message.replace(&format!("{dir}/"), "./");
             }
         }
-        message
     }
+    message
 }
 
 #[cfg(test)]

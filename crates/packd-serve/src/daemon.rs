@@ -275,7 +275,10 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
         Ok(u) => u,
         Err(e) => {
             let message = format!("cannot open the repository: {e}");
-            send_err(&mut writer, &message);
+            send_err(
+                &mut writer,
+                &packd_protocol::told_to_client(message.clone(), &[&git_dir]),
+            );
             log.status = "failed".into();
             log.note = message;
             access_log::write(&log);

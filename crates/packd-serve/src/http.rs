@@ -215,10 +215,10 @@ async fn lookup(shared: &Arc<Shared>, raw: &str) -> Result<(PathBuf, Arc<UploadP
     let raw = raw.to_string();
     let joined = tokio::task::spawn_blocking(move || {
         let git_dir = shared.root.resolve_raw(&raw).map_err(Lookup::Path)?;
-        let upload = shared
-            .cache
-            .get(&git_dir)
-            .map_err(|e| Lookup::Open(e.to_string()))?;
+        let upload = shared.cache.get(&git_dir).map_err(|e| {
+            tracing::warn!("{}: cannot open the repository: {e}", git_dir.display());
+            Lookup::Open(packd_protocol::told_to_client(e.to_string(), &[&git_dir]))
+        })?;
         Ok((git_dir, upload))
     })
     .await;
@@ -514,7 +514,10 @@ async fn info_refs(shared: &Arc<Shared>, repo: &str, req: &Request<Incoming>) ->
         }
         Ok(Err(e)) => {
             tracing::warn!("{}: advertisement failed: {e}", git_dir.display());
-            text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                packd_protocol::told_to_client(e.to_string(), &[&git_dir]),
+            )
         }
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -828,6 +828,50 @@ fn advertisement_headers_and_unknown_repo() {
     assert!(run.err().contains("not found"), "{}", run.err());
 }
 
+/// A repository that cannot be opened (its pack's index cut short) gets a 500 whose reason
+/// names the file from the repository's directory, as git would, not by the server's absolute
+/// path (which tells a client where the server keeps its repositories); packd's log has it.
+#[test]
+fn a_repository_that_cannot_be_opened_is_named_from_its_own_directory() {
+    let f = Fixture::new();
+    let broken = f.sandbox.init_bare("root/broken.git");
+    broken.git(&["fetch", "-q", f.repo.path.to_str().unwrap(), "main:main"]);
+    broken.git(&["repack", "-adq"]);
+    let idx = broken.packs()[0].with_extension("idx");
+    let name = idx.file_name().unwrap().to_str().unwrap().to_string();
+    let mut perms = std::fs::metadata(&idx).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&idx, perms).unwrap();
+    let bytes = std::fs::read(&idx).unwrap();
+    std::fs::write(&idx, &bytes[..500]).unwrap();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let r = http(
+        &server.http,
+        "GET /broken.git/info/refs?service=git-upload-pack HTTP/1.1",
+        b"",
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    let dir = broken.path.to_str().unwrap();
+    assert!(
+        r.text().contains(&format!("./objects/pack/{name}")),
+        "the reason names the index: {}",
+        r.text()
+    );
+    assert!(
+        !r.text().contains(dir),
+        "the client is told {dir}: {}",
+        r.text()
+    );
+    assert!(
+        server
+            .log_text()
+            .contains(&format!("{dir}/objects/pack/{name}")),
+        "packd's log names the full path: {}",
+        server.log_text()
+    );
+}
+
 #[test]
 fn paths_outside_the_root_refused() {
     let f = Fixture::new();
