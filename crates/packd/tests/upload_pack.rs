@@ -28,10 +28,7 @@ fn history(sb: &Sandbox) -> Repo {
         GIT_COMMITTER_DATE="1701500000 +0000" git commit -q -m side
         git checkout -q main
     "#;
-    let mut cmd = Command::new("sh");
-    apply_env(&mut cmd, &repo.home);
-    cmd.current_dir(&repo.path).arg("-c").arg(script);
-    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    run_script(&repo, script);
     repo
 }
 
@@ -548,6 +545,38 @@ fn shallow_clones_and_deepening() {
     }
 }
 
+/// Runs the shell `script` in `repo`'s work tree, with the sandbox's git settings.
+fn run_script(repo: &Repo, script: &str) {
+    let mut cmd = Command::new("sh");
+    apply_env(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.path).arg("-c").arg(script);
+    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+}
+
+/// Clones `url`'s default branch alone, without tags, with the options `cut` (split at
+/// spaces) over protocol `version`: once from packd and once from git's upload-pack. Returns
+/// the two clones' directories (packd's first), named after `prefix`, the version and `cut`.
+fn clone_both_ways(
+    sb: &Sandbox,
+    url: &str,
+    version: u8,
+    cut: &str,
+    prefix: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let name = |who: &str| format!("{prefix}{who}-{version}{}", cut.replace(' ', ""));
+    let (ours, theirs) = (name("ours"), name("theirs"));
+    let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
+    clone.extend(cut.split(' '));
+    let mut args = clone.clone();
+    args.extend([up.as_str(), url, ours.as_str()]);
+    git_v(sb, sb.path(), version, &args).assert_success();
+    let mut args = clone;
+    args.extend([url, theirs.as_str()]);
+    git_v(sb, sb.path(), version, &args).assert_success();
+    (sb.path().join(ours), sb.path().join(theirs))
+}
+
 /// A commit newer than the cut whose only way from the tip is through a new shallow commit:
 /// `s` (new) merges `q` (old) and `p1` (new), both on the old root `o`. A `--shallow-since`
 /// between the dates, or a `--shallow-exclude` of `q`, keeps `s` and `p1` and makes both
@@ -574,10 +603,7 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
         GIT_COMMITTER_DATE="1720000000 +0000" git merge -q --no-ff -m s p1
         git branch -q -D p1
     "#;
-    let mut cmd = Command::new("sh");
-    apply_env(&mut cmd, &repo.home);
-    cmd.current_dir(&repo.path).arg("-c").arg(script);
-    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    run_script(&repo, script);
     let url = format!("file://{}", repo.path.to_str().unwrap());
     let up = format!("--upload-pack={}", upload_pack_cmd());
     let s = repo.git_str(&["rev-parse", "HEAD"]);
@@ -605,17 +631,7 @@ fn a_kept_commit_behind_a_new_shallow_commit_is_not_sent() {
             ("--shallow-since=1700000000 --shallow-exclude=p1", false),
             ("--depth=1", false),
         ] {
-            let name = |who: &str| format!("{who}-{version}{}", cut.replace(' ', ""));
-            let (ours, theirs) = (name("ours"), name("theirs"));
-            let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
-            clone.extend(cut.split(' '));
-            let mut args = clone.clone();
-            args.extend([up.as_str(), url.as_str(), ours.as_str()]);
-            git_v(&sb, sb.path(), version, &args).assert_success();
-            let mut args = clone.clone();
-            args.extend([url.as_str(), theirs.as_str()]);
-            git_v(&sb, sb.path(), version, &args).assert_success();
-            let (ours, theirs) = (sb.path().join(ours), sb.path().join(theirs));
+            let (ours, theirs) = clone_both_ways(&sb, &url, version, cut, "");
             let what = format!("v{version} {cut}");
             let shallow = same(&ours, &theirs, &what);
             assert!(shallow.contains(&s), "{what}: s is shallow");
@@ -660,12 +676,8 @@ fn an_old_commit_cuts_what_it_reaches_when_refs_are_excluded() {
         GIT_COMMITTER_DATE="1720000000 +0000" git commit -q -m z
         git checkout -q main
     "#;
-    let mut cmd = Command::new("sh");
-    apply_env(&mut cmd, &repo.home);
-    cmd.current_dir(&repo.path).arg("-c").arg(script);
-    run_cmd(cmd, None, GIT_TIMEOUT).assert_success();
+    run_script(&repo, script);
     let url = format!("file://{}", repo.path.to_str().unwrap());
-    let up = format!("--upload-pack={}", upload_pack_cmd());
     let t = repo.git_str(&["rev-parse", "HEAD"]);
     let d = repo.git_str(&["rev-parse", "HEAD^2"]);
     let shallow = |dir: &Path| std::fs::read_to_string(dir.join(".git/shallow")).unwrap();
@@ -674,17 +686,7 @@ fn an_old_commit_cuts_what_it_reaches_when_refs_are_excluded() {
             ("--shallow-since=1650000000", false),
             ("--shallow-since=1650000000 --shallow-exclude=other", true),
         ] {
-            let name = |who: &str| format!("back-{who}-{version}{}", cut.replace(' ', ""));
-            let (ours, theirs) = (name("ours"), name("theirs"));
-            let mut clone = vec!["clone", "-q", "--single-branch", "--no-tags"];
-            clone.extend(cut.split(' '));
-            let mut args = clone.clone();
-            args.extend([up.as_str(), url.as_str(), ours.as_str()]);
-            git_v(&sb, sb.path(), version, &args).assert_success();
-            let mut args = clone.clone();
-            args.extend([url.as_str(), theirs.as_str()]);
-            git_v(&sb, sb.path(), version, &args).assert_success();
-            let (ours, theirs) = (sb.path().join(ours), sb.path().join(theirs));
+            let (ours, theirs) = clone_both_ways(&sb, &url, version, cut, "back-");
             let what = format!("v{version} {cut}");
             assert_eq!(shallow(&ours), shallow(&theirs), "{what}: shallow commits");
             assert_eq!(
