@@ -212,21 +212,21 @@ fn commits_since_limited(
             stack.push(*id);
         }
     }
-    let mut reached_from_old = IdSet::default();
+    let mut keep = allowed;
+    let mut steps = 0usize;
     while let Some(id) = stack.pop() {
-        // Outside `allowed` is outside the answer already.
-        if !allowed.contains(&id) || !reached_from_old.insert(id) {
+        // A commit outside what is kept is outside `allowed` (and so is all it reaches), or
+        // was already taken out with what it reaches.
+        if !keep.remove(&id) {
             continue;
         }
-        if reached_from_old.len().is_multiple_of(CANCEL_EVERY) {
+        steps += 1;
+        if steps.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
         stack.extend(walker.commit(&id)?.parents);
     }
-    Ok(allowed
-        .into_iter()
-        .filter(|id| !reached_from_old.contains(id))
-        .collect())
+    Ok(keep)
 }
 
 /// Applies a deepen request.

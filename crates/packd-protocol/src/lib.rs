@@ -363,15 +363,23 @@ impl UploadPack {
 }
 
 /// An error's `message` as a client is told it: each of `dirs` (a repository's directories),
-/// which an error names in full (a damaged file's path), becomes `.`, as git's upload-pack,
-/// which runs in the repository's directory, names its files. The client learns nothing of
-/// where the server keeps its repositories; the server's own log keeps the full path.
+/// which an error names in full (a damaged file's path, or the directory itself), becomes
+/// `.`, as git's upload-pack, which runs in the repository's directory, names its files. The
+/// client is not told where the server keeps its repositories (an alternate's objects
+/// directory is still named in full); the server's own log keeps the full path.
 pub fn told_to_client(mut message: String, dirs: &[&std::path::Path]) -> String {
     for dir in dirs {
-        if let Some(dir) = dir.to_str().map(|d| d.trim_end_matches('/')) {
-            if !dir.is_empty() {
-                message = message.replace(&format!("{dir}/"), "./");
-            }
+        let dir = dir.display().to_string();
+        let dir = dir.trim_end_matches('/');
+        if dir.is_empty() {
+            continue;
+        }
+        // The directory as a path's start, or named alone (followed by `:` or ending the
+        // text): never a longer name it starts (`a.git` in `a.git2`).
+        message = message.replace(&format!("{dir}/"), "./");
+        message = message.replace(&format!("{dir}:"), ".:");
+        if let Some(head) = message.strip_suffix(dir) {
+            message = format!("{head}.");
         }
     }
     message
@@ -380,6 +388,27 @@ pub fn told_to_client(mut message: String, dirs: &[&std::path::Path]) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_is_told_paths_from_the_repository() {
+        let dirs = [std::path::Path::new("/srv/git/a.git")];
+        let told = |m: &str| told_to_client(m.to_string(), &dirs);
+        assert_eq!(
+            told("/srv/git/a.git/objects/pack/p.pack: offset 12: bad"),
+            "./objects/pack/p.pack: offset 12: bad"
+        );
+        assert_eq!(
+            told("/srv/git/a.git: not a repository"),
+            ".: not a repository"
+        );
+        assert_eq!(told("cannot open /srv/git/a.git"), "cannot open .");
+        // Another repository whose name starts with this one's is left as it is.
+        assert_eq!(told("/srv/git/a.git2/HEAD"), "/srv/git/a.git2/HEAD");
+        assert_eq!(
+            told_to_client("/srv/git/a.git/x".into(), &[std::path::Path::new("/")]),
+            "/srv/git/a.git/x"
+        );
+    }
 
     #[test]
     fn version_from_git_protocol() {

@@ -330,13 +330,9 @@ impl ReceivePack {
         Ok((commands, asked))
     }
 
-    /// `text` with the repository's own path left out of the paths it names.
+    /// `text` as the client is told it (see [`crate::told_to_client`]).
     fn relative(&self, text: &str) -> String {
-        let mut prefix = self.git_dir.display().to_string();
-        if !prefix.ends_with('/') {
-            prefix.push('/');
-        }
-        text.replace(&prefix, "")
+        crate::told_to_client(text.to_string(), &[&self.git_dir])
     }
 
     /// Serves one push after the advertisement: commands, pack, checks, ref updates, report.

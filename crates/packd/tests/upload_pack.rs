@@ -1574,7 +1574,8 @@ fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
         );
         // As git names it, from the repository's directory: where the server keeps it is not
         // told (packd's own log keeps the full path).
-        let dir = repo.path.to_str().unwrap();
+        let dir = repo.path.canonicalize().unwrap();
+        let dir = dir.to_str().unwrap();
         assert!(
             !err.contains(dir),
             "v{version}: the client is told {dir}: {err}"

@@ -108,7 +108,10 @@ pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body
                 no_cache(&mut resp);
                 resp
             }
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                packd_protocol::told_to_client(e.to_string(), &[&git_dir]),
+            ),
         }
     })
     .await
@@ -433,7 +436,10 @@ pub(super) async fn receive_pack(
                     no_cache(&mut resp);
                     resp
                 }
-                Err(e) => text(StatusCode::BAD_REQUEST, format!("receive-pack: {e}")),
+                Err(e) => text(
+                    StatusCode::BAD_REQUEST,
+                    packd_protocol::told_to_client(format!("receive-pack: {e}"), &[&git_dir]),
+                ),
             };
             return Some(super::finish(resp, log));
         }
