@@ -210,3 +210,31 @@ fn idle_connection_closed() {
         );
     }
 }
+
+/// A repository that cannot be opened (its pack's index cut short) is refused with an ERR line
+/// that names the file from the repository's directory, as git would, not by the server's
+/// absolute path; packd's log has the full path.
+#[test]
+fn a_repository_that_cannot_be_opened_is_named_from_its_own_directory() {
+    let f = Fixture::new();
+    let (dir, name) = f.broken_repo();
+    let dir = dir.as_str();
+    let server = Server::start(&f.sandbox, &f.root, &[]);
+    let answer = raw_request(&server, &request_line("git-upload-pack", "/broken.git"));
+    assert!(
+        answer.contains("ERR cannot open the repository: ")
+            && answer.contains(&format!("./objects/pack/{name}")),
+        "{answer:?}"
+    );
+    assert!(
+        !answer.contains(dir),
+        "the client is told {dir}: {answer:?}"
+    );
+    assert!(
+        server
+            .log_text()
+            .contains(&format!("{dir}/objects/pack/{name}")),
+        "packd's log names the full path: {}",
+        server.log_text()
+    );
+}

@@ -834,12 +834,8 @@ fn advertisement_headers_and_unknown_repo() {
 #[test]
 fn a_repository_that_cannot_be_opened_is_named_from_its_own_directory() {
     let f = Fixture::new();
-    let broken = f.sandbox.init_bare("root/broken.git");
-    broken.git(&["fetch", "-q", f.repo.path.to_str().unwrap(), "main:main"]);
-    broken.git(&["repack", "-adq"]);
-    let idx = broken.packs()[0].with_extension("idx");
-    let name = idx.file_name().unwrap().to_str().unwrap().to_string();
-    common::rewrite(&idx, |bytes| bytes.truncate(500));
+    let (dir, name) = f.broken_repo();
+    let dir = dir.as_str();
     let server = Server::start(&f.sandbox, &f.root, &[]);
     let r = http(
         &server.http,
@@ -847,9 +843,6 @@ fn a_repository_that_cannot_be_opened_is_named_from_its_own_directory() {
         b"",
     );
     assert_eq!(r.status, 500, "{}", r.text());
-    // As the server names it (the root's path resolved).
-    let dir = broken.path.canonicalize().unwrap();
-    let dir = dir.to_str().unwrap();
     assert!(
         r.text().contains(&format!("./objects/pack/{name}")),
         "the reason names the index: {}",

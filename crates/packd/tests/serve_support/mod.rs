@@ -156,6 +156,20 @@ pub struct Fixture {
 }
 
 impl Fixture {
+    /// `root/broken.git`: `main` of `repo.git` in one pack whose index is cut short, so that
+    /// the repository cannot be opened. Returns the repository's resolved path (as the server
+    /// names it) and the index's file name.
+    pub fn broken_repo(&self) -> (String, String) {
+        let broken = self.sandbox.init_bare("root/broken.git");
+        broken.git(&["fetch", "-q", self.repo.path.to_str().unwrap(), "main:main"]);
+        broken.git(&["repack", "-adq"]);
+        let idx = broken.packs()[0].with_extension("idx");
+        let name = idx.file_name().unwrap().to_str().unwrap().to_string();
+        common::rewrite(&idx, |bytes| bytes.truncate(500));
+        let dir = broken.path.canonicalize().unwrap();
+        (dir.to_str().unwrap().to_string(), name)
+    }
+
     pub fn new() -> Fixture {
         let sandbox = Sandbox::new();
         let root = sandbox.path().join("root");
