@@ -170,6 +170,22 @@ impl Fixture {
         (dir.to_str().unwrap().to_string(), name)
     }
 
+    /// Asserts that `told` (what a client of `server` was told about [`Fixture::broken_repo`]'s
+    /// repository at `dir`, with index `name`) names the index from the repository's directory
+    /// and not `dir`, and that the server's log names its full path.
+    pub fn assert_named_from_repo(server: &Server, told: &str, dir: &str, name: &str) {
+        assert!(
+            told.contains(&format!("./objects/pack/{name}")),
+            "the reason names the index: {told:?}"
+        );
+        assert!(!told.contains(dir), "the client is told {dir}: {told:?}");
+        let log = server.log_text();
+        assert!(
+            log.contains(&format!("{dir}/objects/pack/{name}")),
+            "packd's log names the full path: {log}"
+        );
+    }
+
     pub fn new() -> Fixture {
         let sandbox = Sandbox::new();
         let root = sandbox.path().join("root");
