@@ -15,7 +15,7 @@
 //! ```
 
 use crate::{Deepen, FetchRequest, Filter, PackError, ShallowUpdate};
-use packd_odb::parse::{tree_entries, CommitInfo};
+use packd_odb::parse::tree_entries;
 use packd_odb::{IdMap, IdSet, ObjectId, ObjectKind, Repository};
 use packd_reach::walk::{Query, Walker};
 use std::collections::VecDeque;
@@ -148,17 +148,35 @@ fn cut_depth(
     })
 }
 
-/// The boundary of a kept set: kept commits with a parent outside it.
-fn boundary_of(walker: &Walker, keep: &IdSet) -> Result<Vec<ObjectId>, PackError> {
-    let mut boundary = Vec::new();
-    for id in keep {
-        let commit: CommitInfo = walker.commit(id)?;
-        if commit.parents.iter().any(|p| !keep.contains(p)) {
-            boundary.push(*id);
+/// The commits a date or excluded refs keep, each with its parents: read once, for the cut
+/// and then for its boundary.
+type KeptCommits = IdMap<Vec<ObjectId>>;
+
+/// `ids` with their parents (each commit read once).
+fn with_parents(
+    walker: &Walker,
+    ids: IdSet,
+    cancel: &AtomicBool,
+) -> Result<KeptCommits, PackError> {
+    let mut kept = KeptCommits::default();
+    for (n, id) in ids.into_iter().enumerate() {
+        if n.is_multiple_of(CANCEL_EVERY) {
+            cancelled(cancel)?;
         }
+        kept.insert(id, walker.commit(&id)?.parents);
     }
+    Ok(kept)
+}
+
+/// The boundary of a kept set: kept commits with a parent outside it.
+fn boundary_of(keep: &KeptCommits) -> Vec<ObjectId> {
+    let mut boundary: Vec<ObjectId> = keep
+        .iter()
+        .filter(|(_, parents)| parents.iter().any(|p| !keep.contains_key(p)))
+        .map(|(id, _)| *id)
+        .collect();
     boundary.sort();
-    Ok(boundary)
+    boundary
 }
 
 /// The commits `wants` reach through commits no older than `since` (all when `None`), as
@@ -170,22 +188,22 @@ fn commits_since(
     wants: &[ObjectId],
     since: Option<i64>,
     cancel: &AtomicBool,
-) -> Result<IdSet, PackError> {
-    let mut keep = IdSet::default();
+) -> Result<KeptCommits, PackError> {
+    let mut keep = KeptCommits::default();
     let mut stack: Vec<ObjectId> = wants.to_vec();
     while let Some(id) = stack.pop() {
-        if keep.contains(&id) {
+        if keep.contains_key(&id) {
             continue;
         }
         let commit = walker.commit(&id)?;
         if since.is_some_and(|since| commit.time < since) {
             continue;
         }
-        keep.insert(id);
-        if keep.len() % CANCEL_EVERY == 0 {
+        stack.extend_from_slice(&commit.parents);
+        keep.insert(id, commit.parents);
+        if keep.len().is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
-        stack.extend(commit.parents);
     }
     Ok(keep)
 }
@@ -202,36 +220,37 @@ fn commits_since_limited(
     allowed: IdSet,
     since: i64,
     cancel: &AtomicBool,
-) -> Result<IdSet, PackError> {
+) -> Result<KeptCommits, PackError> {
+    let mut keep = KeptCommits::default();
     let mut stack = Vec::new();
-    for (n, id) in allowed.iter().enumerate() {
+    for (n, id) in allowed.into_iter().enumerate() {
         if n.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
-        if walker.commit(id)?.time < since {
-            stack.push(*id);
+        let commit = walker.commit(&id)?;
+        if commit.time < since {
+            stack.push(id);
         }
+        keep.insert(id, commit.parents);
     }
-    let mut keep = allowed;
     let mut steps = 0usize;
     while let Some(id) = stack.pop() {
         // A commit outside what is kept is outside `allowed` (and so is all it reaches), or
         // was already taken out with what it reaches.
-        if !keep.remove(&id) {
+        let Some(parents) = keep.remove(&id) else {
             continue;
-        }
+        };
         steps += 1;
         if steps.is_multiple_of(CANCEL_EVERY) {
             cancelled(cancel)?;
         }
-        stack.extend(walker.commit(&id)?.parents);
+        stack.extend(parents);
     }
     Ok(keep)
 }
 
 /// Applies a deepen request.
 fn cut(
-    repo: &Repository,
     walker: &Walker,
     wants: &[ObjectId],
     deepen: &Deepen,
@@ -266,7 +285,7 @@ fn cut(
             let allowed: Option<IdSet> = if not.is_empty() {
                 None
             } else {
-                let reached = Walker::new(repo).reachable(&Query {
+                let reached = walker.reachable(&Query {
                     include: wants.to_vec(),
                     exclude: not.clone(),
                     objects: false,
@@ -275,7 +294,7 @@ fn cut(
                 Some(reached.into_iter().map(|r| r.id).collect())
             };
             let keep = match (allowed, *since) {
-                (Some(allowed), None) => allowed,
+                (Some(allowed), None) => with_parents(walker, allowed, cancel)?,
                 (Some(allowed), Some(since)) => {
                     commits_since_limited(walker, allowed, since, cancel)?
                 }
@@ -286,8 +305,11 @@ fn cut(
                     "no commits selected for shallow requests".into(),
                 ));
             }
-            let boundary = boundary_of(walker, &keep)?;
-            Ok(Cut { keep, boundary })
+            let boundary = boundary_of(&keep);
+            Ok(Cut {
+                keep: keep.into_keys().collect(),
+                boundary,
+            })
         }
     }
 }
@@ -314,14 +336,7 @@ pub(crate) fn shallow_updates(
     };
     let walker = Walker::new(repo);
     let wants = peel(&walker, &request.wants)?.commits;
-    let cut = cut(
-        repo,
-        &walker,
-        &wants,
-        deepen,
-        &request.client_shallow,
-        cancel,
-    )?;
+    let cut = cut(&walker, &wants, deepen, &request.client_shallow, cancel)?;
     let boundary: IdSet = cut.boundary.iter().copied().collect();
     let old: IdSet = request.client_shallow.iter().copied().collect();
     let mut updates: Vec<ShallowUpdate> = cut
