@@ -14,10 +14,12 @@
 pub mod access_log;
 pub mod auth;
 pub mod conn;
+pub mod create;
 pub mod daemon;
 pub mod http;
 pub mod memory;
 pub mod paths;
+pub mod push_head;
 pub mod repos;
 mod sendfile;
 
@@ -124,6 +126,8 @@ pub struct Shared {
     pub allow_push: bool,
     /// Whether a push may create its repository.
     pub create_on_push: bool,
+    /// Repositories pushes are creating (see [`create`]).
+    pub creations: Arc<create::Creations>,
     /// Users allowed in, when access is controlled (see [`Config::auth`]).
     pub auth: Option<Arc<auth::AuthFile>>,
 }
@@ -169,6 +173,7 @@ impl Server {
                 limits: config.limits,
                 allow_push: config.allow_push,
                 create_on_push: config.create_on_push,
+                creations: Arc::default(),
                 auth: config.auth.clone(),
             }),
         })
