@@ -22,6 +22,8 @@ pub mod paths;
 pub mod push_head;
 pub mod repos;
 mod sendfile;
+pub mod stamp;
+pub mod wants;
 
 pub use packd_odb::RepositoryOptions;
 use packd_protocol::UploadPackOptions;
