@@ -80,7 +80,8 @@ pub struct Config {
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
     /// A push to a path with no repository creates an empty bare one there
-    /// (`--create-on-push`); otherwise it gets 404.
+    /// (`--create-on-push`; pushes must be allowed too), never inside another repository, and
+    /// removed again when that first push takes no ref (see [`create`]); otherwise it gets 404.
     pub create_on_push: bool,
     /// Users allowed in (`--auth-file`): every HTTP request then needs basic auth and the
     /// user's right on the repository, pushes are open to users with a write right, and

@@ -335,6 +335,25 @@ fn a_first_push_that_takes_no_ref_leaves_nothing_over_both_transports() {
     }
     assert_eq!(tree(&root), before, "HTTP, hung up: left behind");
 
+    // git's own push, every command refused (a ref hidden by the server's configuration):
+    // the client, which exits once it read the report, finds nothing left.
+    let mut config = std::fs::read_to_string(sb.home.join(".gitconfig")).unwrap();
+    config.push_str("[receive]\n\thideRefs = refs/hidden\n");
+    std::fs::write(sb.home.join(".gitconfig"), config).unwrap();
+    for url in [
+        server.http_url("team/hidden.git"),
+        server.git_url("a/hidden.git"),
+    ] {
+        let run = client.git_run(&["push", &url, "main:refs/hidden/x"], None);
+        assert!(!run.success(), "{url}");
+        assert!(
+            run.err().contains("deny updating a hidden ref"),
+            "{}",
+            run.err()
+        );
+        assert_eq!(tree(&root), before, "{url}: left behind");
+    }
+
     // The same pack and command, whole, create the repository over both.
     for (path, url) in [
         ("team/http.git", server.http_url("team/http.git")),

@@ -73,12 +73,11 @@ async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Res
 /// when a push may create it (`--create-on-push`; nothing is made here), else why not (404,
 /// or 403 for a path where no repository may be made).
 fn push_destination(shared: &Shared, repo: &str) -> Result<Option<PathBuf>, PathError> {
-    crate::paths::percent_decode(repo)
-        .and_then(|decoded| {
-            shared
-                .root
-                .push_destination(&decoded, shared.create_on_push)
-        })
+    crate::paths::percent_decode(repo).and_then(|decoded| {
+        shared
+            .root
+            .push_destination(&decoded, shared.create_on_push)
+    })
 }
 
 /// `GET <repo>/info/refs?service=git-receive-pack`. A repository a push would create is
