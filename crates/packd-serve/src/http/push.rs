@@ -31,13 +31,13 @@ use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::create::PushTarget;
 use crate::paths::PathError;
+use crate::push_head::{read_head, HeadError};
 use crate::Shared;
 use bytes::{Buf, Bytes};
 
 /// Batches of receive-pack's reply (flushed progress lines, then the report) queued for the
 /// socket.
 const QUEUED_REPLIES: usize = 16;
-use crate::push_head::{read_head, HeadError};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header;
