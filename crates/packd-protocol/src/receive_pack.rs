@@ -185,6 +185,32 @@ fn one_line(text: &str) -> String {
     s
 }
 
+/// Writes the advertisement of `refs` (the capabilities on the first line, or on a
+/// `capabilities^{}` line when there are none) and its flush.
+fn write_advertisement(
+    refs: &[(String, ObjectId)],
+    out: &mut dyn Write,
+) -> Result<(), ProtocolError> {
+    let caps = format!("{CAPABILITIES} agent={}", agent());
+    if refs.is_empty() {
+        pkt_line::write_text(
+            out,
+            &format!("{} capabilities^{{}}\0{caps}\n", ObjectId::NULL.to_hex()),
+        )?;
+    }
+    for (i, (name, id)) in refs.iter().enumerate() {
+        let line = if i == 0 {
+            format!("{} {name}\0{caps}\n", id.to_hex())
+        } else {
+            format!("{} {name}\n", id.to_hex())
+        };
+        pkt_line::write_text(out, &line)?;
+    }
+    pkt_line::write_flush(out)?;
+    out.flush()?;
+    Ok(())
+}
+
 impl ReceivePack {
     /// receive-pack for the repository whose git directory is `git_dir`.
     pub fn new(git_dir: &Path, options: ReceivePackOptions) -> ReceivePack {
@@ -221,24 +247,14 @@ impl ReceivePack {
             .into_iter()
             .map(|r| (r.name, r.id))
             .collect();
-        let caps = format!("{CAPABILITIES} agent={}", agent());
-        if refs.is_empty() {
-            pkt_line::write_text(
-                out,
-                &format!("{} capabilities^{{}}\0{caps}\n", ObjectId::NULL.to_hex()),
-            )?;
-        }
-        for (i, (name, id)) in refs.iter().enumerate() {
-            let line = if i == 0 {
-                format!("{} {name}\0{caps}\n", id.to_hex())
-            } else {
-                format!("{} {name}\n", id.to_hex())
-            };
-            pkt_line::write_text(out, &line)?;
-        }
-        pkt_line::write_flush(out)?;
-        out.flush()?;
-        Ok(())
+        write_advertisement(&refs, out)
+    }
+
+    /// The advertisement of a repository that does not exist yet, for a server that creates
+    /// it on the first push (`packd serve --create-on-push`): no refs, as an empty
+    /// repository's, so that git goes on to send its push.
+    pub fn advertise_empty(out: &mut dyn Write) -> Result<(), ProtocolError> {
+        write_advertisement(&[], out)
     }
 
     /// Reads the command list (and push options).

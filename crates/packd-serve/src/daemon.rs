@@ -7,8 +7,10 @@
 //! credentials.
 
 use crate::access_log::{self, LogLine};
+use crate::paths::PathError;
+use crate::push_head::{read_head, HeadError};
 use crate::Shared;
-use packd_protocol::{Mode, ProtocolVersion};
+use packd_protocol::{Mode, ProtocolVersion, ReceivePack, ReceivePackOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
@@ -138,7 +140,10 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-/// Serves a push (`--allow-push`): advertisement, then one receive-pack conversation.
+/// Serves a push (`--allow-push`): advertisement, then one receive-pack conversation. With
+/// `--create-on-push` a path with no repository is advertised as an empty repository and the
+/// repository made once the client's commands arrived (see [`crate::create`]); the push's
+/// answer then waits until it is kept, or removed when the push took no ref.
 fn serve_push(
     shared: &Shared,
     path: &str,
@@ -146,29 +151,75 @@ fn serve_push(
     writer: &mut Counting<BufWriter<TcpStream>>,
     log: &mut LogLine,
 ) {
-    let git_dir = match shared.root.resolve(path) {
+    let refuse = |writer: &mut Counting<BufWriter<TcpStream>>, log: &mut LogLine, e: PathError| {
+        let message = format!("{}: {e}", path.escape_debug());
+        send_err(writer, &message);
+        log.note = message;
+    };
+    let existing = match shared.root.push_destination(path, shared.create_on_push) {
         Ok(d) => d,
-        Err(e) => {
-            let message = format!("{}: {e}", path.escape_debug());
+        Err(e) => return refuse(writer, log, e),
+    };
+    let advertised = match &existing {
+        Some(git_dir) => ReceivePack::new(git_dir, ReceivePackOptions::default()).advertise(writer),
+        None => ReceivePack::advertise_empty(writer),
+    };
+    let advertised = advertised.and_then(|()| writer.flush().map_err(Into::into));
+    if let Err(e) = advertised {
+        log.status = "failed".into();
+        log.note = e.to_string();
+        return;
+    }
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let head = match read_head(&mut reader, shared.limits.max_request_bytes) {
+        Ok(head) => head,
+        Err(HeadError::TooLarge(limit)) => {
+            let message = format!(
+                "push commands and options larger than the server's limit of {limit} bytes"
+            );
             send_err(writer, &message);
             log.note = message;
             return;
         }
+        Err(HeadError::Io(e)) => {
+            log.status = "failed".into();
+            log.note = format!("reading the commands: {e}");
+            return;
+        }
+    };
+    if head.is_empty() || head == b"0000" {
+        // Nothing to push (git hangs up after the advertisement when it is up to date).
+        log.status = "ok".into();
+        log.bytes = writer.bytes;
+        return;
+    }
+    let target = match shared
+        .creations
+        .push_target(&shared.root, path, shared.create_on_push)
+    {
+        Ok(target) => target,
+        Err(e) => return refuse(writer, log, e),
     };
     // The same bound on the pack as over HTTP (`--max-push-bytes`).
-    let options = packd_protocol::ReceivePackOptions {
+    let options = ReceivePackOptions {
         limits: packd_odb::pack::data::input::InputLimits {
             max_bytes: shared.limits.max_push_bytes,
             ..Default::default()
         },
         ..Default::default()
     };
-    let receive = packd_protocol::ReceivePack::new(&git_dir, options);
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let result = receive
-        .advertise(writer)
-        .and_then(|()| writer.flush().map_err(Into::into))
-        .and_then(|()| receive.serve(&mut reader, writer));
+    let created = target.is_created();
+    let mut held = Vec::new();
+    let result = {
+        let mut stream = Read::chain(&head[..], &mut reader);
+        let out: &mut dyn Write = if created { &mut held } else { &mut *writer };
+        ReceivePack::new(target.git_dir(), options).serve(&mut stream, out)
+    };
+    // A repository made for this push is kept or removed before the client reads the report.
+    drop(target);
+    if created {
+        let _ = writer.write_all(&held);
+    }
     let _ = writer.flush();
     log.bytes = writer.bytes;
     match result {

@@ -630,6 +630,7 @@ async fn upload_pack(
         return Err((BodyError::TooLarge.response(limit), log));
     }
     let version = git_protocol(&req);
+    let asked = Instant::now();
     let (git_dir, upload) = match lookup(shared, repo).await {
         Ok(found) => found,
         Err(e) => return Err((e.response(), log)),
@@ -672,7 +673,18 @@ async fn upload_pack(
     let idle = shared.limits.idle_timeout;
     let handle = tokio::runtime::Handle::current();
     log.status = "200".into();
+    let shared = shared.clone();
     tokio::task::spawn_blocking(move || {
+        // A want the repository lacks may be in a pack stored since it was opened: looked
+        // for again in a fresh open (if that fails, upload-pack tells the client).
+        let upload = if crate::wants::lacks_a_want(&upload, &body) {
+            shared
+                .cache
+                .reopen_after_miss(&git_dir, asked)
+                .unwrap_or(upload)
+        } else {
+            upload
+        };
         let mut writer =
             ChannelWriter::new(tx, handle, idle, cancel.clone(), FileRange::SENT_BY_KERNEL);
         let mut input: &[u8] = &body;

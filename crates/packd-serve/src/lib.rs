@@ -14,12 +14,16 @@
 pub mod access_log;
 pub mod auth;
 pub mod conn;
+pub mod create;
 pub mod daemon;
 pub mod http;
 pub mod memory;
 pub mod paths;
+pub mod push_head;
 pub mod repos;
 mod sendfile;
+pub mod stamp;
+pub mod wants;
 
 pub use packd_odb::RepositoryOptions;
 use packd_protocol::UploadPackOptions;
@@ -76,7 +80,8 @@ pub struct Config {
     /// refused (HTTP 403, git:// ERR).
     pub allow_push: bool,
     /// A push to a path with no repository creates an empty bare one there
-    /// (`--create-on-push`); otherwise it gets 404.
+    /// (`--create-on-push`; pushes must be allowed too), never inside another repository, and
+    /// removed again when that first push takes no ref (see [`create`]); otherwise it gets 404.
     pub create_on_push: bool,
     /// Users allowed in (`--auth-file`): every HTTP request then needs basic auth and the
     /// user's right on the repository, pushes are open to users with a write right, and
@@ -124,6 +129,8 @@ pub struct Shared {
     pub allow_push: bool,
     /// Whether a push may create its repository.
     pub create_on_push: bool,
+    /// Repositories pushes are creating (see [`create`]).
+    pub creations: Arc<create::Creations>,
     /// Users allowed in, when access is controlled (see [`Config::auth`]).
     pub auth: Option<Arc<auth::AuthFile>>,
 }
@@ -169,6 +176,7 @@ impl Server {
                 limits: config.limits,
                 allow_push: config.allow_push,
                 create_on_push: config.create_on_push,
+                creations: Arc::default(),
                 auth: config.auth.clone(),
             }),
         })

@@ -182,61 +182,6 @@ impl Root {
     }
 }
 
-impl Root {
-    /// Creates an empty bare repository at the decoded path `decoded` under the root, for a
-    /// push to a path that has none (`--create-on-push`), and returns its canonical git
-    /// directory. The path must not exist yet, and the directory it lands in must be inside the
-    /// root after resolving symlinks.
-    pub fn create_bare(&self, decoded: &str) -> Result<PathBuf, PathError> {
-        let rel = check_relative(decoded)?;
-        let shown = rel.display().to_string();
-        if rel.as_os_str().is_empty() {
-            return Err(PathError::Forbidden(format!(
-                "{shown}: not a repository path"
-            )));
-        }
-        let target = self.canonical.join(&rel);
-        if target.exists() {
-            return Err(PathError::Forbidden(format!(
-                "{shown}: exists and is not a repository"
-            )));
-        }
-        // The deepest existing ancestor decides where the new directory really lands.
-        let mut ancestor = target.parent();
-        while let Some(a) = ancestor {
-            if a.exists() {
-                let real = a
-                    .canonicalize()
-                    .map_err(|_| PathError::NotFound(shown.clone()))?;
-                if !real.starts_with(&self.canonical) {
-                    return Err(PathError::Forbidden(format!(
-                        "{shown}: resolves outside the served root"
-                    )));
-                }
-                break;
-            }
-            ancestor = a.parent();
-        }
-        let failed = |e: std::io::Error| {
-            PathError::Forbidden(format!("{shown}: cannot create the repository: {e}"))
-        };
-        for dir in ["objects/pack", "objects/info", "refs/heads", "refs/tags"] {
-            std::fs::create_dir_all(target.join(dir)).map_err(failed)?;
-        }
-        std::fs::write(
-            target.join("config"),
-            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n",
-        )
-        .map_err(failed)?;
-        // HEAD last: a directory with HEAD, objects/ and refs/ is a repository.
-        std::fs::write(target.join("HEAD"), "ref: refs/heads/main\n").map_err(failed)?;
-        tracing::info!("created the repository {shown} for a push");
-        target
-            .canonicalize()
-            .map_err(|_| PathError::NotFound(shown.clone()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

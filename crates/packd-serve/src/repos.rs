@@ -1,13 +1,18 @@
 //! The repository cache: one [`UploadPack`] per served repository, kept between requests so
 //! that pack indexes, bitmaps and the delta base cache stay loaded.
 //!
-//! Each lookup stats a few files (`objects/pack/`, `objects/info/`, `objects/info/alternates`,
-//! `objects/info/commit-graphs/`, and the configuration files git reads); when any of them
-//! changed since the repository was opened (a repack, a new pack from a push, a new bitmap or
-//! commit-graph, new alternates, a new `uploadpack.hideRefs`) the repository is opened again.
-//! Refs are read by the protocol layer on every request, so they need no stamp. The cache
-//! holds at most `capacity` repositories and evicts the one used least recently.
+//! Each lookup takes the repository's [`Stamp`] (the names in `objects/pack`, the
+//! multi-pack-index's checksum, a few files' identity: alternates, commit-graphs, the
+//! configuration files git reads); when it changed since the repository was opened (a repack,
+//! a new pack from a push, a new bitmap or commit-graph, new alternates, a new
+//! `uploadpack.hideRefs`) the repository is opened again. Refs are read by the protocol layer
+//! on every request, so they need no stamp. A request that wants an object the repository it
+//! got does not have asks again ([`RepoCache::reopen_after_miss`]), as git looks at its packs
+//! again before it calls an object missing: that covers what no stamp shows (the packs of an
+//! alternate). The cache holds at most `capacity` repositories and evicts the one used least
+//! recently.
 
+use crate::stamp::Stamp;
 use packd_odb::{Repository, RepositoryOptions};
 use packd_pack::clone_cache::CloneCacheConfig;
 use packd_pack::PackServer;
@@ -16,7 +21,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::Instant;
 
 /// Why a repository could not be opened for serving.
 #[derive(Debug, thiserror::Error)]
@@ -26,44 +31,11 @@ pub enum OpenError {
     Odb(#[from] packd_odb::Error),
 }
 
-/// What the files that decide whether a repository must be reopened looked like.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp(Vec<Option<(SystemTime, u64)>>);
-
-fn stat(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
-/// The objects directory of a git directory (following a linked worktree's `commondir`).
-fn objects_dir(git_dir: &Path) -> PathBuf {
-    match std::fs::read_to_string(git_dir.join("commondir")) {
-        Ok(text) => git_dir.join(text.trim_end()).join("objects"),
-        Err(_) => git_dir.join("objects"),
-    }
-}
-
-impl Stamp {
-    fn of(git_dir: &Path) -> Stamp {
-        let objects = objects_dir(git_dir);
-        let mut files = vec![
-            objects.join("pack"),
-            objects.join("info"),
-            objects.join("info/alternates"),
-            objects.join("info/commit-graphs"),
-            objects.join("info/commit-graph"),
-        ];
-        // The configuration files `Repository::open` reads: those of the common directory
-        // (the objects directory's parent, also for a linked worktree).
-        let common = objects.parent().unwrap_or(git_dir);
-        files.extend(packd_odb::config::Config::standard_files(common));
-        Stamp(files.iter().map(|p| stat(p)).collect())
-    }
-}
-
 struct Entry {
     upload: Arc<UploadPack>,
     stamp: Stamp,
+    /// When its open began (it shows every object stored before).
+    opened: Instant,
     last_used: u64,
 }
 
@@ -122,8 +94,31 @@ impl RepoCache {
     /// or taken from the cache. Blocking (it stats files and may open the repository): call it
     /// off the async runtime.
     pub fn get(&self, git_dir: &Path) -> Result<Arc<UploadPack>, OpenError> {
+        self.lookup(git_dir, None)
+    }
+
+    /// [`RepoCache::get`] for a request, begun at `asked`, that wants an object the
+    /// repository it got lacks: the repository opened again, unless an open begun since
+    /// `asked` is cached (another request that missed too reopened it; an object stored
+    /// before the request began is in that one, so a client asking for a missing object
+    /// cannot make every request reopen).
+    pub fn reopen_after_miss(
+        &self,
+        git_dir: &Path,
+        asked: Instant,
+    ) -> Result<Arc<UploadPack>, OpenError> {
+        self.lookup(git_dir, Some(asked))
+    }
+
+    /// The cached upload-pack of `git_dir` if still current (and opened since `opened_since`,
+    /// when given), else opened now.
+    fn lookup(
+        &self,
+        git_dir: &Path,
+        opened_since: Option<Instant>,
+    ) -> Result<Arc<UploadPack>, OpenError> {
         let stamp = Stamp::of(git_dir);
-        if let Some(upload) = self.cached(git_dir, &stamp) {
+        if let Some(upload) = self.cached(git_dir, &stamp, opened_since) {
             return Ok(upload);
         }
         // Opened outside the cache's lock: other repositories keep being served meanwhile. One
@@ -142,7 +137,7 @@ impl RepoCache {
         let opener = opening.lock();
         // Stamped again: the files may have changed while this request waited.
         let stamp = Stamp::of(git_dir);
-        let upload = match self.cached(git_dir, &stamp) {
+        let upload = match self.cached(git_dir, &stamp, opened_since) {
             Some(upload) => Ok(upload),
             None => self.open(git_dir, stamp),
         };
@@ -160,22 +155,32 @@ impl RepoCache {
     }
 
     /// The cached upload-pack of `git_dir` if it was opened when its files looked as `stamp`
-    /// says.
-    fn cached(&self, git_dir: &Path, stamp: &Stamp) -> Option<Arc<UploadPack>> {
+    /// says (and its open began at `opened_since` or later, when given).
+    fn cached(
+        &self,
+        git_dir: &Path,
+        stamp: &Stamp,
+        opened_since: Option<Instant>,
+    ) -> Option<Arc<UploadPack>> {
         let mut inner = self.inner.lock();
         inner.tick += 1;
         let tick = inner.tick;
         let entry = inner.entries.get_mut(git_dir)?;
-        if entry.stamp == *stamp {
-            entry.last_used = tick;
-            return Some(entry.upload.clone());
+        if entry.stamp != *stamp {
+            tracing::debug!("{}: packs changed, reopening", git_dir.display());
+            return None;
         }
-        tracing::debug!("{}: packs changed, reopening", git_dir.display());
-        None
+        if opened_since.is_some_and(|since| entry.opened < since) {
+            tracing::debug!("{}: an object was missing, reopening", git_dir.display());
+            return None;
+        }
+        entry.last_used = tick;
+        Some(entry.upload.clone())
     }
 
     /// Opens `git_dir`, whose files look as `stamp` says, and caches it.
     fn open(&self, git_dir: &Path, stamp: Stamp) -> Result<Arc<UploadPack>, OpenError> {
+        let opened = Instant::now();
         let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
         let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
@@ -198,6 +203,7 @@ impl RepoCache {
             Entry {
                 upload: upload.clone(),
                 stamp,
+                opened,
                 last_used: tick,
             },
         );
@@ -208,6 +214,7 @@ impl RepoCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use packd_odb::ObjectId;
     use std::process::Command;
 
     fn git(dir: &Path, args: &[&str]) {
@@ -249,8 +256,7 @@ mod tests {
         let a = cache.get(&git_dir).unwrap();
         let b = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "second lookup reopened");
-        // A new file in objects/pack changes the directory's mtime (sleep past coarse clocks).
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // A new file in objects/pack changes the listing.
         let pack_dir = git_dir.join("objects/pack");
         std::fs::write(pack_dir.join("x.keep"), "").unwrap();
         let c = cache.get(&git_dir).unwrap();
@@ -260,6 +266,84 @@ mod tests {
         );
         let d = cache.get(&git_dir).unwrap();
         assert!(Arc::ptr_eq(&c, &d));
+    }
+
+    /// The pack files of `src` (a repository with one pack) copied into `dst`'s
+    /// `objects/pack` under quarantine names; the id of `src`'s `main`.
+    fn quarantined_pack_of(src: &Path, dst: &Path) -> (Vec<(PathBuf, PathBuf)>, ObjectId) {
+        let mut renames = Vec::new();
+        for entry in std::fs::read_dir(src.join("objects/pack")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let quarantined = dst
+                .join("objects/pack")
+                .join(format!("tmp_incoming_{name}"));
+            std::fs::copy(&path, &quarantined).unwrap();
+            renames.push((quarantined, dst.join("objects/pack").join(name)));
+        }
+        // The .pack first, then the .idx, as a push migrates them.
+        renames.sort_by_key(|(_, to)| to.extension().is_some_and(|e| e == "idx"));
+        let head = std::fs::read_to_string(src.join("refs/heads/main")).unwrap();
+        (renames, ObjectId::from_hex(head.trim()).unwrap())
+    }
+
+    #[test]
+    fn a_pack_added_within_the_clock_tick_of_the_last_change_is_seen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = repo(tmp.path());
+        let src = tmp.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        git(&src, &["init", "-q", "--bare", "-b", "main", "."]);
+        let tree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        git(&src, &["commit-tree", "-m", "x", tree]);
+        let work = tmp.path().join("w");
+        git(tmp.path(), &["clone", "-q", src.to_str().unwrap(), "w"]);
+        git(&work, &["commit", "-q", "--allow-empty", "-m", "pushed"]);
+        git(&work, &["push", "-q", "origin", "HEAD:refs/heads/main"]);
+        git(&src, &["repack", "-q", "-a", "-d"]);
+        let (renames, tip) = quarantined_pack_of(&src, &git_dir);
+        let cache = cache(4);
+        let pack_dir = git_dir.join("objects/pack");
+        let before = cache.get(&git_dir).unwrap();
+        let mtime = std::fs::metadata(&pack_dir).unwrap().modified().unwrap();
+        for (from, to) in &renames {
+            std::fs::rename(from, to).unwrap();
+        }
+        // As if within the same tick of a coarse clock: the directory's time unchanged (and
+        // its size: names were renamed, not added).
+        std::fs::File::open(&pack_dir)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let objects = |u: &UploadPack| u.pack_server().repository().objects().contains(&tip);
+        assert!(!objects(&before).unwrap());
+        let after = cache.get(&git_dir).unwrap();
+        assert!(
+            objects(&after).unwrap(),
+            "the cached repository lacks the new pack"
+        );
+    }
+
+    #[test]
+    fn a_miss_reopens_once_for_the_requests_begun_before() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = repo(tmp.path());
+        let cache = cache(4);
+        let early = Instant::now();
+        let a = cache.get(&git_dir).unwrap();
+        // Opened after `early` began: kept.
+        assert!(Arc::ptr_eq(
+            &a,
+            &cache.reopen_after_miss(&git_dir, early).unwrap()
+        ));
+        let late = Instant::now();
+        let b = cache.reopen_after_miss(&git_dir, late).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b), "not reopened");
+        assert!(Arc::ptr_eq(
+            &b,
+            &cache.reopen_after_miss(&git_dir, late).unwrap()
+        ));
+        assert!(Arc::ptr_eq(&b, &cache.get(&git_dir).unwrap()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::upload_pack::open_repository;
 use anyhow::{Context, Result};
 use packd_protocol::{ReceivePack, ReceivePackOptions};
+use packd_serve::stamp::Stamp;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,11 +70,14 @@ pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// When the repository's `objects/pack` last changed (a pack added or removed), if known: taken
-/// before the repository is opened, so that any change after the open changes it. `None` (the
-/// repository is elsewhere: a gitfile, a worktree, `DIR.git`) makes the push reopen it.
-fn pack_dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
-    [dir.join("objects/pack"), dir.join(".git/objects/pack")]
-        .iter()
-        .find_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+/// The stamp of the repository at `dir` (the names of its pack files and a few files'
+/// identity: `packd_serve::stamp`), taken before the repository is opened, so that any change
+/// after the open changes it, whatever the clocks (a directory's modification time comes from
+/// a coarse clock: a pack added within its tick went unseen). `None` (the repository is
+/// elsewhere: a gitfile, a worktree, `DIR.git`) makes the push reopen it.
+fn pack_dir_stamp(dir: &Path) -> Option<Stamp> {
+    [dir.to_path_buf(), dir.join(".git")]
+        .into_iter()
+        .find(|git_dir| git_dir.join("objects/pack").is_dir())
+        .map(|git_dir| Stamp::of(&git_dir))
 }

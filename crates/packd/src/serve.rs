@@ -70,7 +70,8 @@ pub struct Args {
     allow_push: bool,
 
     /// A push to a path under the root with no repository creates an empty bare repository
-    /// there (otherwise: 404).
+    /// there (otherwise: 404), over HTTP and git://, with --allow-push (or --auth-file over
+    /// HTTP). Never inside another repository; a first push that takes no ref leaves nothing.
     #[arg(long)]
     create_on_push: bool,
 

@@ -26,10 +26,12 @@
 //! before it wrote anything gets a plain-text error status instead. The access log line is
 //! written by the push's thread when it is done.
 
-use super::{full, lookup, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup};
+use super::{full, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup};
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
+use crate::create::PushTarget;
 use crate::paths::PathError;
+use crate::push_head::{read_head, HeadError};
 use crate::Shared;
 use bytes::{Buf, Bytes};
 
@@ -41,8 +43,9 @@ use hyper::body::Incoming;
 use hyper::header;
 use hyper::{Request, Response, StatusCode};
 use packd_odb::pack::data::input::InputLimits;
-use packd_protocol::{pkt_line, ReceivePack, ReceivePackOptions};
+use packd_protocol::{ReceivePack, ReceivePackOptions};
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,43 +69,35 @@ async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Res
     }
 }
 
-/// The repository a push goes to; with `--create-on-push`, created when the path has none.
-async fn push_target(
-    shared: &Arc<Shared>,
-    repo: &str,
-) -> Result<std::path::PathBuf, Response<Body>> {
-    match lookup(shared, repo).await {
-        Ok((git_dir, _)) => Ok(git_dir),
-        Err(Lookup::Path(PathError::NotFound(_))) if shared.create_on_push => {
-            let shared = shared.clone();
-            let raw = repo.to_string();
-            let created = tokio::task::spawn_blocking(move || {
-                let decoded = crate::paths::percent_decode(&raw)?;
-                shared.root.create_bare(&decoded)
-            })
-            .await;
-            match created {
-                Ok(Ok(git_dir)) => Ok(git_dir),
-                Ok(Err(e)) => Err(Lookup::Path(e).response()),
-                Err(e) => Err(text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("internal error: {e}"),
-                )),
-            }
-        }
-        Err(e) => Err(e.response()),
-    }
+/// The repository a push to the raw path `repo` goes to: `Some` when there is one, `None`
+/// when a push may create it (`--create-on-push`; nothing is made here), else why not (404,
+/// or 403 for a path where no repository may be made).
+fn push_destination(shared: &Shared, repo: &str) -> Result<Option<PathBuf>, PathError> {
+    crate::paths::percent_decode(repo).and_then(|decoded| {
+        shared
+            .root
+            .push_destination(&decoded, shared.create_on_push)
+    })
 }
 
-/// `GET <repo>/info/refs?service=git-receive-pack`.
+/// `GET <repo>/info/refs?service=git-receive-pack`. A repository a push would create is
+/// advertised as an empty one, and not made: only the push itself makes it.
 pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body> {
-    let git_dir = match push_target(shared, repo).await {
-        Ok(git_dir) => git_dir,
-        Err(resp) => return resp,
-    };
+    let shared = shared.clone();
+    let repo = repo.to_string();
     blocking(move || {
+        let git_dir = match push_destination(&shared, &repo) {
+            Ok(git_dir) => git_dir,
+            Err(e) => return Lookup::Path(e).response(),
+        };
         let mut out = b"001f# service=git-receive-pack\n0000".to_vec();
-        match ReceivePack::new(&git_dir, ReceivePackOptions::default()).advertise(&mut out) {
+        let advertised = match &git_dir {
+            Some(git_dir) => {
+                ReceivePack::new(git_dir, ReceivePackOptions::default()).advertise(&mut out)
+            }
+            None => ReceivePack::advertise_empty(&mut out),
+        };
+        match advertised {
             Ok(()) => {
                 let mut resp = full(StatusCode::OK, ADVERTISEMENT, out);
                 no_cache(&mut resp);
@@ -110,7 +105,10 @@ pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body
             }
             Err(e) => text(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                packd_protocol::told_to_client(e.to_string(), &[&git_dir]),
+                packd_protocol::told_to_client(
+                    e.to_string(),
+                    &[git_dir.as_deref().unwrap_or(shared.root.path())],
+                ),
             ),
         }
     })
@@ -257,84 +255,6 @@ impl Read for Input {
     }
 }
 
-/// Why the part of a push body before the pack was not taken.
-#[derive(Debug)]
-enum HeadError {
-    TooLarge(u64),
-    Io(std::io::Error),
-}
-
-/// Reads as much of `input` as fills `buf`; fewer bytes only at its end.
-fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match input.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
-
-/// Reads the pkt-lines that open a push body — the command list and, when its first line asks
-/// for `push-options`, the options — through their flush packets, at most `limit` bytes.
-/// They are returned as read, for receive-pack to parse; what follows is the pack. Anything
-/// that is not a well-formed pkt-line stops the scan early (receive-pack reports it).
-fn read_head(input: &mut dyn Read, limit: u64) -> Result<Vec<u8>, HeadError> {
-    let mut head = Vec::new();
-    let mut sections = 1;
-    let mut first = true;
-    loop {
-        let mut len = [0u8; 4];
-        let got = read_full(input, &mut len).map_err(HeadError::Io)?;
-        head.extend_from_slice(&len[..got]);
-        if got < len.len() {
-            return Ok(head);
-        }
-        let Some(n) = pkt_line::parse_length(&len) else {
-            return Ok(head);
-        };
-        match n {
-            0 => {
-                sections -= 1;
-                if sections == 0 {
-                    return Ok(head);
-                }
-            }
-            1..=4 => return Ok(head),
-            n => {
-                let payload = n - 4;
-                if head.len() as u64 + payload as u64 > limit {
-                    return Err(HeadError::TooLarge(limit));
-                }
-                let start = head.len();
-                head.resize(start + payload, 0);
-                let got = read_full(input, &mut head[start..]).map_err(HeadError::Io)?;
-                if got < payload {
-                    head.truncate(start + got);
-                    return Ok(head);
-                }
-                if first {
-                    first = false;
-                    let line = &head[start..];
-                    let caps = line
-                        .iter()
-                        .position(|&b| b == 0)
-                        .map_or(&line[..0], |nul| &line[nul + 1..]);
-                    let asks_options = caps
-                        .split(|&b| b == b' ' || b == b'\n')
-                        .any(|c| c == b"push-options");
-                    if asks_options {
-                        sections += 1;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// `POST <repo>/git-receive-pack`: on success the response, streamed from receive-pack's thread
 /// (which writes the log line); otherwise the error response and the log line to write.
 pub(super) async fn receive_pack(
@@ -367,10 +287,26 @@ pub(super) async fn receive_pack(
         );
         return Err((text(StatusCode::PAYLOAD_TOO_LARGE, why), log));
     }
-    let git_dir = match push_target(shared, repo).await {
-        Ok(git_dir) => git_dir,
-        Err(resp) => return Err((resp, log)),
+    // Refused early (404, 403) before the body is read; the repository is found (or made)
+    // again once the commands arrived.
+    let checked = {
+        let shared = shared.clone();
+        let repo = repo.to_string();
+        tokio::task::spawn_blocking(move || push_destination(&shared, &repo).map(|_| ())).await
     };
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err((Lookup::Path(e).response(), log)),
+        Err(e) => {
+            let resp = text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal error: {e}"),
+            );
+            return Err((resp, log));
+        }
+    }
+    let shared = shared.clone();
+    let repo = repo.to_string();
 
     let (tx, mut rx) = mpsc::channel(QUEUED_REPLIES);
     let idle = shared.limits.idle_timeout;
@@ -400,6 +336,25 @@ pub(super) async fn receive_pack(
                 return Some(super::finish(text(status, e.to_string()), log));
             }
         };
+        // git's probe (a lone flush) and an empty body carry no commands: receive-pack answers
+        // them without a repository, and none is made for them.
+        let target = if head.is_empty() || head == b"0000" {
+            None
+        } else {
+            let found = crate::paths::percent_decode(&repo).and_then(|decoded| {
+                shared
+                    .creations
+                    .push_target(&shared.root, &decoded, shared.create_on_push)
+            });
+            match found {
+                Ok(target) => Some(target),
+                Err(e) => return Some(super::finish(Lookup::Path(e).response(), log)),
+            }
+        };
+        let git_dir = target.as_ref().map_or_else(
+            || shared.root.path().to_path_buf(),
+            |t| t.git_dir().to_path_buf(),
+        );
         let options = ReceivePackOptions {
             limits: InputLimits {
                 max_bytes: pack_limit,
@@ -409,10 +364,8 @@ pub(super) async fn receive_pack(
         };
         let mut writer =
             ChannelWriter::new(tx, handle, idle, Arc::new(AtomicBool::new(false)), false);
-        let result = {
-            let mut stream = Read::chain(&head[..], &mut input);
-            ReceivePack::new(&git_dir, options).serve(&mut stream, &mut writer)
-        };
+        let (result, replayed) =
+            serve_into(target, &git_dir, options, &head, &mut input, &mut writer);
         // A push refused before its pack ended: take (and drop) what the client still sends,
         // so that it reads the report instead of a broken connection.
         let raw = input.raw();
@@ -424,7 +377,7 @@ pub(super) async fn receive_pack(
             }
             None => None,
         };
-        let flushed = writer.flush();
+        let flushed = replayed.and_then(|()| writer.flush());
         if let Err(e) = &flushed {
             note.get_or_insert_with(|| format!("client gone: {e}"));
         }
@@ -494,52 +447,34 @@ pub(super) async fn receive_pack(
     Ok(streamed(stream.boxed(), RESULT))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pkt(s: &str) -> Vec<u8> {
-        format!("{:04x}{s}", s.len() + 4).into_bytes()
-    }
-
-    #[test]
-    fn head_stops_at_the_pack() {
-        let zero = "0".repeat(40);
-        let one = "1".repeat(40);
-        let mut body = pkt(&format!("{zero} {one} refs/heads/main\0report-status\n"));
-        body.extend_from_slice(b"0000PACKrest");
-        let head = read_head(&mut &body[..], 1000).unwrap();
-        assert_eq!(head, &body[..body.len() - 8]);
-    }
-
-    #[test]
-    fn head_includes_push_options() {
-        let zero = "0".repeat(40);
-        let one = "1".repeat(40);
-        let mut body = pkt(&format!(
-            "{zero} {one} refs/heads/main\0push-options quiet\n"
-        ));
-        body.extend_from_slice(b"0000");
-        body.extend(pkt("ci.skip\n"));
-        body.extend_from_slice(b"0000PACK");
-        let head = read_head(&mut &body[..], 1000).unwrap();
-        assert_eq!(head, &body[..body.len() - 4]);
-    }
-
-    #[test]
-    fn head_bounded_and_probe() {
-        let zero = "0".repeat(40);
-        let mut body = Vec::new();
-        for i in 0..100 {
-            body.extend(pkt(&format!("{zero} {zero} refs/heads/b{i}\n")));
-        }
-        body.extend_from_slice(b"0000");
-        assert!(matches!(
-            read_head(&mut &body[..], 500),
-            Err(HeadError::TooLarge(500))
-        ));
-        assert_eq!(read_head(&mut &b"0000"[..], 10).unwrap(), b"0000");
-        assert_eq!(read_head(&mut &b"00"[..], 10).unwrap(), b"00");
-        assert_eq!(read_head(&mut &b"zzzzPACK"[..], 10).unwrap(), b"zzzz");
-    }
+/// Runs receive-pack into `target` (at `git_dir`; `None`: a request without commands) on
+/// `head` and the rest of `input`, answering into `writer`. The output of a push that created
+/// its repository is held until the repository was kept or removed (when the push took no
+/// ref), so that a client told its push failed finds nothing left; then it goes out (the
+/// second result: whether that write worked).
+fn serve_into(
+    target: Option<PushTarget>,
+    git_dir: &std::path::Path,
+    options: ReceivePackOptions,
+    head: &[u8],
+    input: &mut dyn Read,
+    writer: &mut dyn Write,
+) -> (
+    Result<packd_protocol::PushStats, packd_protocol::ProtocolError>,
+    std::io::Result<()>,
+) {
+    let created = target.as_ref().is_some_and(PushTarget::is_created);
+    let mut held = Vec::new();
+    let result = {
+        let mut stream = Read::chain(head, input);
+        let out: &mut dyn Write = if created { &mut held } else { writer };
+        ReceivePack::new(git_dir, options).serve(&mut stream, out)
+    };
+    drop(target);
+    let replayed = if created {
+        writer.write_all(&held)
+    } else {
+        Ok(())
+    };
+    (result, replayed)
 }
