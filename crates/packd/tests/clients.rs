@@ -7,7 +7,8 @@
 //! copy passes `git fsck --strict` and holds the server's refs and as many objects as the server
 //! has for them; a shallow copy holds one commit; after a push, the server's `git
 //! for-each-ref` is what it was with `main` moved to the pushed commit, and the server passes
-//! `git fsck --strict`. That these checks can fail is shown for every client: through a git://
+//! `git fsck --strict`; a push that would rewind `main` fails and changes nothing. That these
+//! checks can fail is shown for every client: through a git://
 //! proxy that lies about `main` (it advertises `main~1`), the client's clone is caught.
 //!
 //! The clients other than git are installed (pinned, cached) by
@@ -149,7 +150,7 @@ impl Client {
                 let mut cmd = Command::new("java");
                 // JGit finds the user's config from `user.home`, not HOME: the sandbox's.
                 cmd.arg(format!("-Duser.home={}", home.display()));
-                cmd.args(["-XX:TieredStopAtLevel=1", "-Xshare:auto", "-cp"]);
+                cmd.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"]);
                 cmd.arg(format!(
                     "{}:{}",
                     cache.join("jgit/lib/*").display(),
@@ -511,6 +512,29 @@ fn matrix_case(f: &Fixture, server: &Server, client: Client, transport: Transpor
         check_push(f, &server_repo, &full, &before, &pushed),
         client,
         &what("push"),
+    );
+
+    // A push that would rewind main (to the commit under the one pushed) is refused, by the
+    // client or the server, and the driver says so; the server's refs stay as they are.
+    let after = server_refs(f, &server_repo);
+    git_in(
+        f,
+        &full,
+        &["update-ref", "refs/heads/behind", &format!("{pushed}~1")],
+    )
+    .unwrap();
+    let run = client.run(f, Op::Push(&full, "refs/heads/behind:refs/heads/main"));
+    assert!(
+        !run.success(),
+        "{} {}: a non-fast-forward push succeeded",
+        client.name(),
+        what("push")
+    );
+    assert_eq!(
+        server_refs(f, &server_repo),
+        after,
+        "{}: the server's refs after a refused push",
+        client.name()
     );
 }
 
