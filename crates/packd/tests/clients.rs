@@ -82,6 +82,16 @@ impl Client {
         }
     }
 
+    /// The protocol version the client speaks to fetch (the pinned libraries' defaults:
+    /// dulwich and JGit ask for v2, libgit2 and go-git speak only v0).
+    fn protocol(self) -> &'static str {
+        match self {
+            Client::Git(version) => version,
+            Client::Dulwich | Client::JGit => "2",
+            Client::Pygit2 | Client::GoGit => "0",
+        }
+    }
+
     /// The installed part of `scripts/install-test-clients.sh` this client needs.
     fn part(self) -> Option<&'static str> {
         match self {
@@ -651,6 +661,17 @@ fn matrix_row(client: Client, transports: &[Transport]) {
         }
         lie_is_caught(&f, &server, client);
     });
+    // Protocol v2 fetches are logged by their command (`ls-refs`, `fetch`), v0's by service.
+    let log = server.log_text();
+    let spoke_v2 = log.contains("service=ls-refs");
+    let spoke_v0 = log.contains("service=upload-pack");
+    assert_eq!(
+        (spoke_v0, spoke_v2),
+        (client.protocol() == "0", client.protocol() == "2"),
+        "{} fetches with protocol v{} only:\n{log}",
+        client.name(),
+        client.protocol()
+    );
 }
 
 #[test]
