@@ -11,7 +11,8 @@
 # redone only when its inputs (the files named above and this script) change: a part that is
 # ready has CACHE/PART/ready holding the hash of its inputs. Parts are independent: one that
 # fails (a registry refusing a package) is reported and the others are still installed; the
-# exit status is then 1. Runs under a lock, so concurrent runs wait for each other.
+# exit status is then 1. The parts install at once; the script runs under a lock, so
+# concurrent runs wait for each other.
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -79,9 +80,16 @@ go_git_part() {
     (cd "$clients/go-git" && go build -mod=readonly -trimpath -o "$dir/go-git-client" .)
 }
 
-status=0
-install_part python python_part "$clients/python/requirements.txt" || status=1
-install_part jgit jgit_part "$clients/jgit/pom.xml" "$clients/jgit/Client.java" || status=1
+# The parts at once: two wait on a registry, go-git mostly on the compiler.
+install_part python python_part "$clients/python/requirements.txt" &
+python=$!
+install_part jgit jgit_part "$clients/jgit/pom.xml" "$clients/jgit/Client.java" &
+jgit=$!
 install_part go-git go_git_part "$clients/go-git/go.mod" "$clients/go-git/go.sum" \
-    "$clients/go-git/main.go" || status=1
+    "$clients/go-git/main.go" &
+go_git=$!
+status=0
+for part in $python $jgit $go_git; do
+    wait "$part" || status=1
+done
 exit $status
