@@ -23,6 +23,7 @@
 mod advertise;
 mod fetch_v2;
 pub mod filter;
+pub mod hooks;
 mod ls_refs;
 mod negotiate_v0;
 mod pack;

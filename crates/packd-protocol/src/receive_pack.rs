@@ -26,6 +26,8 @@
 //! `Resolving deltas: 100% (n/n), done.` and `Checking connectivity: n, done.`. Each message is
 //! flushed at once, so that a transport that streams its output shows it as it happens.
 
+use crate::hooks::objdir::ExposedQuarantine;
+use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
@@ -49,6 +51,8 @@ pub struct ReceivePackOptions {
     pub max_push_options: usize,
     /// Bounds on the pack.
     pub limits: InputLimits,
+    /// The repository's hooks: whether they run, and for how long at most.
+    pub hooks: HookOptions,
 }
 
 impl Default for ReceivePackOptions {
@@ -57,6 +61,7 @@ impl Default for ReceivePackOptions {
             max_commands: 1_000_000,
             max_push_options: 1_000,
             limits: InputLimits::default(),
+            hooks: HookOptions::default(),
         }
     }
 }
@@ -90,14 +95,25 @@ struct Asked {
     atomic: bool,
     push_options: bool,
     quiet: bool,
+    /// The push options sent (when `push_options` was asked).
+    options: Vec<String>,
 }
 
-/// Progress messages on side-band 2, shaped like git's progress meter: `stage:  p% (d/t)\r`
-/// at most once a second while a stage runs, `stage: 100% (t/t), done.\n` when it ends.
-/// Silent when the client did not ask for a side band or asked for `quiet`; a failed write
-/// (the client hung up) silences it too, the report's write then says what went wrong.
+/// Most bytes of push options in one push, all together: they reach hooks as environment
+/// variables, which the system bounds (Linux: 128 KiB each, about 2 MiB in all).
+const MAX_PUSH_OPTION_BYTES: usize = 256 * 1024;
+
+/// Messages on side-band 2: progress, shaped like git's progress meter: `stage:  p% (d/t)\r`
+/// at most once a second while a stage runs, `stage: 100% (t/t), done.\n` when it ends, and
+/// hooks' output ([`Relay`]). Progress is silent when the client did not ask for a side band
+/// or asked for `quiet`; hooks' output then goes to stderr without a side band, and to the
+/// client with `quiet` (as git's). A failed write (the client hung up) silences both, the
+/// report's write then says what went wrong.
 struct Progress<'w> {
+    /// The client's side band, when it asked for one.
     out: Option<&'w mut dyn Write>,
+    side_band: bool,
+    quiet: bool,
     stage: String,
     last: Option<Instant>,
     ended: bool,
@@ -107,9 +123,11 @@ struct Progress<'w> {
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl<'w> Progress<'w> {
-    fn new(out: Option<&'w mut dyn Write>) -> Progress<'w> {
+    fn new(out: Option<&'w mut dyn Write>, quiet: bool) -> Progress<'w> {
         Progress {
+            side_band: out.is_some(),
             out,
+            quiet,
             stage: String::new(),
             last: None,
             ended: false,
@@ -131,7 +149,7 @@ impl<'w> Progress<'w> {
     /// `done` of `total` items of `stage` are done (index-pack's progress callback).
     fn update(&mut self, stage: &str, done: u64, total: u64) {
         // The client shows its own "Writing objects" for the transfer, as with git.
-        if self.out.is_none() || stage == "Receiving objects" || total == 0 {
+        if self.quiet || self.out.is_none() || stage == "Receiving objects" || total == 0 {
             return;
         }
         if stage != self.stage {
@@ -161,7 +179,28 @@ impl<'w> Progress<'w> {
 
     /// A stage without a known total has ended after `count` items.
     fn finished(&mut self, stage: &str, count: u64) {
+        if self.quiet {
+            return;
+        }
         self.send(&format!("{stage}: {count}, done.\n"));
+    }
+}
+
+impl Relay for Progress<'_> {
+    fn relay(&mut self, bytes: &[u8]) {
+        if self.side_band {
+            // The bytes as they came, each read its own message: no buffering.
+            if let Some(out) = self.out.as_mut() {
+                let max = sideband::Sideband::Large.max_payload();
+                let sent = sideband::write_band(*out, sideband::BAND_PROGRESS, bytes, max)
+                    .and_then(|()| out.flush());
+                if sent.is_err() {
+                    self.out = None;
+                }
+            }
+        } else {
+            crate::hooks::StderrRelay.relay(bytes);
+        }
     }
 }
 
@@ -309,9 +348,25 @@ impl ReceivePack {
         }
         if asked.push_options && !commands.is_empty() {
             let mut count = 0;
+            let mut bytes = 0;
             loop {
                 match reader.read_line()? {
-                    pkt_line::Line::Text(_) => count += 1,
+                    pkt_line::Line::Text(mut option) => {
+                        count += 1;
+                        bytes += option.len();
+                        if bytes > MAX_PUSH_OPTION_BYTES {
+                            return Err(ProtocolError::Refused(format!(
+                                "push options larger than {MAX_PUSH_OPTION_BYTES} bytes in all"
+                            )));
+                        }
+                        // As a C string, the way git passes it on: up to a NUL.
+                        if let Some(nul) = option.find('\0') {
+                            option.truncate(nul);
+                        }
+                        if count <= self.options.max_push_options {
+                            asked.options.push(option);
+                        }
+                    }
                     pkt_line::Line::Flush | pkt_line::Line::Eof => break,
                     other => {
                         return Err(ProtocolError::Invalid(format!(
@@ -355,7 +410,7 @@ impl ReceivePack {
         input: &mut dyn Read,
         out: &mut dyn Write,
     ) -> Result<PushStats, ProtocolError> {
-        let (commands, asked) = {
+        let (commands, mut asked) = {
             let mut reader = pkt_line::PktReader::new(input);
             self.read_commands(&mut reader)?
         };
@@ -367,10 +422,18 @@ impl ReceivePack {
             return Ok(stats);
         }
         let repo = repo()?;
+        let mut hooks = Hooks::new(
+            repo.git_dir(),
+            repo.common_dir(),
+            repo.config(),
+            &self.options.hooks,
+        );
+        hooks.set_push_options(std::mem::take(&mut asked.options));
         let wants_pack = commands.iter().any(|c| c.new.is_some());
-        let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
+        let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
         let (unpack, results) = self.receive(
             &repo,
+            &mut hooks,
             input,
             &commands,
             &asked,
@@ -405,21 +468,39 @@ impl ReceivePack {
                     &report,
                     sideband::Sideband::Large.max_payload(),
                 )?;
-                pkt_line::write_flush(out)?;
             } else {
                 out.write_all(&report)?;
             }
+            out.flush()?;
+        }
+        // As git's: post-receive and post-update run after the report, their output still on
+        // the side band, which ends after them.
+        let updated: Vec<RefUpdate> = commands
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(c, _)| c.clone())
+            .collect();
+        {
+            let mut relay = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
+            hooks.post_receive(&updated, &mut relay);
+        }
+        if asked.report_status && asked.side_band {
+            pkt_line::write_flush(out)?;
         }
         out.flush()?;
         Ok(stats)
     }
 
-    /// Takes the pack in, checks everything, migrates and updates refs. Returns the unpack
+    /// Takes the pack in, checks everything, runs the hooks, migrates and updates refs, in
+    /// git's order: connectivity and hidden refs, `pre-receive` (on every command), migration,
+    /// then per ref the repository's rules, `update`, and the update itself. Returns the unpack
     /// status and one result per command.
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         repo: &Repository,
+        hooks: &mut Hooks,
         input: &mut dyn Read,
         commands: &[RefUpdate],
         asked: &Asked,
@@ -464,7 +545,6 @@ impl ReceivePack {
             None
         };
 
-        let rules = Rules::read(repo);
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let mut results: Vec<Result<(), String>> = commands
             .iter()
@@ -472,21 +552,39 @@ impl ReceivePack {
                 if hidden.is_hidden(&c.name) {
                     return Err("deny updating a hidden ref".to_string());
                 }
-                rules.check(c, incoming.as_ref(), repo.objects())
+                Ok(())
             })
             .collect();
+        if hooks.find("pre-receive").is_some() {
+            // The hook reads the pushed objects from a quarantine git knows how to read,
+            // gone when it has run, whatever it answered.
+            let exposed = match ExposedQuarantine::create(&objects_dir, &quarantine) {
+                Ok(exposed) => exposed,
+                Err(e) => return unpacker(format!("cannot show the objects to the hooks: {e}")),
+            };
+            let env = exposed.as_ref().map(|q| q.env()).unwrap_or_default();
+            let verdict = hooks.pre_receive(commands, &env, progress);
+            drop(exposed);
+            if let Err(why) = verdict {
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(why.clone());
+                }
+                return (Ok(()), results);
+            }
+        }
+
+        let rules = Rules::read(repo);
+        for (c, r) in commands.iter().zip(results.iter_mut()) {
+            if r.is_ok() {
+                *r = rules.check(c, incoming.as_ref(), repo.objects());
+            }
+        }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
                 *r = Err(ATOMIC_FAILED.to_string());
             }
         }
-        let accepted: Vec<(usize, RefUpdate)> = commands
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| results[*i].is_ok())
-            .map(|(i, c)| (i, c.clone()))
-            .collect();
-        if accepted.is_empty() {
+        if results.iter().all(|r| r.is_err()) {
             return (Ok(()), results);
         }
         drop(incoming);
@@ -498,10 +596,45 @@ impl ReceivePack {
                 vec![Err("unpacker error".to_string()); n],
             );
         }
-        let updates: Vec<RefUpdate> = accepted.iter().map(|(_, u)| u.clone()).collect();
-        let applied = apply(repo.common_dir(), &updates, asked.atomic);
-        for ((i, _), r) in accepted.iter().zip(applied) {
-            results[*i] = r;
+        let accepted: Vec<usize> = (0..commands.len())
+            .filter(|i| results[*i].is_ok())
+            .collect();
+        let per_ref = !asked.atomic
+            && (hooks.find("update").is_some() || hooks.find("reference-transaction").is_some());
+        if per_ref {
+            // As git's: one ref at a time, each with its hooks, so that a hook sees the refs
+            // updated before its own.
+            for i in accepted {
+                results[i] = hooks.update(&commands[i], progress).and_then(|()| {
+                    self.apply_updates(repo, hooks, &commands[i..=i], false, progress)
+                        .remove(0)
+                });
+            }
+            return (Ok(()), results);
+        }
+        let mut updates = Vec::with_capacity(accepted.len());
+        let mut applied_to = Vec::with_capacity(accepted.len());
+        for i in accepted {
+            if let Err(why) = hooks.update(&commands[i], progress) {
+                results[i] = Err(why);
+                if asked.atomic {
+                    // git stops at the first refusal of an atomic push.
+                    break;
+                }
+                continue;
+            }
+            updates.push(commands[i].clone());
+            applied_to.push(i);
+        }
+        if asked.atomic && results.iter().any(|r| r.is_err()) {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(ATOMIC_FAILED.to_string());
+            }
+            return (Ok(()), results);
+        }
+        let applied = self.apply_updates(repo, hooks, &updates, asked.atomic, progress);
+        for (i, r) in applied_to.into_iter().zip(applied) {
+            results[i] = r;
         }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
@@ -509,6 +642,40 @@ impl ReceivePack {
             }
         }
         (Ok(()), results)
+    }
+
+    /// Moves the refs of one transaction, between the `reference-transaction` hook's
+    /// `prepared` and its `committed` (every update made) or `aborted` (not). A `prepared`
+    /// hook that fails refuses them all (git 2.39's receive-pack dies there instead).
+    fn apply_updates(
+        &self,
+        repo: &Repository,
+        hooks: &mut Hooks,
+        updates: &[RefUpdate],
+        atomic: bool,
+        progress: &mut Progress<'_>,
+    ) -> Vec<Result<(), String>> {
+        if updates.is_empty() {
+            return Vec::new();
+        }
+        if let Err(why) = hooks.reference_transaction("prepared", updates) {
+            progress.relay(format!("error: {why}\n").as_bytes());
+            let _ = hooks.reference_transaction("aborted", updates);
+            return vec![Err("failed to update ref".to_string()); updates.len()];
+        }
+        let applied = apply(repo.common_dir(), updates, atomic);
+        let done: Vec<RefUpdate> = updates
+            .iter()
+            .zip(&applied)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(u, _)| u.clone())
+            .collect();
+        let _ = if done.len() == updates.len() {
+            hooks.reference_transaction("committed", updates)
+        } else {
+            hooks.reference_transaction("aborted", updates)
+        };
+        applied
     }
 }
 
@@ -532,7 +699,7 @@ mod tests {
     #[test]
     fn progress_like_git() {
         let mut out = Vec::new();
-        let mut p = Progress::new(Some(&mut out));
+        let mut p = Progress::new(Some(&mut out), false);
         p.update("Receiving objects", 1, 10);
         p.update("Resolving deltas", 0, 10);
         p.update("Resolving deltas", 5, 10); // within a second of the last: skipped
@@ -548,7 +715,7 @@ mod tests {
                 "Checking connectivity: 10, done.\n",
             ]
         );
-        let mut quiet = Progress::new(None);
+        let mut quiet = Progress::new(None, true);
         quiet.update("Resolving deltas", 10, 10);
         quiet.finished("Checking connectivity", 10);
     }

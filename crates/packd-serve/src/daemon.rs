@@ -161,6 +161,7 @@ fn serve_push(
             max_bytes: shared.limits.max_push_bytes,
             ..Default::default()
         },
+        hooks: shared.hooks.clone(),
         ..Default::default()
     };
     let receive = packd_protocol::ReceivePack::new(&git_dir, options);

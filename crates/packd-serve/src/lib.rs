@@ -82,6 +82,9 @@ pub struct Config {
     /// user's right on the repository, pushes are open to users with a write right, and
     /// git:// (which cannot authenticate) refuses everything.
     pub auth: Option<Arc<auth::AuthFile>>,
+    /// Whether pushes run the repository's hooks, and their timeout (`--no-hooks`,
+    /// `--hook-timeout`).
+    pub hooks: packd_protocol::hooks::HookOptions,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -126,6 +129,8 @@ pub struct Shared {
     pub create_on_push: bool,
     /// Users allowed in, when access is controlled (see [`Config::auth`]).
     pub auth: Option<Arc<auth::AuthFile>>,
+    /// How pushes run hooks (see [`Config::hooks`]).
+    pub hooks: packd_protocol::hooks::HookOptions,
 }
 
 /// A bound server, not yet accepting.
@@ -170,6 +175,7 @@ impl Server {
                 allow_push: config.allow_push,
                 create_on_push: config.create_on_push,
                 auth: config.auth.clone(),
+                hooks: config.hooks.clone(),
             }),
         })
     }

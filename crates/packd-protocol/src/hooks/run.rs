@@ -1,0 +1,143 @@
+//! Runs one hook process as git's `run-command` does for receive-pack's hooks: its stdout
+//! and stderr share one pipe (git's `stdout_to_stderr`), whose bytes are relayed as they come;
+//! its stdin is fed from a thread of its own (so that a hook that writes before it reads
+//! cannot deadlock with us), a hook that stops reading early is no error (git ignores
+//! `SIGPIPE` there); and, beyond git, a hook still running after the timeout is killed with
+//! its whole process group (it runs as the leader of a new one), so that a hung hook or its
+//! children cannot hold a push, or the pipe, forever.
+
+use super::Relay;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
+
+/// How a hook process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookExit {
+    /// It exited with this status (0: success).
+    Exited(i32),
+    /// It was ended by this signal (not ours).
+    Signalled(i32),
+    /// It ran longer than the timeout and was killed, with its process group.
+    TimedOut,
+    /// It could not be started (the reason).
+    NotStarted(String),
+}
+
+impl HookExit {
+    /// Whether the hook succeeded (exited 0).
+    pub fn success(&self) -> bool {
+        *self == HookExit::Exited(0)
+    }
+}
+
+/// One hook invocation.
+pub(super) struct Invocation<'a> {
+    pub program: &'a Path,
+    pub args: &'a [String],
+    /// The working directory (the git directory, as git's receive-pack runs hooks).
+    pub cwd: &'a Path,
+    /// Variables set, and (value `None`) removed.
+    pub env: &'a [(String, Option<String>)],
+    /// Bytes for its stdin; `None`: stdin is /dev/null.
+    pub stdin: Option<&'a [u8]>,
+    pub timeout: Duration,
+}
+
+/// Size of the reads relayed from the hook's output: each becomes at most one side-band
+/// message, so memory stays bounded however much a hook prints.
+const CHUNK: usize = 8192;
+
+/// Runs `call`, relaying its output to `relay` as it comes, and returns how it ended.
+pub(super) fn run(call: &Invocation<'_>, relay: &mut dyn Relay) -> HookExit {
+    let (mut output, writer) = match std::io::pipe() {
+        Ok(pair) => pair,
+        Err(e) => return HookExit::NotStarted(format!("cannot make a pipe: {e}")),
+    };
+    let writer_err = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return HookExit::NotStarted(format!("cannot make a pipe: {e}")),
+    };
+    let mut command = Command::new(call.program);
+    command
+        .args(call.args)
+        .current_dir(call.cwd)
+        .stdout(writer)
+        .stderr(writer_err)
+        .stdin(if call.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .process_group(0);
+    for (key, value) in call.env {
+        match value {
+            Some(v) => command.env(key, v),
+            None => command.env_remove(key),
+        };
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return HookExit::NotStarted(e.to_string()),
+    };
+    // The command held the pipe's write ends; they are closed now that the child has them,
+    // so the read below ends when the hook (and every child it left) closes its copies.
+    drop(command);
+    let pid = child.id() as libc::pid_t;
+    let stdin = child.stdin.take();
+    // Set once the child is reaped: the watchdog must not signal a group id that may be
+    // reused after that.
+    let reaped = Mutex::new(false);
+    let timed_out = Mutex::new(false);
+    let (done, finished) = mpsc::channel::<()>();
+    let status = std::thread::scope(|scope| {
+        if let (Some(mut pipe), Some(bytes)) = (stdin, call.stdin) {
+            scope.spawn(move || {
+                // A hook that does not read its input is no error, as with git.
+                let _ = pipe.write_all(bytes);
+            });
+        }
+        let (reaped, timed_out) = (&reaped, &timed_out);
+        scope.spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(call.timeout) {
+                let reaped = reaped.lock().unwrap_or_else(|e| e.into_inner());
+                if !*reaped {
+                    *timed_out.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                    // SAFETY: kill(2) with a negative pid signals that process group; the
+                    // group is the child's own (process_group(0)) and the child is not reaped.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                }
+            }
+        });
+        let mut buf = [0u8; CHUNK];
+        loop {
+            match output.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => relay.relay(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let status = child.wait();
+        *reaped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let _ = done.send(());
+        status
+    });
+    if *timed_out.lock().unwrap_or_else(|e| e.into_inner()) {
+        return HookExit::TimedOut;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => HookExit::Exited(code),
+            (None, Some(signal)) => HookExit::Signalled(signal),
+            (None, None) => HookExit::Exited(-1),
+        },
+        Err(e) => HookExit::NotStarted(format!("cannot wait for it: {e}")),
+    }
+}
