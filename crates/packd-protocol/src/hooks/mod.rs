@@ -7,7 +7,9 @@
 //! update                 per ref, after the repository's     <ref> <old> <new>    /dev/null
 //!                        rules passed, objects migrated
 //! reference-transaction  around the ref updates              prepared|committed   "<old> <new> <ref>\n"
-//!                                                            |aborted             per ref in the update
+//!                                                            |aborted             per ref in the update,
+//!                                                                                 then HEAD's if its
+//!                                                                                 branch is one
 //! post-receive           after the report, refs updated      -                    "<old> <new> <ref>\n"
 //!                                                                                 per updated ref
 //! post-update            after post-receive                  <ref>...             /dev/null
@@ -302,10 +304,21 @@ impl Hooks {
         state: &str,
         updates: &[RefUpdate],
     ) -> Result<(), String> {
-        if updates.is_empty() {
+        if updates.is_empty() || self.find("reference-transaction").is_none() {
             return Ok(());
         }
-        let stdin = update_lines(updates);
+        let mut stdin = update_lines(updates);
+        // git's files backend adds, after the others, a log-only update of HEAD when a
+        // transaction updates the branch HEAD points at, and the hook is told of it.
+        if let Some(head) = self.head_branch() {
+            if let Some(u) = updates.iter().find(|u| u.name == head) {
+                let head_update = RefUpdate {
+                    name: "HEAD".into(),
+                    ..u.clone()
+                };
+                stdin.extend_from_slice(&update_lines([&head_update]));
+            }
+        }
         let exit = self.run(
             "reference-transaction",
             &[state.to_string()],
@@ -319,6 +332,20 @@ impl Hooks {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The branch HEAD points at (`ref: <name>` in the git directory's HEAD), if it is a
+    /// symbolic ref.
+    fn head_branch(&self) -> Option<String> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(self.git_dir.join("HEAD"))
+            .ok()?
+            .take(4096)
+            .read_to_string(&mut text)
+            .ok()?;
+        let name = text.strip_prefix("ref:")?.trim();
+        (!name.is_empty()).then(|| name.to_string())
     }
 
     /// Runs `post-receive` (stdin: the refs updated) then `post-update <ref>...`; what they
