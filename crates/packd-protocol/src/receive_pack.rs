@@ -204,6 +204,11 @@ impl Relay for Progress<'_> {
     }
 }
 
+/// git's reason for the other refs of an atomic push when one was refused before the
+/// transaction (by the repository's rules or a hook); [`ATOMIC_FAILED`] is its reason when the
+/// transaction itself failed.
+const ATOMIC_REFUSED: &str = "atomic push failure";
+
 const CAPABILITIES: &str = "report-status report-status-v2 delete-refs side-band-64k quiet \
                             atomic ofs-delta push-options object-format=sha1";
 
@@ -581,7 +586,7 @@ impl ReceivePack {
         }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
+                *r = Err(ATOMIC_REFUSED.to_string());
             }
         }
         if results.iter().all(|r| r.is_err()) {
@@ -628,7 +633,7 @@ impl ReceivePack {
         }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
+                *r = Err(ATOMIC_REFUSED.to_string());
             }
             return (Ok(()), results);
         }

@@ -423,27 +423,34 @@ fn an_update_hook_declines_its_ref_alone() {
     let sb = Sandbox::new();
     let client = client(&sb);
     let (targets, server) = three(&sb, &[], &[("update", DECLINING_UPDATE)], &[]);
-    let runs: Vec<Run> = targets
-        .iter()
-        .map(|t| {
-            t.push(
-                &client,
-                Some(&server),
-                "",
-                &["main", "main:refs/heads/b", "main:refs/heads/c"],
-            )
-        })
-        .collect();
-    for (t, run) in targets.iter().zip(&runs) {
-        assert!(!run.success(), "{:?}", t.via);
-        assert_eq!(told(run), told(&runs[0]), "{:?}", t.via);
-        assert_eq!(t.refs(), targets[0].refs(), "{:?}", t.via);
+    // Alone, then atomic: git stops at the refusal and refuses the rest with its reason.
+    let pushes: [&[&str]; 2] = [
+        &["main", "main:refs/heads/b", "main:refs/heads/c"],
+        &[
+            "--atomic",
+            "main:refs/heads/d",
+            "main:refs/heads/b",
+            "main:refs/heads/e",
+        ],
+    ];
+    for args in pushes {
+        let runs: Vec<Run> = targets
+            .iter()
+            .map(|t| t.push(&client, Some(&server), "", args))
+            .collect();
+        for (t, run) in targets.iter().zip(&runs) {
+            assert!(!run.success(), "{:?}", t.via);
+            assert_eq!(told(run), told(&runs[0]), "{:?} {args:?}", t.via);
+            assert_eq!(t.refs(), targets[0].refs(), "{:?} {args:?}", t.via);
+        }
+        let told_git = told(&runs[0]);
+        assert!(
+            told_git.contains(&"remote: error: hook declined to update refs/heads/b".to_string())
+        );
     }
-    assert!(
-        told(&runs[0]).contains(&"remote: error: hook declined to update refs/heads/b".to_string())
-    );
-    assert!(!targets[0].refs().contains("refs/heads/b"));
-    assert!(targets[0].refs().contains("refs/heads/c"));
+    let refs = targets[0].refs();
+    assert!(!refs.contains("refs/heads/b") && !refs.contains("refs/heads/d"));
+    assert!(refs.contains("refs/heads/c"));
 }
 
 /// A pre-receive that hangs, leaving a child of its own, whose pid it writes down.

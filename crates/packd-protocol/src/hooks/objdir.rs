@@ -53,11 +53,9 @@ impl ExposedQuarantine {
     /// `./objects`, made absolute, having moved into the git directory).
     pub fn env(&self) -> Vec<(String, Option<String>)> {
         let objects = match (self.objects.parent(), self.objects.file_name()) {
-            (Some(parent), Some(name)) => format!(
-                "{}/./{}",
-                parent.display(),
-                Path::new(name).display()
-            ),
+            (Some(parent), Some(name)) => {
+                format!("{}/./{}", parent.display(), Path::new(name).display())
+            }
             _ => self.objects.display().to_string(),
         };
         let dir = match self.dir.file_name() {
