@@ -449,37 +449,10 @@ impl ReceivePack {
         drop(progress);
         stats.unpack_error = unpack.clone().err();
         stats.updated = results.iter().filter(|r| r.is_ok()).count();
-        if asked.report_status {
-            let mut report = Vec::new();
-            let status = match &unpack {
-                Ok(()) => "unpack ok\n".to_string(),
-                // Paths inside the repository are named relative to it: the client has
-                // no business knowing where the server keeps its repositories.
-                Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
-            };
-            pkt_line::write_text(&mut report, &status)?;
-            for (c, r) in commands.iter().zip(&results) {
-                let line = match r {
-                    Ok(()) => format!("ok {}\n", c.name),
-                    Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
-                };
-                pkt_line::write_text(&mut report, &line)?;
-            }
-            pkt_line::write_flush(&mut report)?;
-            if asked.side_band {
-                sideband::write_band(
-                    out,
-                    sideband::BAND_DATA,
-                    &report,
-                    sideband::Sideband::Large.max_payload(),
-                )?;
-            } else {
-                out.write_all(&report)?;
-            }
-            out.flush()?;
-        }
+        let reported = self.write_report(out, &asked, &unpack, &commands, &results);
         // As git's: post-receive and post-update run after the report, their output still on
-        // the side band, which ends after them.
+        // the side band, which ends after them; and they run when the refs moved even if the
+        // client is gone.
         let updated: Vec<RefUpdate> = commands
             .iter()
             .zip(&results)
@@ -487,14 +460,61 @@ impl ReceivePack {
             .map(|(c, _)| c.clone())
             .collect();
         {
-            let mut relay = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
+            let mut relay = Progress::new(
+                (asked.side_band && reported.is_ok()).then_some(&mut *out),
+                asked.quiet,
+            );
             hooks.post_receive(&updated, &mut relay);
         }
+        reported?;
         if asked.report_status && asked.side_band {
             pkt_line::write_flush(out)?;
         }
         out.flush()?;
         Ok(stats)
+    }
+
+    /// Writes the report (when the client asked for one): `unpack ...`, then `ok`/`ng` per
+    /// command, inside band 1 with a side band (whose closing flush the caller writes).
+    fn write_report(
+        &self,
+        out: &mut dyn Write,
+        asked: &Asked,
+        unpack: &Result<(), String>,
+        commands: &[RefUpdate],
+        results: &[Result<(), String>],
+    ) -> Result<(), ProtocolError> {
+        if !asked.report_status {
+            return Ok(());
+        }
+        let mut report = Vec::new();
+        let status = match unpack {
+            Ok(()) => "unpack ok\n".to_string(),
+            // Paths inside the repository are named relative to it: the client has
+            // no business knowing where the server keeps its repositories.
+            Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
+        };
+        pkt_line::write_text(&mut report, &status)?;
+        for (c, r) in commands.iter().zip(results) {
+            let line = match r {
+                Ok(()) => format!("ok {}\n", c.name),
+                Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
+            };
+            pkt_line::write_text(&mut report, &line)?;
+        }
+        pkt_line::write_flush(&mut report)?;
+        if asked.side_band {
+            sideband::write_band(
+                out,
+                sideband::BAND_DATA,
+                &report,
+                sideband::Sideband::Large.max_payload(),
+            )?;
+        } else {
+            out.write_all(&report)?;
+        }
+        out.flush()?;
+        Ok(())
     }
 
     /// Takes the pack in, checks everything, runs the hooks, migrates and updates refs, in

@@ -161,19 +161,6 @@ impl Hooks {
         }
     }
 
-    /// No hooks at all (a receiver without a repository's hooks).
-    pub fn none() -> Hooks {
-        Hooks {
-            git_dir: PathBuf::new(),
-            dir: None,
-            default_dir: true,
-            hint: false,
-            timeout: Duration::from_secs(DEFAULT_HOOK_TIMEOUT_SECS),
-            push_options: Vec::new(),
-            hinted: Vec::new(),
-        }
-    }
-
     /// Sets the push options given to `pre-receive` and `post-receive`.
     pub fn set_push_options(&mut self, options: Vec<String>) {
         self.push_options = options;
