@@ -27,6 +27,7 @@
 //! flushed at once, so that a transport that streams its output shows it as it happens.
 
 use crate::hooks::objdir::ExposedQuarantine;
+use crate::hooks::proc_receive::{ProcOutcome, ProcReceiveRefs, RefReport};
 use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
@@ -91,6 +92,8 @@ pub struct ReceivePack {
 #[derive(Debug, Default)]
 struct Asked {
     report_status: bool,
+    /// `report-status-v2`: the report may carry `option` lines (proc-receive's).
+    report_v2: bool,
     side_band: bool,
     atomic: bool,
     push_options: bool,
@@ -314,7 +317,11 @@ impl ReceivePack {
             if let Some(caps) = caps {
                 for cap in caps.split(' ') {
                     match cap {
-                        "report-status" | "report-status-v2" => asked.report_status = true,
+                        "report-status" => asked.report_status = true,
+                        "report-status-v2" => {
+                            asked.report_status = true;
+                            asked.report_v2 = true;
+                        }
                         "side-band-64k" => asked.side_band = true,
                         "atomic" => asked.atomic = true,
                         "push-options" => asked.push_options = true,
@@ -436,6 +443,7 @@ impl ReceivePack {
         hooks.set_push_options(std::mem::take(&mut asked.options));
         let wants_pack = commands.iter().any(|c| c.new.is_some());
         let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
+        let mut reports = vec![Vec::new(); commands.len()];
         let (unpack, results) = self.receive(
             &repo,
             &mut hooks,
@@ -445,26 +453,41 @@ impl ReceivePack {
             wants_pack,
             &mut stats,
             &mut progress,
+            &mut reports,
         );
         drop(progress);
         stats.unpack_error = unpack.clone().err();
         stats.updated = results.iter().filter(|r| r.is_ok()).count();
-        let reported = self.write_report(out, &asked, &unpack, &commands, &results);
+        let reported = self.write_report(out, &asked, &unpack, &commands, &results, &reports);
         // As git's: post-receive and post-update run after the report, their output still on
         // the side band, which ends after them; and they run when the refs moved even if the
         // client is gone.
-        let updated: Vec<RefUpdate> = commands
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(c, _)| c.clone())
-            .collect();
+        // post-receive is told what proc-receive reported it did instead of a command.
+        let mut told = Vec::new();
+        let mut updated = Vec::new();
+        for ((c, r), reported) in commands.iter().zip(&results).zip(&reports) {
+            if r.is_err() {
+                continue;
+            }
+            updated.push(c.name.clone());
+            if reported.is_empty() {
+                told.push(c.clone());
+            }
+            for report in reported {
+                told.push(RefUpdate {
+                    name: report.ref_name.clone().unwrap_or_else(|| c.name.clone()),
+                    old: report.old.map_or(c.old, zero_to_none),
+                    new: report.new.map_or(c.new, zero_to_none),
+                });
+            }
+        }
         {
             let mut relay = Progress::new(
                 (asked.side_band && reported.is_ok()).then_some(&mut *out),
                 asked.quiet,
             );
-            hooks.post_receive(&updated, &mut relay);
+            hooks.post_receive(&told, &mut relay);
+            hooks.post_update(&updated, &mut relay);
         }
         reported?;
         if asked.report_status && asked.side_band {
@@ -483,6 +506,7 @@ impl ReceivePack {
         unpack: &Result<(), String>,
         commands: &[RefUpdate],
         results: &[Result<(), String>],
+        reports: &[Vec<RefReport>],
     ) -> Result<(), ProtocolError> {
         if !asked.report_status {
             return Ok(());
@@ -495,12 +519,34 @@ impl ReceivePack {
             Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
         };
         pkt_line::write_text(&mut report, &status)?;
-        for (c, r) in commands.iter().zip(results) {
+        for ((c, r), reported) in commands.iter().zip(results).zip(reports) {
             let line = match r {
                 Ok(()) => format!("ok {}\n", c.name),
                 Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
             };
             pkt_line::write_text(&mut report, &line)?;
+            if r.is_ok() && asked.report_v2 {
+                // report-status-v2: what proc-receive did instead, one "ok" per report.
+                for (n, told) in reported.iter().enumerate() {
+                    if n > 0 {
+                        pkt_line::write_text(&mut report, &line)?;
+                    }
+                    if let Some(name) = &told.ref_name {
+                        pkt_line::write_text(&mut report, &format!("option refname {name}\n"))?;
+                    }
+                    if let Some(id) = told.old {
+                        let hex = id.to_hex();
+                        pkt_line::write_text(&mut report, &format!("option old-oid {hex}\n"))?;
+                    }
+                    if let Some(id) = told.new {
+                        let hex = id.to_hex();
+                        pkt_line::write_text(&mut report, &format!("option new-oid {hex}\n"))?;
+                    }
+                    if told.forced_update {
+                        pkt_line::write_text(&mut report, "option forced-update\n")?;
+                    }
+                }
+            }
         }
         pkt_line::write_flush(&mut report)?;
         if asked.side_band {
@@ -532,6 +578,7 @@ impl ReceivePack {
         wants_pack: bool,
         stats: &mut PushStats,
         progress: &mut Progress<'_>,
+        reports: &mut [Vec<RefReport>],
     ) -> (Result<(), String>, Vec<Result<(), String>>) {
         let unpacker = |e: String| {
             let n = commands.len();
@@ -598,10 +645,24 @@ impl ReceivePack {
             }
         }
 
+        // The commands for proc-receive skip the repository's rules, unless it hands them
+        // back: their verdicts wait.
+        let proc_refs = ProcReceiveRefs::from_config(repo.config());
+        let for_proc: Vec<bool> = commands
+            .iter()
+            .zip(&results)
+            .map(|(c, r)| r.is_ok() && !proc_refs.is_empty() && proc_refs.matches(c))
+            .collect();
+        let mut held_back: Vec<Option<Result<(), String>>> = vec![None; commands.len()];
         let rules = Rules::read(repo);
-        for (c, r) in commands.iter().zip(results.iter_mut()) {
+        for (i, (c, r)) in commands.iter().zip(results.iter_mut()).enumerate() {
             if r.is_ok() {
-                *r = rules.check(c, incoming.as_ref(), repo.objects());
+                let verdict = rules.check(c, incoming.as_ref(), repo.objects());
+                if for_proc[i] {
+                    held_back[i] = Some(verdict);
+                } else {
+                    *r = verdict;
+                }
             }
         }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
@@ -621,8 +682,18 @@ impl ReceivePack {
                 vec![Err("unpacker error".to_string()); n],
             );
         }
+        let handled = Self::proc_receive(
+            hooks,
+            commands,
+            &for_proc,
+            held_back,
+            &mut results,
+            asked,
+            reports,
+            progress,
+        );
         let accepted: Vec<usize> = (0..commands.len())
-            .filter(|i| results[*i].is_ok())
+            .filter(|i| results[*i].is_ok() && !handled[*i])
             .collect();
         let per_ref = !asked.atomic
             && (hooks.find("update").is_some() || hooks.find("reference-transaction").is_some());
@@ -667,6 +738,59 @@ impl ReceivePack {
             }
         }
         (Ok(()), results)
+    }
+
+    /// Hands the commands `for_proc` marks that are still accepted to `proc-receive`, as git
+    /// does: what it did for them goes to `reports`, a refusal to `results`, and a command it
+    /// hands back gets its verdict from the rules (`held_back`). When the hook failed, the
+    /// commands it did not answer (all others too, when atomic) are refused. Returns which
+    /// commands it took care of (receive-pack then leaves their refs alone).
+    #[allow(clippy::too_many_arguments)]
+    fn proc_receive(
+        hooks: &mut Hooks,
+        commands: &[RefUpdate],
+        for_proc: &[bool],
+        mut held_back: Vec<Option<Result<(), String>>>,
+        results: &mut [Result<(), String>],
+        asked: &Asked,
+        reports: &mut [Vec<RefReport>],
+        progress: &mut Progress<'_>,
+    ) -> Vec<bool> {
+        let n = commands.len();
+        let mut handled = vec![false; n];
+        let taken: Vec<usize> = (0..n)
+            .filter(|&i| for_proc[i] && results[i].is_ok())
+            .collect();
+        if taken.is_empty() {
+            return handled;
+        }
+        let given: Vec<&RefUpdate> = taken.iter().map(|&i| &commands[i]).collect();
+        let answer = hooks.proc_receive(&given, asked.atomic, asked.push_options, progress);
+        let mut still_its = vec![false; n];
+        for (&i, outcome) in taken.iter().zip(answer.outcomes) {
+            match outcome {
+                ProcOutcome::Done(told) => {
+                    handled[i] = true;
+                    reports[i] = told;
+                }
+                ProcOutcome::Refused(why) => results[i] = Err(why),
+                ProcOutcome::FallThrough => {
+                    if let Some(verdict) = held_back[i].take() {
+                        results[i] = verdict;
+                    }
+                    continue;
+                }
+            }
+            still_its[i] = true;
+        }
+        if answer.failed {
+            for i in 0..n {
+                if results[i].is_ok() && !handled[i] && (still_its[i] || asked.atomic) {
+                    results[i] = Err("fail to run proc-receive hook".into());
+                }
+            }
+        }
+        handled
     }
 
     /// Moves the refs of one transaction, between the `reference-transaction` hook's

@@ -32,6 +32,7 @@
 //! [`HookOptions::timeout`] is killed with its process group and counts as a failure.
 
 pub mod objdir;
+pub mod proc_receive;
 mod run;
 
 pub use run::HookExit;
@@ -335,8 +336,8 @@ impl Hooks {
         (!name.is_empty()).then(|| name.to_string())
     }
 
-    /// Runs `post-receive` (stdin: the refs updated) then `post-update <ref>...`; what they
-    /// answer changes nothing.
+    /// Runs `post-receive` (stdin: the refs updated, as proc-receive reported them for its
+    /// commands); what it answers changes nothing.
     pub fn post_receive(&mut self, updated: &[RefUpdate], relay: &mut dyn Relay) {
         if updated.is_empty() {
             return;
@@ -344,8 +345,14 @@ impl Hooks {
         let env = self.push_option_env();
         let stdin = update_lines(updated);
         self.run("post-receive", &[], Some(&stdin), &env, relay);
-        let names: Vec<String> = updated.iter().map(|u| u.name.clone()).collect();
-        self.run("post-update", &names, None, &[], relay);
+    }
+
+    /// Runs `post-update <ref>...` with the names of the commands that succeeded; what it
+    /// answers changes nothing.
+    pub fn post_update(&mut self, names: &[String], relay: &mut dyn Relay) {
+        if !names.is_empty() {
+            self.run("post-update", names, None, &[], relay);
+        }
     }
 }
 

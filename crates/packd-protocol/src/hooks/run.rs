@@ -10,7 +10,7 @@ use super::Relay;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -61,24 +61,15 @@ pub(super) fn run(call: &Invocation<'_>, relay: &mut dyn Relay) -> HookExit {
         Ok(w) => w,
         Err(e) => return HookExit::NotStarted(format!("cannot make a pipe: {e}")),
     };
-    let mut command = Command::new(call.program);
+    let mut command = command(call);
     command
-        .args(call.args)
-        .current_dir(call.cwd)
         .stdout(writer)
         .stderr(writer_err)
         .stdin(if call.stdin.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
-        })
-        .process_group(0);
-    for (key, value) in call.env {
-        match value {
-            Some(v) => command.env(key, v),
-            None => command.env_remove(key),
-        };
-    }
+        });
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return HookExit::NotStarted(e.to_string()),
@@ -86,23 +77,63 @@ pub(super) fn run(call: &Invocation<'_>, relay: &mut dyn Relay) -> HookExit {
     // The command held the pipe's write ends; they are closed now that the child has them,
     // so the read below ends when the hook (and every child it left) closes its copies.
     drop(command);
-    let pid = child.id() as libc::pid_t;
     let stdin = child.stdin.take();
+    supervise(&mut child, call.timeout, || {
+        std::thread::scope(|scope| {
+            if let (Some(mut pipe), Some(bytes)) = (stdin, call.stdin) {
+                scope.spawn(move || {
+                    // A hook that does not read its input is no error, as with git.
+                    let _ = pipe.write_all(bytes);
+                });
+            }
+            relay_all(&mut output, relay);
+        })
+    })
+}
+
+/// The command of `call`, in a process group of its own; its stdio is the caller's to set.
+pub(super) fn command(call: &Invocation<'_>) -> Command {
+    let mut command = Command::new(call.program);
+    command
+        .args(call.args)
+        .current_dir(call.cwd)
+        .process_group(0);
+    for (key, value) in call.env {
+        match value {
+            Some(v) => command.env(key, v),
+            None => command.env_remove(key),
+        };
+    }
+    command
+}
+
+/// Passes on everything read from `output` until it ends (every writer closed it).
+pub(super) fn relay_all(output: &mut dyn Read, relay: &mut dyn Relay) {
+    let mut buf = [0u8; CHUNK];
+    loop {
+        match output.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => relay.relay(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+}
+
+/// Runs `work` (the conversation with the hook, ending when its output does), then waits for
+/// `child`, the leader of its own process group; if that takes longer than `timeout` in all,
+/// the group is killed. Returns how the child ended.
+pub(super) fn supervise(child: &mut Child, timeout: Duration, work: impl FnOnce()) -> HookExit {
+    let pid = child.id() as libc::pid_t;
     // Set once the child is reaped: the watchdog must not signal a group id that may be
     // reused after that.
     let reaped = Mutex::new(false);
     let timed_out = Mutex::new(false);
     let (done, finished) = mpsc::channel::<()>();
     let status = std::thread::scope(|scope| {
-        if let (Some(mut pipe), Some(bytes)) = (stdin, call.stdin) {
-            scope.spawn(move || {
-                // A hook that does not read its input is no error, as with git.
-                let _ = pipe.write_all(bytes);
-            });
-        }
         let (reaped, timed_out) = (&reaped, &timed_out);
         scope.spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(call.timeout) {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(timeout) {
                 let reaped = reaped.lock().unwrap_or_else(|e| e.into_inner());
                 if !*reaped {
                     *timed_out.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -114,15 +145,7 @@ pub(super) fn run(call: &Invocation<'_>, relay: &mut dyn Relay) -> HookExit {
                 }
             }
         });
-        let mut buf = [0u8; CHUNK];
-        loop {
-            match output.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => relay.relay(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
+        work();
         let status = child.wait();
         *reaped.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _ = done.send(());
