@@ -557,3 +557,105 @@ fn a_hook_that_is_not_executable_is_ignored_with_gits_hint() {
         server.log_text()
     );
 }
+
+/// A proc-receive hook (git's pkt-line conversation, in sh): writes down what it is sent, then
+/// answers by the ref's last component: `refuse` (ng), `fall` (handed back), `silent` (no
+/// answer), others: it creates `refs/changes/<name>` itself and reports that, then a second
+/// report of a forced `refs/changes/<name>-again`.
+const PROC_RECEIVE: &str = r#"#!/bin/sh
+log="@DUMPS@/log"
+readpkt() {
+  len=$(head -c 4)
+  if [ "$len" = 0000 ]; then return 1; fi
+  head -c $((0x$len - 4)) | tr '\0' '|'
+}
+pkt() { printf '%04x%s\n' $((${#1} + 5)) "$1"; }
+echo "== proc-receive" >> "$log"
+while line=$(readpkt); do echo "version: $line" >> "$log"; done
+printf '001bversion=1\000push-options\n0000'
+cmds=""
+while line=$(readpkt); do echo "command: $line" >> "$log"; cmds="$cmds
+$line"; done
+while line=$(readpkt); do echo "push option: $line" >> "$log"; done
+echo "proc-receive: hello on stderr" >&2
+echo "$cmds" | while read old new ref; do
+  [ -z "$ref" ] && continue
+  case "$ref" in
+  */refuse) pkt "ng $ref not today" ;;
+  */fall) pkt "ok $ref"; pkt "option fall-through" ;;
+  */silent) ;;
+  *) name=refs/changes/${ref##*/}
+     git update-ref "$name" "$new"
+     pkt "ok $ref"; pkt "option refname $name"; pkt "option new-oid $new"
+     pkt "ok $ref"; pkt "option refname $name-again"; pkt "option forced-update" ;;
+  esac
+done
+printf 0000
+"#;
+
+#[test]
+fn proc_receive_takes_the_refs_it_is_configured_for() {
+    let sb = Sandbox::new();
+    let client = client(&sb);
+    let hooks = [
+        ("proc-receive", PROC_RECEIVE),
+        ("post-receive", DUMP_HOOK),
+        ("update", DUMP_HOOK),
+    ];
+    let (targets, server) = three(&sb, &[("receive.procReceiveRefs", "refs/for")], &hooks, &[]);
+    let pushes: [&[&str]; 3] = [
+        &[
+            "-o",
+            "topic=x",
+            "main",
+            "main:refs/for/main",
+            "main:refs/for/refuse",
+            "main:refs/for/fall",
+        ],
+        // An unanswered command of an atomic push fails it all.
+        &["--atomic", "main:refs/heads/other", "main:refs/for/silent"],
+        // Without the hook, its commands are refused.
+        &["main:refs/heads/third", "main:refs/for/none"],
+    ];
+    for (n, args) in pushes.iter().enumerate() {
+        if n == 2 {
+            for t in &targets {
+                std::fs::remove_file(t.repo.git_dir.join("hooks/proc-receive")).unwrap();
+            }
+        }
+        let runs: Vec<Run> = targets
+            .iter()
+            .map(|t| t.push(&client, Some(&server), "", args))
+            .collect();
+        for (t, run) in targets.iter().zip(&runs).skip(1) {
+            assert_same_lines(
+                &format!("what the hooks saw, push {n}, {:?}", t.via),
+                &t.log(),
+                &targets[0].log(),
+            );
+            assert_eq!(told(run), told(&runs[0]), "push {n}, {:?}", t.via);
+            // The lines the client printed of the refs proc-receive reported.
+            let reported = |run: &Run| -> Vec<String> {
+                run.err()
+                    .lines()
+                    .filter(|l| l.contains("refs/changes/"))
+                    .map(str::to_string)
+                    .collect()
+            };
+            assert_eq!(reported(run), reported(&runs[0]), "push {n}, {:?}", t.via);
+            assert_eq!(t.refs(), targets[0].refs(), "push {n}, {:?}", t.via);
+        }
+    }
+    let log = targets[1].log();
+    assert!(log.contains("version: version=1|push-options"), "{log}");
+    assert!(log.contains("push option: topic=x"), "{log}");
+    let refs = targets[1].refs();
+    assert!(
+        refs.contains("refs/changes/main") && refs.contains("refs/for/fall"),
+        "{refs}"
+    );
+    assert!(
+        !refs.contains("refs/for/main") && !refs.contains("refs/heads/other"),
+        "{refs}"
+    );
+}
