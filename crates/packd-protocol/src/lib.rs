@@ -29,6 +29,7 @@ mod negotiate_v0;
 mod pack;
 pub mod pkt_line;
 mod receive_pack;
+mod receive_progress;
 mod receive_rules;
 mod request;
 pub mod sideband;
