@@ -39,6 +39,7 @@ const DUMP_HOOK: &str = r#"#!/bin/sh
 {
   echo "== @NAME@ $*"
   echo "pwd $(pwd)"
+  echo "dashed git: $(git-rev-parse --is-bare-repository 2>&1)"
   env | grep -E '^GIT_(DIR|PUSH_OPTION|QUARANTINE_PATH|OBJECT_DIRECTORY|ALTERNATE_OBJECT_DIRECTORIES|PUSH_CERT)' | sort
   while read old new ref; do
     echo "stdin $old $new $ref"

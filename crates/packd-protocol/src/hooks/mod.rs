@@ -20,7 +20,8 @@
 //! executable is run; one that is not is ignored with git's hint on stderr (unless
 //! `advice.ignoredHook` is false).
 //!
-//! Every hook runs in the git directory with `GIT_DIR=.`; `pre-receive` and `post-receive` also
+//! Every hook runs in the git directory with `GIT_DIR=.` and, as git runs it, git's exec path
+//! (`git --exec-path`) first in `PATH` and in `GIT_EXEC_PATH`; `pre-receive` and `post-receive` also
 //! get `GIT_PUSH_OPTION_COUNT` (0 when there are none) and `GIT_PUSH_OPTION_<n>`, and
 //! `pre-receive` the quarantine ([`objdir`]): `GIT_QUARANTINE_PATH`, `GIT_OBJECT_DIRECTORY` and
 //! `GIT_ALTERNATE_OBJECT_DIRECTORIES`, so that git run by the hook reads the pushed objects. No
@@ -35,7 +36,7 @@ pub mod objdir;
 pub mod proc_receive;
 mod run;
 
-pub use run::HookExit;
+pub use run::{Feed, HookExit};
 
 use packd_odb::config::Config;
 use packd_odb::refs_update::RefUpdate;
@@ -95,19 +96,56 @@ pub struct Hooks {
     hint: bool,
     timeout: Duration,
     push_options: Vec<String>,
-    /// Hooks already hinted about (git hints once per hook).
-    hinted: Vec<String>,
+    /// Hooks already looked for, and what was found (a push asks for `update` per command).
+    found: Vec<(String, Option<PathBuf>)>,
 }
 
-/// The stdin of `pre-receive`, `post-receive` and `reference-transaction`: one
-/// `<old> <new> <ref>\n` line per update (zeros for none).
-pub fn update_lines<'a>(updates: impl IntoIterator<Item = &'a RefUpdate>) -> Vec<u8> {
-    let hex = |id: Option<ObjectId>| id.unwrap_or(ObjectId::NULL).to_hex();
-    let mut out = Vec::new();
-    for u in updates {
-        out.extend_from_slice(format!("{} {} {}\n", hex(u.old), hex(u.new), u.name).as_bytes());
+/// git's exec path (`git --exec-path`), looked up once: git runs hooks with it first in
+/// `PATH` (so that `git-<command>` works in them) and in `GIT_EXEC_PATH`. `None` without git.
+fn git_exec_path() -> Option<&'static str> {
+    static EXEC_PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    EXEC_PATH
+        .get_or_init(|| {
+            let out = std::process::Command::new("git")
+                .arg("--exec-path")
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()
+                .filter(|o| o.status.success())?;
+            let path = String::from_utf8(out.stdout).ok()?.trim_end().to_string();
+            (!path.is_empty()).then_some(path)
+        })
+        .as_deref()
+}
+
+/// The variables every hook gets: `GIT_DIR=.` and git's exec path.
+fn common_env() -> Vec<(String, Option<String>)> {
+    let mut env: Vec<(String, Option<String>)> = vec![("GIT_DIR".into(), Some(".".into()))];
+    if let Some(exec_path) = git_exec_path() {
+        let path = match std::env::var("PATH") {
+            Ok(path) if !path.is_empty() => format!("{exec_path}:{path}"),
+            _ => exec_path.to_string(),
+        };
+        env.push(("PATH".into(), Some(path)));
+        if std::env::var_os("GIT_EXEC_PATH").is_none() {
+            env.push(("GIT_EXEC_PATH".into(), Some(exec_path.to_string())));
+        }
     }
-    out
+    env
+}
+
+/// Writes the stdin of `pre-receive`, `post-receive` and `reference-transaction`: one
+/// `<old> <new> <ref>\n` line per update (zeros for none).
+pub fn write_update_lines<'a>(
+    out: &mut dyn std::io::Write,
+    updates: impl IntoIterator<Item = &'a RefUpdate>,
+) -> std::io::Result<()> {
+    let hex = |id: Option<ObjectId>| id.unwrap_or(ObjectId::NULL).to_hex();
+    for u in updates {
+        writeln!(out, "{} {} {}", hex(u.old), hex(u.new), u.name)?;
+    }
+    Ok(())
 }
 
 /// `core.hooksPath` as git resolves a path: `~/` and `~user/` expanded (`None` if they cannot
@@ -158,7 +196,7 @@ impl Hooks {
             hint: config.get_bool("advice.ignoredhook").unwrap_or(true),
             timeout: options.timeout,
             push_options: Vec::new(),
-            hinted: Vec::new(),
+            found: Vec::new(),
         }
     }
 
@@ -170,13 +208,22 @@ impl Hooks {
     /// The hook `name`, if it is there and executable. One that is there but not executable is
     /// ignored, with git's hint on stderr (once per hook).
     pub fn find(&mut self, name: &str) -> Option<PathBuf> {
+        if let Some((_, found)) = self.found.iter().find(|(n, _)| n == name) {
+            return found.clone();
+        }
+        let found = self.look_for(name);
+        self.found.push((name.to_string(), found.clone()));
+        found
+    }
+
+    /// [`Hooks::find`] on the disk.
+    fn look_for(&self, name: &str) -> Option<PathBuf> {
         let path = self.dir.as_ref()?.join(name);
         let meta = std::fs::metadata(&path).ok()?;
         if meta.permissions().mode() & 0o111 != 0 {
             return Some(path);
         }
-        if self.hint && !self.hinted.iter().any(|h| h == name) {
-            self.hinted.push(name.to_string());
+        if self.hint {
             let shown = if self.default_dir {
                 format!("hooks/{name}")
             } else {
@@ -195,12 +242,12 @@ impl Hooks {
         &mut self,
         name: &str,
         args: &[String],
-        stdin: Option<&[u8]>,
+        stdin: Option<&run::Feed<'_>>,
         extra_env: &[(String, Option<String>)],
         relay: &mut dyn Relay,
     ) -> Option<HookExit> {
         let program = self.find(name)?;
-        let mut env: Vec<(String, Option<String>)> = vec![("GIT_DIR".into(), Some(".".into()))];
+        let mut env = common_env();
         env.extend_from_slice(extra_env);
         let exit = run::run(
             &run::Invocation {
@@ -263,7 +310,7 @@ impl Hooks {
     ) -> Result<(), String> {
         let mut env = self.push_option_env();
         env.extend_from_slice(quarantine_env);
-        let stdin = update_lines(commands);
+        let stdin = |out: &mut dyn std::io::Write| write_update_lines(out, commands);
         match self.run("pre-receive", &[], Some(&stdin), &env, relay) {
             Some(exit) if !exit.success() => Err("pre-receive hook declined".into()),
             _ => Ok(()),
@@ -295,18 +342,18 @@ impl Hooks {
         if updates.is_empty() || self.find("reference-transaction").is_none() {
             return Ok(());
         }
-        let mut stdin = update_lines(updates);
         // git's files backend adds, after the others, a log-only update of HEAD when a
         // transaction updates the branch HEAD points at, and the hook is told of it.
-        if let Some(head) = self.head_branch() {
-            if let Some(u) = updates.iter().find(|u| u.name == head) {
-                let head_update = RefUpdate {
-                    name: "HEAD".into(),
-                    ..u.clone()
-                };
-                stdin.extend_from_slice(&update_lines([&head_update]));
-            }
-        }
+        let head_update = self.head_branch().and_then(|head| {
+            let u = updates.iter().find(|u| u.name == head)?;
+            Some(RefUpdate {
+                name: "HEAD".into(),
+                ..u.clone()
+            })
+        });
+        let stdin = |out: &mut dyn std::io::Write| {
+            write_update_lines(out, updates.iter().chain(head_update.as_ref()))
+        };
         let exit = self.run(
             "reference-transaction",
             &[state.to_string()],
@@ -343,7 +390,7 @@ impl Hooks {
             return;
         }
         let env = self.push_option_env();
-        let stdin = update_lines(updated);
+        let stdin = |out: &mut dyn std::io::Write| write_update_lines(out, updated);
         self.run("post-receive", &[], Some(&stdin), &env, relay);
     }
 
@@ -388,7 +435,8 @@ mod tests {
             Duration::from_secs(60),
         );
         let mut out = Collect(Vec::new());
-        let exit = hooks.run("pre-receive", &[], Some(b"in\n"), &[], &mut out);
+        let stdin = |w: &mut dyn std::io::Write| w.write_all(b"in\n");
+        let exit = hooks.run("pre-receive", &[], Some(&stdin), &[], &mut out);
         assert_eq!(exit, Some(HookExit::Exited(3)));
         let text = String::from_utf8(out.0.clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();

@@ -163,7 +163,7 @@ impl Hooks {
                 failed: true,
             };
         };
-        let env = [("GIT_DIR".to_string(), Some(".".to_string()))];
+        let env = super::common_env();
         let call = Invocation {
             program: &program,
             args: &[],

@@ -42,10 +42,14 @@ pub(super) struct Invocation<'a> {
     pub cwd: &'a Path,
     /// Variables set, and (value `None`) removed.
     pub env: &'a [(String, Option<String>)],
-    /// Bytes for its stdin; `None`: stdin is /dev/null.
-    pub stdin: Option<&'a [u8]>,
+    /// Writes its stdin, as the hook reads it (nothing is held beyond a buffer's worth);
+    /// `None`: stdin is /dev/null.
+    pub stdin: Option<&'a Feed<'a>>,
     pub timeout: Duration,
 }
+
+/// What writes a hook's stdin.
+pub type Feed<'a> = dyn Fn(&mut dyn Write) -> std::io::Result<()> + Sync + 'a;
 
 /// Size of the reads relayed from the hook's output: each becomes at most one side-band
 /// message, so memory stays bounded however much a hook prints.
@@ -80,10 +84,11 @@ pub(super) fn run(call: &Invocation<'_>, relay: &mut dyn Relay) -> HookExit {
     let stdin = child.stdin.take();
     supervise(&mut child, call.timeout, || {
         std::thread::scope(|scope| {
-            if let (Some(mut pipe), Some(bytes)) = (stdin, call.stdin) {
+            if let (Some(pipe), Some(feed)) = (stdin, call.stdin) {
                 scope.spawn(move || {
                     // A hook that does not read its input is no error, as with git.
-                    let _ = pipe.write_all(bytes);
+                    let mut out = std::io::BufWriter::new(pipe);
+                    let _ = feed(&mut out).and_then(|()| out.flush());
                 });
             }
             relay_all(&mut output, relay);
