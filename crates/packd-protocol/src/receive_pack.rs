@@ -46,6 +46,7 @@ use packd_odb::{ObjectId, Repository, RepositoryOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Limits on what one push may send.
 #[derive(Debug, Clone)]
@@ -117,6 +118,16 @@ const ATOMIC_REFUSED: &str = "atomic push failure";
 
 const CAPABILITIES: &str = "report-status report-status-v2 delete-refs side-band-64k quiet \
                             atomic ofs-delta push-options object-format=sha1";
+
+/// git's `receive.keepAlive`: seconds of a hook's silence after which the client gets a
+/// keepalive (default 5; 0 or less: never).
+fn keepalive_of(config: &packd_odb::config::Config) -> Option<Duration> {
+    let secs = config
+        .get("receive.keepalive")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(5);
+    (secs > 0).then(|| Duration::from_secs(secs as u64))
+}
 
 fn zero_to_none(id: ObjectId) -> Option<ObjectId> {
     (id != ObjectId::NULL).then_some(id)
@@ -345,7 +356,9 @@ impl ReceivePack {
         );
         hooks.set_push_options(std::mem::take(&mut asked.options));
         let wants_pack = commands.iter().any(|c| c.new.is_some());
-        let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
+        let keepalive = keepalive_of(repo.config());
+        let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet)
+            .with_keepalive(keepalive);
         let mut reports = vec![Vec::new(); commands.len()];
         let (unpack, results) = self.receive(
             &repo,
@@ -364,8 +377,8 @@ impl ReceivePack {
         let reported = self.write_report(out, &asked, &unpack, &commands, &results, &reports);
         // As git's: post-receive and post-update run after the report, their output still on
         // the side band, which ends after them; and they run when the refs moved even if the
-        // client is gone.
-        // post-receive is told what proc-receive reported it did instead of a command.
+        // client is gone. post-receive is told what proc-receive reported it did instead of a
+        // command.
         let mut told = Vec::new();
         let mut updated = Vec::new();
         for ((c, r), reported) in commands.iter().zip(&results).zip(&reports) {
@@ -388,7 +401,8 @@ impl ReceivePack {
             let mut relay = Progress::new(
                 (asked.side_band && reported.is_ok()).then_some(&mut *out),
                 asked.quiet,
-            );
+            )
+            .with_keepalive(keepalive);
             hooks.post_receive(&told, &mut relay);
             hooks.post_update(&updated, &mut relay);
         }

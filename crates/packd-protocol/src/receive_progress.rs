@@ -17,6 +17,8 @@ pub(crate) struct Progress<'w> {
     out: Option<&'w mut dyn Write>,
     side_band: bool,
     quiet: bool,
+    /// Keepalives while a hook is silent (`receive.keepAlive`).
+    keepalive: Option<Duration>,
     stage: String,
     last: Option<Instant>,
     ended: bool,
@@ -31,10 +33,18 @@ impl<'w> Progress<'w> {
             side_band: out.is_some(),
             out,
             quiet,
+            keepalive: None,
             stage: String::new(),
             last: None,
             ended: false,
         }
+    }
+
+    /// Sends keepalives every `every` of a hook's silence (git's `receive.keepAlive`, default
+    /// 5 s; 0 or less: none).
+    pub(crate) fn with_keepalive(mut self, every: Option<Duration>) -> Progress<'w> {
+        self.keepalive = every;
+        self
     }
 
     fn send(&mut self, message: &str) {
@@ -90,6 +100,23 @@ impl<'w> Progress<'w> {
 }
 
 impl Relay for Progress<'_> {
+    fn keepalive_every(&self) -> Option<Duration> {
+        self.keepalive
+            .filter(|_| self.side_band && self.out.is_some())
+    }
+
+    fn keepalive(&mut self) {
+        if let Some(out) = self.out.as_mut() {
+            if out
+                .write_all(b"0005\x01")
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                self.out = None;
+            }
+        }
+    }
+
     fn relay(&mut self, bytes: &[u8]) {
         if self.side_band {
             // The bytes as they came, each read its own message: no buffering.

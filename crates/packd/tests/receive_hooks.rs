@@ -111,6 +111,18 @@ impl Target {
 
     /// `git push [--receive-pack=...] <url> ARGS...` from `client`.
     fn push(&self, client: &Repo, server: Option<&Server>, packd_args: &str, args: &[&str]) -> Run {
+        self.push_with_env(client, server, packd_args, args, &[])
+    }
+
+    /// [`Target::push`] with variables `env` set for git.
+    fn push_with_env(
+        &self,
+        client: &Repo,
+        server: Option<&Server>,
+        packd_args: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Run {
         let path = self.repo.git_dir.to_str().unwrap().to_string();
         let (rp, url) = match self.via {
             Via::Git => (None, path),
@@ -134,7 +146,12 @@ impl Target {
         }
         all.push(&url);
         all.extend_from_slice(args);
-        client.git_run(&all, None)
+        let mut cmd = client.git_cmd();
+        cmd.args(&all);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        common::run_cmd(cmd, None, common::GIT_TIMEOUT)
     }
 
     /// What the hooks wrote, with this repository's own names made common: its path is
@@ -659,4 +676,44 @@ fn proc_receive_takes_the_refs_it_is_configured_for() {
         !refs.contains("refs/for/main") && !refs.contains("refs/heads/other"),
         "{refs}"
     );
+}
+
+#[test]
+fn a_silent_hook_gets_keepalives_as_under_git() {
+    let sb = Sandbox::new();
+    let client = client(&sb);
+    let silent = "#!/bin/sh\necho start\nsleep 2\necho end\n";
+    let (targets, server) = three(
+        &sb,
+        &[("receive.keepAlive", "1")],
+        &[("pre-receive", silent)],
+        &[],
+    );
+    for t in &targets {
+        let run = t.push_with_env(
+            &client,
+            Some(&server),
+            "",
+            &["main"],
+            &[("GIT_TRACE_PACKET", "1")],
+        );
+        run.assert_success();
+        let packets: Vec<String> = run
+            .err()
+            .lines()
+            .filter_map(|l| l.split_once("sideband< ").map(|(_, p)| p.to_string()))
+            .collect();
+        // The empty band-1 packets git's receive-pack sends while a hook is silent, between
+        // the hook's two lines (how many depends on timing: at least one).
+        let start = packets.iter().position(|p| p == "\\2start");
+        let end = packets.iter().position(|p| p == "\\2end");
+        let (Some(start), Some(end)) = (start, end) else {
+            panic!("{:?}: no hook output in {packets:?}", t.via);
+        };
+        assert!(
+            end > start + 1 && packets[start + 1..end].iter().all(|p| p == "\\1"),
+            "{:?}: {packets:?}",
+            t.via
+        );
+    }
 }

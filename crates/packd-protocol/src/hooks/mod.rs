@@ -72,6 +72,16 @@ impl Default for HookOptions {
 pub trait Relay {
     /// Passes on `bytes` of a hook's output, as they came.
     fn relay(&mut self, bytes: &[u8]);
+
+    /// After how long without output a keepalive is due (git's `receive.keepAlive`, for a
+    /// client on a side band: proxies and clients may give up on a silent connection);
+    /// `None`: never.
+    fn keepalive_every(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Sends a keepalive (git's: an empty band-1 packet, `0005\1`).
+    fn keepalive(&mut self) {}
 }
 
 /// Output to this process's stderr.

@@ -112,10 +112,33 @@ pub(super) fn command(call: &Invocation<'_>) -> Command {
     command
 }
 
-/// Passes on everything read from `output` until it ends (every writer closed it).
-pub(super) fn relay_all(output: &mut dyn Read, relay: &mut dyn Relay) {
+/// Passes on everything read from `output` until it ends (every writer closed it), with a
+/// keepalive whenever the hook was silent for the relay's interval (git's copy_to_sideband).
+pub(super) fn relay_all(output: &mut std::io::PipeReader, relay: &mut dyn Relay) {
+    use std::os::fd::AsRawFd;
+    let every = relay
+        .keepalive_every()
+        .map(|d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
     let mut buf = [0u8; CHUNK];
     loop {
+        if let Some(ms) = every {
+            let mut fd = libc::pollfd {
+                fd: output.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll(2) on one valid descriptor, which `output` keeps open.
+            let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+            if ready == 0 {
+                relay.keepalive();
+                continue;
+            }
+            if ready < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+                continue;
+            }
+        }
         match output.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => relay.relay(&buf[..n]),
