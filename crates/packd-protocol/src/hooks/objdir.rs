@@ -62,10 +62,15 @@ impl ExposedQuarantine {
             Some(name) => format!("{objects}/{}", Path::new(name).display()),
             None => self.dir.display().to_string(),
         };
+        // Appended to alternates this process was given, as git's env_append does.
+        let alternates = match std::env::var("GIT_ALTERNATE_OBJECT_DIRECTORIES") {
+            Ok(old) if !old.is_empty() => format!("{old}:{objects}"),
+            _ => objects,
+        };
         vec![
             ("GIT_QUARANTINE_PATH".into(), Some(dir.clone())),
             ("GIT_OBJECT_DIRECTORY".into(), Some(dir)),
-            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), Some(objects)),
+            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), Some(alternates)),
         ]
     }
 }
