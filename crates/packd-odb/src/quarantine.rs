@@ -122,6 +122,18 @@ impl Quarantine {
         )
     }
 
+    /// The received pack's files while quarantined, with its name's hex: `(pack, idx, hex)`;
+    /// `None` before [`Quarantine::ingest`]. For a caller that must show the objects to
+    /// another program (receive-pack's hooks) under names it reads.
+    pub fn received_files(&self) -> Option<(PathBuf, PathBuf, &str)> {
+        let received = self.received.as_ref()?;
+        Some((
+            self.pack_dir.join(format!("{}_pack", self.stem)),
+            self.pack_dir.join(format!("{}_idx", self.stem)),
+            &received.hex,
+        ))
+    }
+
     /// Moves the quarantined pack into the repository: renames its data to `pack-<hex>.pack`,
     /// then its index to `pack-<hex>.idx`, then fsyncs the directory, which makes both names
     /// durable at once. A pack the repository already has is left where it is (and removed on

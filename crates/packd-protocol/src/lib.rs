@@ -23,11 +23,13 @@
 mod advertise;
 mod fetch_v2;
 pub mod filter;
+pub mod hooks;
 mod ls_refs;
 mod negotiate_v0;
 mod pack;
 pub mod pkt_line;
 mod receive_pack;
+mod receive_progress;
 mod receive_rules;
 mod request;
 pub mod sideband;

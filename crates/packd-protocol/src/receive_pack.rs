@@ -15,10 +15,14 @@
 //!          "ok refs/heads/main\n" | "ng refs/heads/other <why>\n" ... "0000"
 //! ```
 //!
-//! Order of work: the pack is indexed into a quarantine (thin bases from the repository), its
-//! objects checked ([`packd_odb::connectivity`]), each command checked against the repository's
-//! rules, the objects migrated into `objects/pack` (fsynced), and only then are refs moved
-//! (all-or-nothing with `atomic`). A push that fails anywhere before migration leaves nothing.
+//! Order of work (git's, hooks included, see [`crate::hooks`]): the pack is indexed into a
+//! quarantine (thin bases from the repository), its objects checked
+//! ([`packd_odb::connectivity`]), hidden refs refused, `pre-receive` run (the quarantine shown
+//! to it), each command checked against the repository's rules, the objects migrated into
+//! `objects/pack` (fsynced), `proc-receive` given its commands, and only then are refs moved,
+//! each after its `update` hook, inside `reference-transaction` (all-or-nothing with
+//! `atomic`). After the report, `post-receive` and `post-update`. A push that fails anywhere
+//! before migration leaves nothing.
 //!
 //! Progress: when the client asked for `side-band-64k` and not for `quiet` (git asks for
 //! `quiet` when its stderr is not a terminal and `--progress` was not given), the long phases
@@ -26,6 +30,10 @@
 //! `Resolving deltas: 100% (n/n), done.` and `Checking connectivity: n, done.`. Each message is
 //! flushed at once, so that a transport that streams its output shows it as it happens.
 
+use crate::hooks::objdir::ExposedQuarantine;
+use crate::hooks::proc_receive::{ProcOutcome, ProcReceiveRefs, RefReport};
+use crate::hooks::{HookOptions, Hooks, Relay};
+use crate::receive_progress::Progress;
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
@@ -38,7 +46,7 @@ use packd_odb::{ObjectId, Repository, RepositoryOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Limits on what one push may send.
 #[derive(Debug, Clone)]
@@ -49,6 +57,8 @@ pub struct ReceivePackOptions {
     pub max_push_options: usize,
     /// Bounds on the pack.
     pub limits: InputLimits,
+    /// The repository's hooks: whether they run, and for how long at most.
+    pub hooks: HookOptions,
 }
 
 impl Default for ReceivePackOptions {
@@ -57,6 +67,7 @@ impl Default for ReceivePackOptions {
             max_commands: 1_000_000,
             max_push_options: 1_000,
             limits: InputLimits::default(),
+            hooks: HookOptions::default(),
         }
     }
 }
@@ -86,87 +97,37 @@ pub struct ReceivePack {
 #[derive(Debug, Default)]
 struct Asked {
     report_status: bool,
+    /// `report-status-v2`: the report may carry `option` lines (proc-receive's).
+    report_v2: bool,
     side_band: bool,
     atomic: bool,
     push_options: bool,
     quiet: bool,
+    /// The push options sent (when `push_options` was asked).
+    options: Vec<String>,
 }
 
-/// Progress messages on side-band 2, shaped like git's progress meter: `stage:  p% (d/t)\r`
-/// at most once a second while a stage runs, `stage: 100% (t/t), done.\n` when it ends.
-/// Silent when the client did not ask for a side band or asked for `quiet`; a failed write
-/// (the client hung up) silences it too, the report's write then says what went wrong.
-struct Progress<'w> {
-    out: Option<&'w mut dyn Write>,
-    stage: String,
-    last: Option<Instant>,
-    ended: bool,
-}
+/// Most bytes of push options in one push, all together: they reach hooks as environment
+/// variables, which the system bounds (Linux: 128 KiB each, about 2 MiB in all).
+const MAX_PUSH_OPTION_BYTES: usize = 256 * 1024;
 
-/// Least time between two progress messages of one stage.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
-
-impl<'w> Progress<'w> {
-    fn new(out: Option<&'w mut dyn Write>) -> Progress<'w> {
-        Progress {
-            out,
-            stage: String::new(),
-            last: None,
-            ended: false,
-        }
-    }
-
-    fn send(&mut self, message: &str) {
-        let Some(out) = self.out.as_mut() else {
-            return;
-        };
-        let max = sideband::Sideband::Large.max_payload();
-        let sent = sideband::write_band(*out, sideband::BAND_PROGRESS, message.as_bytes(), max)
-            .and_then(|()| out.flush());
-        if sent.is_err() {
-            self.out = None;
-        }
-    }
-
-    /// `done` of `total` items of `stage` are done (index-pack's progress callback).
-    fn update(&mut self, stage: &str, done: u64, total: u64) {
-        // The client shows its own "Writing objects" for the transfer, as with git.
-        if self.out.is_none() || stage == "Receiving objects" || total == 0 {
-            return;
-        }
-        if stage != self.stage {
-            self.stage = stage.to_string();
-            self.last = None;
-            self.ended = false;
-        }
-        if self.ended {
-            return;
-        }
-        let done = done.min(total);
-        let end = done == total;
-        let now = Instant::now();
-        if !end
-            && self
-                .last
-                .is_some_and(|t| now.duration_since(t) < PROGRESS_EVERY)
-        {
-            return;
-        }
-        self.last = Some(now);
-        self.ended = end;
-        let percent = done.saturating_mul(100) / total;
-        let tail = if end { ", done.\n" } else { "\r" };
-        self.send(&format!("{stage}: {percent:3}% ({done}/{total}){tail}"));
-    }
-
-    /// A stage without a known total has ended after `count` items.
-    fn finished(&mut self, stage: &str, count: u64) {
-        self.send(&format!("{stage}: {count}, done.\n"));
-    }
-}
+/// git's reason for the other refs of an atomic push when one was refused before the
+/// transaction (by the repository's rules or a hook); [`ATOMIC_FAILED`] is its reason when the
+/// transaction itself failed.
+const ATOMIC_REFUSED: &str = "atomic push failure";
 
 const CAPABILITIES: &str = "report-status report-status-v2 delete-refs side-band-64k quiet \
                             atomic ofs-delta push-options object-format=sha1";
+
+/// git's `receive.keepAlive`: seconds of a hook's silence after which the client gets a
+/// keepalive (default 5; 0 or less: never).
+fn keepalive_of(config: &packd_odb::config::Config) -> Option<Duration> {
+    let secs = config
+        .get("receive.keepalive")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(5);
+    (secs > 0).then(|| Duration::from_secs(secs as u64))
+}
 
 fn zero_to_none(id: ObjectId) -> Option<ObjectId> {
     (id != ObjectId::NULL).then_some(id)
@@ -286,7 +247,11 @@ impl ReceivePack {
             if let Some(caps) = caps {
                 for cap in caps.split(' ') {
                     match cap {
-                        "report-status" | "report-status-v2" => asked.report_status = true,
+                        "report-status" => asked.report_status = true,
+                        "report-status-v2" => {
+                            asked.report_status = true;
+                            asked.report_v2 = true;
+                        }
                         "side-band-64k" => asked.side_band = true,
                         "atomic" => asked.atomic = true,
                         "push-options" => asked.push_options = true,
@@ -325,9 +290,25 @@ impl ReceivePack {
         }
         if asked.push_options && !commands.is_empty() {
             let mut count = 0;
+            let mut bytes = 0;
             loop {
                 match reader.read_line()? {
-                    pkt_line::Line::Text(_) => count += 1,
+                    pkt_line::Line::Text(mut option) => {
+                        count += 1;
+                        bytes += option.len();
+                        if bytes > MAX_PUSH_OPTION_BYTES {
+                            return Err(ProtocolError::Refused(format!(
+                                "push options larger than {MAX_PUSH_OPTION_BYTES} bytes in all"
+                            )));
+                        }
+                        // As a C string, the way git passes it on: up to a NUL.
+                        if let Some(nul) = option.find('\0') {
+                            option.truncate(nul);
+                        }
+                        if count <= self.options.max_push_options {
+                            asked.options.push(option);
+                        }
+                    }
                     pkt_line::Line::Flush | pkt_line::Line::Eof => break,
                     other => {
                         return Err(ProtocolError::Invalid(format!(
@@ -371,7 +352,7 @@ impl ReceivePack {
         input: &mut dyn Read,
         out: &mut dyn Write,
     ) -> Result<PushStats, ProtocolError> {
-        let (commands, asked) = {
+        let (commands, mut asked) = {
             let mut reader = pkt_line::PktReader::new(input);
             self.read_commands(&mut reader)?
         };
@@ -383,65 +364,154 @@ impl ReceivePack {
             return Ok(stats);
         }
         let repo = repo()?;
+        let mut hooks = Hooks::new(
+            repo.git_dir(),
+            repo.common_dir(),
+            repo.config(),
+            &self.options.hooks,
+        );
+        hooks.set_push_options(std::mem::take(&mut asked.options));
         let wants_pack = commands.iter().any(|c| c.new.is_some());
-        let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
+        let keepalive = keepalive_of(repo.config());
+        let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet)
+            .with_keepalive(keepalive);
+        let mut reports = vec![Vec::new(); commands.len()];
         let (unpack, results) = self.receive(
             &repo,
+            &mut hooks,
             input,
             &commands,
             &asked,
             wants_pack,
             &mut stats,
             &mut progress,
+            &mut reports,
         );
         drop(progress);
         stats.unpack_error = unpack.clone().err();
         stats.updated = results.iter().filter(|r| r.is_ok()).count();
-        if asked.report_status {
-            let mut report = Vec::new();
-            let status = match &unpack {
-                Ok(()) => "unpack ok\n".to_string(),
-                // Paths inside the repository are named relative to it: the client has
-                // no business knowing where the server keeps its repositories.
-                Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
-            };
-            pkt_line::write_text(&mut report, &status)?;
-            for (c, r) in commands.iter().zip(&results) {
-                let line = match r {
-                    Ok(()) => format!("ok {}\n", c.name),
-                    Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
-                };
-                pkt_line::write_text(&mut report, &line)?;
+        let reported = self.write_report(out, &asked, &unpack, &commands, &results, &reports);
+        // As git's: post-receive and post-update run after the report, their output still on
+        // the side band, which ends after them; and they run when the refs moved even if the
+        // client is gone. post-receive is told what proc-receive reported it did instead of a
+        // command.
+        let mut told = Vec::new();
+        let mut updated = Vec::new();
+        for ((c, r), reported) in commands.iter().zip(&results).zip(&reports) {
+            if r.is_err() {
+                continue;
             }
-            pkt_line::write_flush(&mut report)?;
-            if asked.side_band {
-                sideband::write_band(
-                    out,
-                    sideband::BAND_DATA,
-                    &report,
-                    sideband::Sideband::Large.max_payload(),
-                )?;
-                pkt_line::write_flush(out)?;
-            } else {
-                out.write_all(&report)?;
+            updated.push(c.name.clone());
+            if reported.is_empty() {
+                told.push(c.clone());
             }
+            for report in reported {
+                told.push(RefUpdate {
+                    name: report.ref_name.clone().unwrap_or_else(|| c.name.clone()),
+                    old: report.old.map_or(c.old, zero_to_none),
+                    new: report.new.map_or(c.new, zero_to_none),
+                });
+            }
+        }
+        {
+            let mut relay = Progress::new(
+                (asked.side_band && reported.is_ok()).then_some(&mut *out),
+                asked.quiet,
+            )
+            .with_keepalive(keepalive);
+            hooks.post_receive(&told, &mut relay);
+            hooks.post_update(&updated, &mut relay);
+        }
+        reported?;
+        if asked.report_status && asked.side_band {
+            pkt_line::write_flush(out)?;
         }
         out.flush()?;
         Ok(stats)
     }
 
-    /// Takes the pack in, checks everything, migrates and updates refs. Returns the unpack
+    /// Writes the report (when the client asked for one): `unpack ...`, then `ok`/`ng` per
+    /// command, inside band 1 with a side band (whose closing flush the caller writes).
+    fn write_report(
+        &self,
+        out: &mut dyn Write,
+        asked: &Asked,
+        unpack: &Result<(), String>,
+        commands: &[RefUpdate],
+        results: &[Result<(), String>],
+        reports: &[Vec<RefReport>],
+    ) -> Result<(), ProtocolError> {
+        if !asked.report_status {
+            return Ok(());
+        }
+        let mut report = Vec::new();
+        let status = match unpack {
+            Ok(()) => "unpack ok\n".to_string(),
+            // Paths inside the repository are named relative to it: the client has
+            // no business knowing where the server keeps its repositories.
+            Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
+        };
+        pkt_line::write_text(&mut report, &status)?;
+        for ((c, r), reported) in commands.iter().zip(results).zip(reports) {
+            let line = match r {
+                Ok(()) => format!("ok {}\n", c.name),
+                Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
+            };
+            pkt_line::write_text(&mut report, &line)?;
+            if r.is_ok() && asked.report_v2 {
+                // report-status-v2: what proc-receive did instead, one "ok" per report.
+                for (n, told) in reported.iter().enumerate() {
+                    if n > 0 {
+                        pkt_line::write_text(&mut report, &line)?;
+                    }
+                    if let Some(name) = &told.ref_name {
+                        pkt_line::write_text(&mut report, &format!("option refname {name}\n"))?;
+                    }
+                    if let Some(id) = told.old {
+                        let hex = id.to_hex();
+                        pkt_line::write_text(&mut report, &format!("option old-oid {hex}\n"))?;
+                    }
+                    if let Some(id) = told.new {
+                        let hex = id.to_hex();
+                        pkt_line::write_text(&mut report, &format!("option new-oid {hex}\n"))?;
+                    }
+                    if told.forced_update {
+                        pkt_line::write_text(&mut report, "option forced-update\n")?;
+                    }
+                }
+            }
+        }
+        pkt_line::write_flush(&mut report)?;
+        if asked.side_band {
+            sideband::write_band(
+                out,
+                sideband::BAND_DATA,
+                &report,
+                sideband::Sideband::Large.max_payload(),
+            )?;
+        } else {
+            out.write_all(&report)?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Takes the pack in, checks everything, runs the hooks, migrates and updates refs, in
+    /// git's order: connectivity and hidden refs, `pre-receive` (on every command), migration,
+    /// then per ref the repository's rules, `update`, and the update itself. Returns the unpack
     /// status and one result per command.
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         repo: &Repository,
+        hooks: &mut Hooks,
         input: &mut dyn Read,
         commands: &[RefUpdate],
         asked: &Asked,
         wants_pack: bool,
         stats: &mut PushStats,
         progress: &mut Progress<'_>,
+        reports: &mut [Vec<RefReport>],
     ) -> (Result<(), String>, Vec<Result<(), String>>) {
         let unpacker = |e: String| {
             let n = commands.len();
@@ -480,7 +550,6 @@ impl ReceivePack {
             None
         };
 
-        let rules = Rules::read(repo);
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let mut results: Vec<Result<(), String>> = commands
             .iter()
@@ -488,21 +557,53 @@ impl ReceivePack {
                 if hidden.is_hidden(&c.name) {
                     return Err("deny updating a hidden ref".to_string());
                 }
-                rules.check(c, incoming.as_ref(), repo.objects())
+                Ok(())
             })
             .collect();
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
+        if hooks.find("pre-receive").is_some() {
+            // The hook reads the pushed objects from a quarantine git knows how to read,
+            // gone when it has run, whatever it answered.
+            let exposed = match ExposedQuarantine::create(&objects_dir, &quarantine) {
+                Ok(exposed) => exposed,
+                Err(e) => return unpacker(format!("cannot show the objects to the hooks: {e}")),
+            };
+            let env = exposed.as_ref().map(|q| q.env()).unwrap_or_default();
+            let verdict = hooks.pre_receive(commands, &env, progress);
+            drop(exposed);
+            if let Err(why) = verdict {
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(why.clone());
+                }
+                return (Ok(()), results);
             }
         }
-        let accepted: Vec<(usize, RefUpdate)> = commands
+
+        // The commands for proc-receive skip the repository's rules, unless it hands them
+        // back: their verdicts wait.
+        let proc_refs = ProcReceiveRefs::from_config(repo.config());
+        let for_proc: Vec<bool> = commands
             .iter()
-            .enumerate()
-            .filter(|(i, _)| results[*i].is_ok())
-            .map(|(i, c)| (i, c.clone()))
+            .zip(&results)
+            .map(|(c, r)| r.is_ok() && !proc_refs.is_empty() && proc_refs.matches(c))
             .collect();
-        if accepted.is_empty() {
+        let mut held_back: Vec<Option<Result<(), String>>> = vec![None; commands.len()];
+        let rules = Rules::read(repo);
+        for (i, (c, r)) in commands.iter().zip(results.iter_mut()).enumerate() {
+            if r.is_ok() {
+                let verdict = rules.check(c, incoming.as_ref(), repo.objects());
+                if for_proc[i] {
+                    held_back[i] = Some(verdict);
+                } else {
+                    *r = verdict;
+                }
+            }
+        }
+        if asked.atomic && results.iter().any(|r| r.is_err()) {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(ATOMIC_REFUSED.to_string());
+            }
+        }
+        if results.iter().all(|r| r.is_err()) {
             return (Ok(()), results);
         }
         drop(incoming);
@@ -514,10 +615,55 @@ impl ReceivePack {
                 vec![Err("unpacker error".to_string()); n],
             );
         }
-        let updates: Vec<RefUpdate> = accepted.iter().map(|(_, u)| u.clone()).collect();
-        let applied = apply(repo.common_dir(), &updates, asked.atomic);
-        for ((i, _), r) in accepted.iter().zip(applied) {
-            results[*i] = r;
+        let handled = Self::proc_receive(
+            hooks,
+            commands,
+            &for_proc,
+            held_back,
+            &mut results,
+            asked,
+            reports,
+            progress,
+        );
+        let accepted: Vec<usize> = (0..commands.len())
+            .filter(|i| results[*i].is_ok() && !handled[*i])
+            .collect();
+        let per_ref = !asked.atomic
+            && (hooks.find("update").is_some() || hooks.find("reference-transaction").is_some());
+        if per_ref {
+            // As git's: one ref at a time, each with its hooks, so that a hook sees the refs
+            // updated before its own.
+            for i in accepted {
+                results[i] = hooks.update(&commands[i], progress).and_then(|()| {
+                    self.apply_updates(repo, hooks, &commands[i..=i], false, progress)
+                        .remove(0)
+                });
+            }
+            return (Ok(()), results);
+        }
+        let mut updates = Vec::with_capacity(accepted.len());
+        let mut applied_to = Vec::with_capacity(accepted.len());
+        for i in accepted {
+            if let Err(why) = hooks.update(&commands[i], progress) {
+                results[i] = Err(why);
+                if asked.atomic {
+                    // git stops at the first refusal of an atomic push.
+                    break;
+                }
+                continue;
+            }
+            updates.push(commands[i].clone());
+            applied_to.push(i);
+        }
+        if asked.atomic && results.iter().any(|r| r.is_err()) {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(ATOMIC_REFUSED.to_string());
+            }
+            return (Ok(()), results);
+        }
+        let applied = self.apply_updates(repo, hooks, &updates, asked.atomic, progress);
+        for (i, r) in applied_to.into_iter().zip(applied) {
+            results[i] = r;
         }
         if asked.atomic && results.iter().any(|r| r.is_err()) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
@@ -526,46 +672,91 @@ impl ReceivePack {
         }
         (Ok(()), results)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bands(out: &[u8]) -> Vec<String> {
-        let mut rest = out;
-        let mut messages = Vec::new();
-        while rest.len() >= 5 {
-            let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
-            assert_eq!(rest[4], sideband::BAND_PROGRESS);
-            messages.push(String::from_utf8(rest[5..len].to_vec()).unwrap());
-            rest = &rest[len..];
+    /// Hands the commands `for_proc` marks that are still accepted to `proc-receive`, as git
+    /// does: what it did for them goes to `reports`, a refusal to `results`, and a command it
+    /// hands back gets its verdict from the rules (`held_back`). When the hook failed, the
+    /// commands it did not answer (all others too, when atomic) are refused. Returns which
+    /// commands it took care of (receive-pack then leaves their refs alone).
+    #[allow(clippy::too_many_arguments)]
+    fn proc_receive(
+        hooks: &mut Hooks,
+        commands: &[RefUpdate],
+        for_proc: &[bool],
+        mut held_back: Vec<Option<Result<(), String>>>,
+        results: &mut [Result<(), String>],
+        asked: &Asked,
+        reports: &mut [Vec<RefReport>],
+        progress: &mut Progress<'_>,
+    ) -> Vec<bool> {
+        let n = commands.len();
+        let mut handled = vec![false; n];
+        let taken: Vec<usize> = (0..n)
+            .filter(|&i| for_proc[i] && results[i].is_ok())
+            .collect();
+        if taken.is_empty() {
+            return handled;
         }
-        assert!(rest.is_empty());
-        messages
+        let given: Vec<&RefUpdate> = taken.iter().map(|&i| &commands[i]).collect();
+        let answer = hooks.proc_receive(&given, asked.atomic, asked.push_options, progress);
+        let mut still_its = vec![false; n];
+        for (&i, outcome) in taken.iter().zip(answer.outcomes) {
+            match outcome {
+                ProcOutcome::Done(told) => {
+                    handled[i] = true;
+                    reports[i] = told;
+                }
+                ProcOutcome::Refused(why) => results[i] = Err(why),
+                ProcOutcome::FallThrough => {
+                    if let Some(verdict) = held_back[i].take() {
+                        results[i] = verdict;
+                    }
+                    continue;
+                }
+            }
+            still_its[i] = true;
+        }
+        if answer.failed {
+            for i in 0..n {
+                if results[i].is_ok() && !handled[i] && (still_its[i] || asked.atomic) {
+                    results[i] = Err("fail to run proc-receive hook".into());
+                }
+            }
+        }
+        handled
     }
 
-    #[test]
-    fn progress_like_git() {
-        let mut out = Vec::new();
-        let mut p = Progress::new(Some(&mut out));
-        p.update("Receiving objects", 1, 10);
-        p.update("Resolving deltas", 0, 10);
-        p.update("Resolving deltas", 5, 10); // within a second of the last: skipped
-        p.update("Resolving deltas", 10, 10);
-        p.update("Resolving deltas", 10, 10); // ended already
-        p.finished("Checking connectivity", 10);
-        drop(p);
-        assert_eq!(
-            bands(&out),
-            [
-                "Resolving deltas:   0% (0/10)\r",
-                "Resolving deltas: 100% (10/10), done.\n",
-                "Checking connectivity: 10, done.\n",
-            ]
-        );
-        let mut quiet = Progress::new(None);
-        quiet.update("Resolving deltas", 10, 10);
-        quiet.finished("Checking connectivity", 10);
+    /// Moves the refs of one transaction, between the `reference-transaction` hook's
+    /// `prepared` and its `committed` (every update made) or `aborted` (not). A `prepared`
+    /// hook that fails refuses them all (git 2.39's receive-pack dies there instead).
+    fn apply_updates(
+        &self,
+        repo: &Repository,
+        hooks: &mut Hooks,
+        updates: &[RefUpdate],
+        atomic: bool,
+        progress: &mut Progress<'_>,
+    ) -> Vec<Result<(), String>> {
+        if updates.is_empty() {
+            return Vec::new();
+        }
+        if let Err(why) = hooks.reference_transaction("prepared", updates) {
+            progress.relay(format!("error: {why}\n").as_bytes());
+            let _ = hooks.reference_transaction("aborted", updates);
+            return vec![Err("failed to update ref".to_string()); updates.len()];
+        }
+        let applied = apply(repo.common_dir(), updates, atomic);
+        let done: Vec<RefUpdate> = updates
+            .iter()
+            .zip(&applied)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(u, _)| u.clone())
+            .collect();
+        let _ = if done.len() == updates.len() {
+            hooks.reference_transaction("committed", updates)
+        } else {
+            hooks.reference_transaction("aborted", updates)
+        };
+        applied
     }
 }

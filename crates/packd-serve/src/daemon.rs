@@ -206,6 +206,7 @@ fn serve_push(
             max_bytes: shared.limits.max_push_bytes,
             ..Default::default()
         },
+        hooks: shared.hooks.clone(),
         ..Default::default()
     };
     let created = target.is_created();

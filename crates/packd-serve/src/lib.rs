@@ -87,6 +87,9 @@ pub struct Config {
     /// user's right on the repository, pushes are open to users with a write right, and
     /// git:// (which cannot authenticate) refuses everything.
     pub auth: Option<Arc<auth::AuthFile>>,
+    /// Whether pushes run the repository's hooks, and their timeout (`--no-hooks`,
+    /// `--hook-timeout`).
+    pub hooks: packd_protocol::hooks::HookOptions,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -133,6 +136,8 @@ pub struct Shared {
     pub creations: Arc<create::Creations>,
     /// Users allowed in, when access is controlled (see [`Config::auth`]).
     pub auth: Option<Arc<auth::AuthFile>>,
+    /// How pushes run hooks (see [`Config::hooks`]).
+    pub hooks: packd_protocol::hooks::HookOptions,
 }
 
 /// A bound server, not yet accepting.
@@ -178,6 +183,7 @@ impl Server {
                 create_on_push: config.create_on_push,
                 creations: Arc::default(),
                 auth: config.auth.clone(),
+                hooks: config.hooks.clone(),
             }),
         })
     }

@@ -22,6 +22,15 @@ pub struct Args {
     #[arg(long, alias = "http-backend-info-refs")]
     advertise_refs: bool,
 
+    /// Do not run the repository's hooks (pre-receive, update, post-receive, ...).
+    #[arg(long)]
+    no_hooks: bool,
+
+    /// A hook still running after this many seconds is killed, with its process group, and
+    /// the push refused as by a failed hook.
+    #[arg(long, value_name = "SECS", default_value_t = packd_protocol::hooks::DEFAULT_HOOK_TIMEOUT_SECS)]
+    hook_timeout: u64,
+
     /// The repository: a bare repository, a git directory, or a work tree.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
@@ -35,7 +44,14 @@ pub fn run(workdir: &Path, args: &Args) -> Result<ExitCode> {
     let stamp = pack_dir_stamp(&dir);
     let repo = Arc::new(open_repository(&dir)?);
     let git_dir = repo.git_dir().to_path_buf();
-    let receive = ReceivePack::new(&git_dir, ReceivePackOptions::default());
+    let options = ReceivePackOptions {
+        hooks: packd_protocol::hooks::HookOptions {
+            enabled: !args.no_hooks,
+            timeout: std::time::Duration::from_secs(args.hook_timeout.max(1)),
+        },
+        ..ReceivePackOptions::default()
+    };
+    let receive = ReceivePack::new(&git_dir, options);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     if args.advertise_refs || !args.stateless_rpc {

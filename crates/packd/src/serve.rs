@@ -86,6 +86,17 @@ pub struct Args {
     #[arg(long, hide = true)]
     hash_token: bool,
 
+    /// Do not run the repositories' hooks on push (pre-receive, update, post-receive, ...):
+    /// for repositories whose owners the server does not trust, since a hook runs as the
+    /// server's user. By default they run, as git's receive-pack runs them.
+    #[arg(long)]
+    no_hooks: bool,
+
+    /// A push's hook still running after this many seconds is killed, with its process
+    /// group, and the push refused as by a failed hook.
+    #[arg(long, value_name = "SECS", default_value_t = packd_protocol::hooks::DEFAULT_HOOK_TIMEOUT_SECS)]
+    hook_timeout: u64,
+
     /// Most repositories kept open (indexes and bitmaps loaded) between requests.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_open_repos: usize,
@@ -125,6 +136,10 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
         allow_push: args.allow_push,
         create_on_push: args.create_on_push,
         auth,
+        hooks: packd_protocol::hooks::HookOptions {
+            enabled: !args.no_hooks,
+            timeout: Duration::from_secs(args.hook_timeout.max(1)),
+        },
     };
     let server = Server::bind(&config)?;
     let mut out = std::io::stdout().lock();

@@ -312,6 +312,7 @@ pub(super) async fn receive_pack(
     let idle = shared.limits.idle_timeout;
     let handle = tokio::runtime::Handle::current();
     let body = req.into_body();
+    let hooks = shared.hooks.clone();
     let work = tokio::task::spawn_blocking(move || {
         let raw = BodyReader::new(body, handle.clone(), idle, body_limit);
         let mut input = if gzip {
@@ -360,6 +361,7 @@ pub(super) async fn receive_pack(
                 max_bytes: pack_limit,
                 ..InputLimits::default()
             },
+            hooks,
             ..ReceivePackOptions::default()
         };
         let mut writer =
