@@ -26,15 +26,15 @@
 //! `Resolving deltas: 100% (n/n), done.` and `Checking connectivity: n, done.`. Each message is
 //! flushed at once, so that a transport that streams its output shows it as it happens.
 
-use crate::receive_rules::Rules;
+use crate::receive_rules::{commits_among, Verdicts};
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::IngestOptions;
 use packd_odb::quarantine::Quarantine;
-use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
+use packd_refs::RefUpdate;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -369,7 +369,7 @@ impl ReceivePack {
         let repo = repo()?;
         let wants_pack = commands.iter().any(|c| c.new.is_some());
         let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
-        let (unpack, results) = self.receive(
+        let (unpack, verdicts) = self.receive(
             &repo,
             input,
             &commands,
@@ -379,6 +379,19 @@ impl ReceivePack {
             &mut progress,
         );
         drop(progress);
+        let results = &verdicts.results;
+        // git's `error:`/`warning:` lines for the refs, before the report, as git sends them.
+        if asked.side_band {
+            for message in verdicts.messages() {
+                let text = format!("{}\n", self.relative(&message));
+                sideband::write_band(
+                    out,
+                    sideband::BAND_PROGRESS,
+                    text.as_bytes(),
+                    sideband::Sideband::Large.max_payload(),
+                )?;
+            }
+        }
         stats.unpack_error = unpack.clone().err();
         stats.updated = results.iter().filter(|r| r.is_ok()).count();
         if asked.report_status {
@@ -390,7 +403,7 @@ impl ReceivePack {
                 Err(e) => format!("unpack {}\n", one_line(&self.relative(e))),
             };
             pkt_line::write_text(&mut report, &status)?;
-            for (c, r) in commands.iter().zip(&results) {
+            for (c, r) in commands.iter().zip(results) {
                 let line = match r {
                     Ok(()) => format!("ok {}\n", c.name),
                     Err(why) => format!("ng {} {}\n", c.name, one_line(why)),
@@ -426,10 +439,12 @@ impl ReceivePack {
         wants_pack: bool,
         stats: &mut PushStats,
         progress: &mut Progress<'_>,
-    ) -> (Result<(), String>, Vec<Result<(), String>>) {
+    ) -> (Result<(), String>, Verdicts) {
         let unpacker = |e: String| {
-            let n = commands.len();
-            (Err(e), vec![Err("unpacker error".to_string()); n])
+            (
+                Err(e),
+                Verdicts::unpacker_error(commands.len(), asked.atomic),
+            )
         };
         let objects_dir = repo.common_dir().join("objects");
         let mut quarantine = match Quarantine::create(&objects_dir) {
@@ -464,51 +479,19 @@ impl ReceivePack {
             None
         };
 
-        let rules = Rules::read(repo);
-        let hidden = HiddenRefs::from_config(repo.config(), "receive");
-        let mut results: Vec<Result<(), String>> = commands
-            .iter()
-            .map(|c| {
-                if hidden.is_hidden(&c.name) {
-                    return Err("deny updating a hidden ref".to_string());
-                }
-                rules.check(c, incoming.as_ref(), repo.objects())
-            })
-            .collect();
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
-            }
+        let mut verdicts = Verdicts::check(repo, commands, asked.atomic, incoming.as_ref());
+        if !verdicts.any_accepted() {
+            return (Ok(()), verdicts);
         }
-        let accepted: Vec<(usize, RefUpdate)> = commands
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| results[*i].is_ok())
-            .map(|(i, c)| (i, c.clone()))
-            .collect();
-        if accepted.is_empty() {
-            return (Ok(()), results);
-        }
+        let commits = commits_among(&verdicts.branch_tips(), incoming.as_ref(), repo.objects());
         drop(incoming);
         // Objects first, durable, then the refs that point at them.
         if let Err(e) = quarantine.migrate() {
-            let n = commands.len();
-            return (
-                Err(format!("cannot store the objects: {e}")),
-                vec![Err("unpacker error".to_string()); n],
-            );
+            verdicts.fail_accepted("unpacker error");
+            return (Err(format!("cannot store the objects: {e}")), verdicts);
         }
-        let updates: Vec<RefUpdate> = accepted.iter().map(|(_, u)| u.clone()).collect();
-        let applied = apply(repo.common_dir(), &updates, asked.atomic);
-        for ((i, _), r) in accepted.iter().zip(applied) {
-            results[*i] = r;
-        }
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
-            }
-        }
-        (Ok(()), results)
+        verdicts.apply(repo, &commits);
+        (Ok(()), verdicts)
     }
 }
 
