@@ -214,6 +214,11 @@ impl ReceivePack {
         repo: &Repository,
         out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
+        // A push killed inside its ref transaction is finished (or undone) before the refs
+        // are shown: the client sees an atomic push's refs all old or all new.
+        let timeout =
+            packd_refs::TransactionOptions::from_config(repo.config()).packed_refs_timeout;
+        packd_refs::recover(repo.common_dir(), timeout.unwrap_or(Duration::MAX));
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let refs: Vec<(String, ObjectId)> = repo
             .refs()
