@@ -12,16 +12,19 @@
 //!                         non-commit under refs/heads/
 //!      deletions:         note + take packed-refs.lock (core.packedRefsTimeout)
 //!   2. hook "prepared"    an Err aborts (hook "aborted"), nothing written
-//!   3. commit point:      journal gets the updates and "commit", fsynced
+//!   3. commit point:      journal gets the updates and "commit", fsynced (several refs only)
 //!   4. write:             each new value to a temp file, fsync, rename over the ref;
 //!                         deletions: packed-refs rewritten without them, then loose files go;
-//!                         directories fsynced; locks removed
+//!                         locks removed
 //!   5. hook "committed"
+//! then: the directories of the refs written fsynced (each once), the journal removed
 //! ```
 //! A crash before 3 leaves every ref old (the next transaction removes the dead locks); a
-//! crash after 3 leaves the journal to roll every ref of it forward. A failure in step 4 leaves
-//! the journal too, for the next transaction to finish. Readers (git or packd) never see a
-//! torn value: every change is a rename or a removal.
+//! crash after 3 leaves the journal to roll every ref of it forward. A transaction of one ref
+//! has no step 3: its rename is its commit point (a deletion leaves it old, its loose file,
+//! until the file goes), so a crash leaves it old or new and only its lock to remove. A failure
+//! in step 4 leaves the journal, for the next transaction to finish. Readers (git or packd)
+//! never see a torn value: every change is a rename or a removal.
 //!
 //! Failures are worded as git's: each refused ref gets the report-status reason
 //! ([`crate::UPDATE_FAILED`], or [`crate::ATOMIC_FAILED`] for every ref of an atomic push) and
@@ -164,6 +167,10 @@ pub fn apply(
             })
             .collect()
     };
+    // The renames and removals made durable, each directory once, before the journal goes.
+    let done = updates.iter().zip(&results).filter(|(_, r)| r.is_ok());
+    let deleted = done.clone().any(|(u, _)| u.new.is_none());
+    loose::sync_dirs(common, done.map(|(u, _)| u.name.as_str()), deleted);
     if !keep_journal {
         journal.finish();
     }
@@ -268,15 +275,20 @@ fn run(
             keep_journal: false,
         });
     }
-    if let Err(e) = journal.commit(&batch) {
-        drop(locks);
-        drop(packed_lock);
-        let _ = hook.run(HookState::Aborted, &owned);
-        return Err(Failure {
-            index: None,
-            error: format!("cannot record the ref transaction: {e}"),
-            keep_journal: false,
-        });
+    // The commit point of a transaction of several refs. One ref needs none: its rename (a
+    // deletion's packed-refs rewrite, then its removal) leaves it old or new, whatever stops
+    // where, and a dead owner's lock is all there is to undo.
+    if batch.len() > 1 {
+        if let Err(e) = journal.commit(&batch) {
+            drop(locks);
+            drop(packed_lock);
+            let _ = hook.run(HookState::Aborted, &owned);
+            return Err(Failure {
+                index: None,
+                error: format!("cannot record the ref transaction: {e}"),
+                keep_journal: false,
+            });
+        }
     }
     // Past the commit point: a failure now leaves the locks and the journal, whose recovery
     // finishes the transaction.
@@ -318,7 +330,6 @@ fn run(
             ));
         }
     }
-    loose::sync_dirs(common, names.iter().copied(), !deleted.is_empty());
     drop(packed_lock);
     drop(locks);
     let _ = hook.run(HookState::Committed, &owned);
