@@ -237,7 +237,14 @@ fn run(
     let packed_lock = if deletes {
         let timeout = options.packed_refs_timeout;
         let lock = common.join(PACKED_REFS);
-        match take_lock(common, journal, PACKED_REFS, &lock_path(&lock), timeout) {
+        match take_lock(
+            common,
+            journal,
+            PACKED_REFS,
+            &lock_path(&lock),
+            timeout,
+            options,
+        ) {
             Ok(l) => Some(l),
             Err(LockError::Exists) => {
                 return Err(Failure {
@@ -359,7 +366,7 @@ fn prepare(
         conflict(packed_refs).map_err(cannot)?;
     }
     let path = lock_path(&common.join(name));
-    let lock = match take_lock(common, journal, name, &path, options.lock_timeout) {
+    let lock = match take_lock(common, journal, name, &path, options.lock_timeout, options) {
         Ok(lock) => lock,
         Err(LockError::Exists) => {
             return Err(cannot(format!(
@@ -415,7 +422,9 @@ fn take_lock(
     target: &str,
     path: &Path,
     timeout: Option<Duration>,
+    options: &TransactionOptions<'_>,
 ) -> Result<LockFile, LockError> {
+    let packed_timeout = options.packed_refs_timeout.unwrap_or(Duration::MAX);
     journal.note_lock(target).map_err(LockError::Blocked)?;
     let start = Instant::now();
     let mut pause = Duration::from_millis(1);
@@ -426,7 +435,6 @@ fn take_lock(
             other => return other,
         }
         if let Some(token) = owner(path).filter(|t| t != journal.token()) {
-            let packed_timeout = Duration::from_millis(1000);
             if journal::recover_one(common, &token, packed_timeout) {
                 continue;
             }

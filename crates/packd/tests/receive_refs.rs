@@ -86,7 +86,7 @@ impl Twin {
         let (git, packd) = self.push(args);
         assert_eq!(
             packd, git,
-            "packd's answer (right) differs from git's to {args:?}"
+            "packd's answer (left) differs from git's (right) to {args:?}"
         );
         for line in expected.iter().map(AsRef::as_ref) {
             assert!(
@@ -424,4 +424,31 @@ fn a_lock_git_holds_refuses_the_push_as_git_does() {
         t.same(&["main", ":refs/heads/old"], &["main -> main", "[deleted]"]);
         t.clones_work();
     }
+}
+
+#[test]
+fn a_hidden_ref_in_an_atomic_push_is_refused_alone_as_git_does() {
+    let t = Twin::new(false);
+    for server in [&t.by_git, &t.by_packd] {
+        server.git(&["config", "receive.hideRefs", "refs/heads/old"]);
+    }
+    let (main, old) = (t.rev("main"), t.rev("main~1"));
+    // git's receive-pack refuses the hidden ref and still applies the rest.
+    let (git, packd) = t.raw(
+        &[
+            format!("{old} {main} refs/heads/old"),
+            format!("{ZERO} {main} refs/heads/fine"),
+        ],
+        "atomic",
+    );
+    assert_eq!(packd, git);
+    assert_eq!(
+        git,
+        [
+            "report: unpack ok",
+            "report: ng refs/heads/old deny updating a hidden ref",
+            "report: ok refs/heads/fine"
+        ]
+    );
+    assert_eq!(show_ref(&t.by_packd), show_ref(&t.by_git));
 }
