@@ -206,7 +206,7 @@ pub(crate) fn recover_except(common: &Path, own: Option<&str>, packed_timeout: D
         }
     }
     for token in &journals {
-        if Some(token.as_str()) != own && recover_one(common, token, packed_timeout) {
+        if Some(token.as_str()) != own && recover_one(common, token, None, packed_timeout) {
             recovered += 1;
         }
     }
@@ -227,8 +227,20 @@ pub(crate) fn recover_except(common: &Path, own: Option<&str>, packed_timeout: D
     recovered
 }
 
-/// Recovers the journal `token` if its owner is gone; whether it did.
-pub(crate) fn recover_one(common: &Path, token: &str, packed_timeout: Duration) -> bool {
+/// Whether the journal `token` exists (its owner lives, or died and is not recovered yet).
+pub(crate) fn exists(common: &Path, token: &str) -> bool {
+    common.join(JOURNAL_DIR).join(token).exists()
+}
+
+/// Recovers the journal `token` if its owner is gone; whether it did. `met` is a lock file
+/// found holding that token: removed too, even if the journal does not name it (its `lock`
+/// line is not fsynced: a machine that stopped may have kept the lock and lost the line).
+pub(crate) fn recover_one(
+    common: &Path,
+    token: &str,
+    met: Option<&Path>,
+    packed_timeout: Duration,
+) -> bool {
     let dir = common.join(JOURNAL_DIR);
     let path = dir.join(token);
     let Ok(mut file) = OpenOptions::new().read(true).open(&path) else {
@@ -271,6 +283,9 @@ pub(crate) fn recover_one(common: &Path, token: &str, packed_timeout: Duration) 
         };
         LockFile::adopt(&lock, token).release();
     }
+    if let Some(lock) = met {
+        LockFile::adopt(lock, token).release();
+    }
     if let Ok(entries) = std::fs::read_dir(&dir) {
         let prefix = format!("{token}.");
         for entry in entries.flatten() {
@@ -303,7 +318,12 @@ fn roll_forward(
     }
     for u in &todo {
         if let Some(new) = u.new {
-            loose::write(common, &u.name, &new, &temp())?;
+            // A ref that cannot be written (a directory of refs made at its place meanwhile,
+            // by git, which does not see packd's locks as refs) stays old: better than a
+            // journal that can never be finished and a lock that blocks forever.
+            if let Err(e) = loose::write(common, &u.name, &new, &temp()) {
+                tracing::warn!(token, name = %u.name, "cannot roll a ref forward: {e}");
+            }
         }
     }
     let deleted: Vec<&str> = todo

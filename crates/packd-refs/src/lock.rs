@@ -12,6 +12,10 @@
 //! finds a lock can always tell whose it is. A lock whose content is not a token (git's own,
 //! empty or holding a value) belongs to git and is never broken.
 //!
+//! A lock holding the token of a journal that no longer exists is an orphan (a live owner's
+//! journal exists from before its first lock until after its last; a machine that stopped can
+//! keep a lock whose journal line it lost): it is broken when met.
+//!
 //! On a file system without hard links the lock is created with `O_EXCL` and the token written
 //! after (the empty instant returns).
 
@@ -64,6 +68,24 @@ pub(crate) fn owner(path: &Path) -> Option<String> {
     file.take(80).read_to_string(&mut text).ok()?;
     let token = text.strip_suffix('\n')?;
     is_token(token).then(|| token.to_string())
+}
+
+/// Removes the lock file `path` of `token`, an owner whose journal is gone (a lock its
+/// journal did not name, kept by a machine that stopped): moved aside to `temp` first, and put
+/// back if what was moved is not that owner's (replaced since it was read). Whether it went.
+pub(crate) fn break_orphan(path: &Path, token: &str, temp: &Path) -> bool {
+    if std::fs::rename(path, temp).is_err() {
+        return false;
+    }
+    if owner(temp).as_deref() == Some(token) {
+        let _ = std::fs::remove_file(temp);
+        return true;
+    }
+    if let Err(e) = std::fs::hard_link(temp, path) {
+        tracing::error!(lock = %path.display(), "cannot put back a lock file moved aside: {e}");
+    }
+    let _ = std::fs::remove_file(temp);
+    false
 }
 
 impl LockFile {

@@ -631,3 +631,49 @@ fn concurrent_updates_of_one_ref_have_one_winner() {
     }
     assert_eq!(journal_files(&d), Vec::<String>::new());
 }
+
+#[test]
+fn a_dead_owner_s_lock_its_journal_does_not_name_is_broken_when_met() {
+    // What a machine that stopped may leave: the lock file kept, its journal line lost.
+    let (dir, a, b) = repo();
+    let d = dir.path();
+    run(d, &[up("refs/heads/main", None, Some(a))], false);
+    let mut journal = Journal::create(d).unwrap();
+    let temp = journal.temp();
+    LockFile::try_create(&d.join("refs/heads/main.lock"), journal.token(), &temp)
+        .unwrap()
+        .leave();
+    drop(journal);
+    assert_eq!(
+        run(d, &[up("refs/heads/main", Some(a), Some(b))], false),
+        vec![Ok(())]
+    );
+    assert!(!d.join("refs/heads/main.lock").exists());
+    assert_eq!(journal_files(d), Vec::<String>::new());
+}
+
+#[test]
+fn a_ref_that_cannot_be_rolled_forward_does_not_block_forever() {
+    let (dir, a, b) = repo();
+    let d = dir.path();
+    run(d, &[up("refs/heads/main", None, Some(a))], false);
+    crash(
+        d,
+        &[
+            up("refs/heads/main", Some(a), Some(b)),
+            up("refs/heads/x", None, Some(b)),
+        ],
+        true,
+    );
+    // git, which does not see packd's lock of refs/heads/x as a ref, made refs/heads/x/y.
+    git(d, &["update-ref", "refs/heads/x/y", &a.to_hex()]);
+    assert_eq!(recover(d, Duration::from_secs(1)), 1);
+    let refs = show_ref(d);
+    assert!(
+        refs.contains(&format!("{} refs/heads/main", b.to_hex())),
+        "{refs}"
+    );
+    assert!(!d.join("refs/heads/x.lock").exists());
+    assert_eq!(journal_files(d), Vec::<String>::new());
+    git(d, &["fsck", "--no-progress"]);
+}

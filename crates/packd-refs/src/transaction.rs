@@ -39,7 +39,7 @@
 use crate::conflict;
 use crate::hook::{HookState, TransactionHook};
 use crate::journal::{self, Journal, PACKED_REFS};
-use crate::lock::{lock_path, owner, LockError, LockFile};
+use crate::lock::{break_orphan, lock_path, owner, LockError, LockFile};
 use crate::loose::{self, Current, ReadError};
 use crate::{packed, RefResult, RefUpdate, Refusal, ATOMIC_FAILED, UPDATE_FAILED};
 use packd_odb::config::Config;
@@ -435,7 +435,10 @@ fn take_lock(
             other => return other,
         }
         if let Some(token) = owner(path).filter(|t| t != journal.token()) {
-            if journal::recover_one(common, &token, packed_timeout) {
+            if journal::recover_one(common, &token, Some(path), packed_timeout) {
+                continue;
+            }
+            if !journal::exists(common, &token) && break_orphan(path, &token, &journal.temp()) {
                 continue;
             }
         }
