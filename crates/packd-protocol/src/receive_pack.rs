@@ -495,7 +495,7 @@ impl ReceivePack {
             verdicts.fail_accepted("unpacker error");
             return (Err(format!("cannot store the objects: {e}")), verdicts);
         }
-        verdicts.apply(repo, &commits);
+        verdicts.apply(repo, &commits, &mut packd_refs::NoHook);
         (Ok(()), verdicts)
     }
 }

@@ -23,7 +23,7 @@ use packd_odb::config::parse_bool;
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::parse::parse_commit;
 use packd_odb::{ObjectDb, ObjectId, ObjectKind, Repository};
-use packd_refs::{check_ref_name, NoHook, RefUpdate, TransactionOptions};
+use packd_refs::{check_ref_name, RefUpdate, TransactionHook, TransactionOptions};
 use std::collections::{HashSet, VecDeque};
 
 /// git's reason for the other commands of an atomic push when one was refused before its
@@ -318,9 +318,14 @@ impl Verdicts {
         }
     }
 
-    /// Applies the accepted updates to `repo`'s refs (its objects, new ones included, must be
-    /// readable through `commits`: the ids under refs/heads/ that are commits).
-    pub(crate) fn apply(&mut self, repo: &Repository, commits: &HashSet<ObjectId>) {
+    /// Applies the accepted updates to `repo`'s refs; `commits` are the ids among
+    /// [`Verdicts::branch_tips`] that are commits, `hook` the reference-transaction hook.
+    pub(crate) fn apply(
+        &mut self,
+        repo: &Repository,
+        commits: &HashSet<ObjectId>,
+        hook: &mut dyn TransactionHook,
+    ) {
         let chosen: Vec<(usize, RefUpdate)> = self
             .updates
             .iter_mut()
@@ -336,13 +341,7 @@ impl Verdicts {
             is_commit: Some(&is_commit),
             ..TransactionOptions::from_config(repo.config())
         };
-        let applied = packd_refs::apply(
-            repo.common_dir(),
-            &updates,
-            self.atomic,
-            &options,
-            &mut NoHook,
-        );
+        let applied = packd_refs::apply(repo.common_dir(), &updates, self.atomic, &options, hook);
         for ((i, _), r) in chosen.iter().zip(applied) {
             if let Err(refusal) = r {
                 self.results[*i] = Err(refusal.reason);

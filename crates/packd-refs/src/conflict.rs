@@ -13,16 +13,18 @@
 
 use crate::loose;
 use packd_odb::packed_refs::PackedRefs;
+use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::path::Path;
 
 /// Why `name` cannot be created next to the refs under `common` (`packed` its parsed
-/// packed-refs) and the other refs of its batch, `extras`: git's text after
+/// packed-refs) and the refs of its batch, `batch` (it may hold `name` itself): git's text after
 /// `cannot lock ref 'name': `.
 pub(crate) fn check(
     common: &Path,
     name: &str,
     packed: Option<&PackedRefs>,
-    extras: &[&str],
+    batch: &BTreeSet<&str>,
 ) -> Result<(), String> {
     for (i, _) in name.match_indices('/') {
         let dir = &name[..i];
@@ -31,7 +33,7 @@ pub(crate) fn check(
         if exists {
             return Err(format!("'{dir}' exists; cannot create '{name}'"));
         }
-        if extras.contains(&dir) {
+        if batch.contains(dir) {
             return Err(format!(
                 "cannot process '{name}' and '{dir}' at the same time"
             ));
@@ -48,7 +50,9 @@ pub(crate) fn check(
     if let Some(below) = below {
         return Err(format!("'{below}' exists; cannot create '{name}'"));
     }
-    if let Some(extra) = extras.iter().filter(|e| e.starts_with(&prefix)).min() {
+    let below_in_batch =
+        batch.range::<str, _>((Bound::Excluded(prefix.as_str()), Bound::Unbounded));
+    if let Some(extra) = below_in_batch.take(1).find(|e| e.starts_with(&prefix)) {
         return Err(format!(
             "cannot process '{name}' and '{extra}' at the same time"
         ));
@@ -101,33 +105,53 @@ mod tests {
             "# pack-refs with: peeled fully-peeled sorted \n{a} refs/tags/v1\n"
         ));
         let p = Some(&packed);
+        let none = BTreeSet::new();
+        let batch = |names: &[&'static str]| names.iter().copied().collect::<BTreeSet<&str>>();
         assert_eq!(
-            check(d, "refs/heads/main/sub", p, &[]).unwrap_err(),
+            check(d, "refs/heads/main/sub", p, &none).unwrap_err(),
             "'refs/heads/main' exists; cannot create 'refs/heads/main/sub'"
         );
         assert_eq!(
-            check(d, "refs/heads/b", p, &[]).unwrap_err(),
+            check(d, "refs/heads/b", p, &none).unwrap_err(),
             "'refs/heads/b/c/d' exists; cannot create 'refs/heads/b'"
         );
         assert_eq!(
-            check(d, "refs/tags/v1/x", p, &[]).unwrap_err(),
+            check(d, "refs/tags/v1/x", p, &none).unwrap_err(),
             "'refs/tags/v1' exists; cannot create 'refs/tags/v1/x'"
         );
         assert_eq!(
-            check(d, "refs/tags", p, &[]).unwrap_err(),
+            check(d, "refs/tags", p, &none).unwrap_err(),
             "'refs/tags/v1' exists; cannot create 'refs/tags'"
         );
         assert_eq!(
-            check(d, "refs/heads/e", p, &["refs/heads/e/f"]).unwrap_err(),
+            check(
+                d,
+                "refs/heads/e",
+                p,
+                &batch(&["refs/heads/e", "refs/heads/e/f"])
+            )
+            .unwrap_err(),
             "cannot process 'refs/heads/e' and 'refs/heads/e/f' at the same time"
         );
         assert_eq!(
-            check(d, "refs/heads/e/f", p, &["refs/heads/e"]).unwrap_err(),
+            check(
+                d,
+                "refs/heads/e/f",
+                p,
+                &batch(&["refs/heads/e", "refs/heads/e/f"])
+            )
+            .unwrap_err(),
             "cannot process 'refs/heads/e/f' and 'refs/heads/e' at the same time"
         );
-        check(d, "refs/heads/new", p, &["refs/heads/newer"]).unwrap();
+        check(
+            d,
+            "refs/heads/new",
+            p,
+            &batch(&["refs/heads/new", "refs/heads/new-", "refs/heads/newer"]),
+        )
+        .unwrap();
         // Only lock files below: no ref there.
         std::fs::remove_file(d.join("refs/heads/b/c/d")).unwrap();
-        check(d, "refs/heads/b", p, &[]).unwrap();
+        check(d, "refs/heads/b", p, &none).unwrap();
     }
 }

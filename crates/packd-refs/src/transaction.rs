@@ -45,6 +45,7 @@ use crate::{packed, RefResult, RefUpdate, Refusal, ATOMIC_FAILED, UPDATE_FAILED}
 use packd_odb::config::Config;
 use packd_odb::packed_refs::PackedRefs;
 use packd_odb::ObjectId;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -218,17 +219,11 @@ fn run(
     hook: &mut dyn TransactionHook,
 ) -> Result<(), Failure> {
     let batch: Vec<&RefUpdate> = order.iter().map(|&i| &updates[i]).collect();
-    let names: Vec<&str> = batch.iter().map(|u| u.name.as_str()).collect();
+    let batch_names: BTreeSet<&str> = batch.iter().map(|u| u.name.as_str()).collect();
     let mut packed_refs: Option<Option<PackedRefs>> = None;
     let mut locks = Vec::with_capacity(batch.len());
     for (k, u) in batch.iter().enumerate() {
-        let extras: Vec<&str> = names
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != k)
-            .map(|(_, n)| *n)
-            .collect();
-        match prepare(common, journal, u, &extras, &mut packed_refs, options) {
+        match prepare(common, journal, u, &batch_names, &mut packed_refs, options) {
             Ok(lock) => locks.push(lock),
             Err(error) => return Err(Failure::at(order[k], error)),
         }
@@ -348,7 +343,7 @@ fn prepare(
     common: &Path,
     journal: &mut Journal,
     u: &RefUpdate,
-    extras: &[&str],
+    batch_names: &BTreeSet<&str>,
     packed_refs: &mut Option<Option<PackedRefs>>,
     options: &TransactionOptions<'_>,
 ) -> Result<LockFile, String> {
@@ -360,7 +355,7 @@ fn prepare(
             *packed_refs = Some(PackedRefs::read(common).ok().flatten());
         }
         let packed = packed_refs.as_ref().and_then(|p| p.as_ref());
-        conflict::check(common, name, packed, extras)
+        conflict::check(common, name, packed, batch_names)
     };
     if u.new.is_some() && !loose::is_loose_file(common, name) {
         conflict(packed_refs).map_err(cannot)?;
