@@ -23,6 +23,14 @@
 //!
 //! git ignores the directory: it is not under `refs/`, and holds no `*.lock` of git's. Locks
 //! without a token (git's own) are never touched.
+//!
+//! What others see: git and packd read each ref old or new at every instant (every change is
+//! a rename or a removal), and a lock file or a journal confuses neither `git`, `git fsck` nor
+//! packd's ref listing. An atomic push's refs are a mix only while they are being written, as
+//! with git, and after a crash past the commit point until someone recovers: every
+//! transaction, and receive-pack's advertisement, start by recovering dead journals
+//! ([`recover`]); a reader that wants never to see that mix calls it too. Until then the dead
+//! owner's locks also refuse git's own writers, as a crashed git's locks do.
 
 use crate::lock::{is_token, lock_path, owner, LockFile};
 use crate::{loose, packed, RefUpdate};

@@ -411,7 +411,23 @@ fn crash(d: &Path, updates: &[RefUpdate], committed: bool) -> String {
         journal.commit(&updates.iter().collect::<Vec<_>>()).unwrap();
     }
     drop(journal);
+    wait_until_dead(d, &token);
     token
+}
+
+/// Waits until the journal `token`'s flock is free: a `git` that another test thread forks
+/// holds a copy of every open descriptor until it execs, so the "dead" owner's flock can
+/// outlive the drop for an instant (harmless in a server: recovery then waits for a later
+/// transaction; here it would make a test's one recovery miss it).
+fn wait_until_dead(d: &Path, token: &str) {
+    let path = d.join(JOURNAL_DIR).join(token);
+    for _ in 0..10_000 {
+        match std::fs::File::open(&path) {
+            Ok(f) if f.try_lock().is_err() => std::thread::sleep(Duration::from_millis(1)),
+            _ => return,
+        }
+    }
+    panic!("the journal {token} stays locked");
 }
 
 #[test]
@@ -643,7 +659,9 @@ fn a_dead_owner_s_lock_its_journal_does_not_name_is_broken_when_met() {
     LockFile::try_create(&d.join("refs/heads/main.lock"), journal.token(), &temp)
         .unwrap()
         .leave();
+    let token = journal.token().to_string();
     drop(journal);
+    wait_until_dead(d, &token);
     assert_eq!(
         run(d, &[up("refs/heads/main", Some(a), Some(b))], false),
         vec![Ok(())]
@@ -676,4 +694,27 @@ fn a_ref_that_cannot_be_rolled_forward_does_not_block_forever() {
     assert!(!d.join("refs/heads/x.lock").exists());
     assert_eq!(journal_files(d), Vec::<String>::new());
     git(d, &["fsck", "--no-progress"]);
+}
+
+#[test]
+fn lock_timeouts_come_from_the_configuration() {
+    let mut config = packd_odb::config::Config::default();
+    config
+        .parse(
+            "[core]\n\tfilesRefLockTimeout = 250\n\tpackedRefsTimeout = -1\n",
+            "config",
+        )
+        .unwrap();
+    let options = TransactionOptions::from_config(&config);
+    assert_eq!(options.lock_timeout, Some(Duration::from_millis(250)));
+    assert_eq!(
+        options.packed_refs_timeout, None,
+        "negative: wait as long as it takes"
+    );
+    let defaults = TransactionOptions::from_config(&packd_odb::config::Config::default());
+    assert_eq!(defaults.lock_timeout, Some(Duration::from_millis(100)));
+    assert_eq!(
+        defaults.packed_refs_timeout,
+        Some(Duration::from_millis(1000))
+    );
 }
