@@ -16,8 +16,9 @@
 //!   4. write:             each new value to a temp file, fsync, rename over the ref;
 //!                         deletions: packed-refs rewritten without them, then loose files go;
 //!                         locks removed
+//!                         (several refs: their directories fsynced before the locks go)
 //!   5. hook "committed"
-//! then: the directories of the refs written fsynced (each once), the journal removed
+//! then: the directories of one-ref transactions' refs fsynced (each once), the journal removed
 //! ```
 //! A crash before 3 leaves every ref old (the next transaction removes the dead locks); a
 //! crash after 3 leaves the journal to roll every ref of it forward. A transaction of one ref
@@ -168,8 +169,12 @@ pub fn apply(
             })
             .collect()
     };
-    // The renames and removals made durable, each directory once, before the journal goes.
-    let done = updates.iter().zip(&results).filter(|(_, r)| r.is_ok());
+    // The renames and removals of one-ref transactions made durable, each directory once,
+    // before the journal goes (a transaction of several did it before releasing its locks).
+    let done = updates
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok() && (!atomic || updates.len() == 1));
     let deleted = done.clone().any(|(u, _)| u.new.is_none());
     loose::sync_dirs(common, done.map(|(u, _)| u.name.as_str()), deleted);
     if !keep_journal {
@@ -331,6 +336,12 @@ fn run(
                 format!("cannot delete refs: {e}"),
             ));
         }
+    }
+    // Several refs: their renames durable before their locks go, as recovery after a machine
+    // stopped rolls forward only the refs still locked. (One ref: at the end of apply.)
+    if batch.len() > 1 {
+        let names = batch.iter().map(|u| u.name.as_str());
+        loose::sync_dirs(common, names, !deleted.is_empty());
     }
     drop(packed_lock);
     drop(locks);
