@@ -29,7 +29,6 @@ pub mod parse;
 pub mod prefetch;
 pub mod quarantine;
 pub mod refs;
-pub mod refs_update;
 pub mod repository;
 pub mod revision;
 pub mod zlib;

@@ -34,15 +34,16 @@ use crate::hooks::objdir::ExposedQuarantine;
 use crate::hooks::proc_receive::{ProcOutcome, ProcReceiveRefs, RefReport};
 use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_progress::Progress;
-use crate::receive_rules::Rules;
+use crate::receive_rules::{commits_among, Rules};
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_odb::connectivity::check_incoming;
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::IngestOptions;
 use packd_odb::quarantine::Quarantine;
-use packd_odb::refs_update::{apply, RefUpdate, ATOMIC_FAILED};
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
+use packd_refs::{HookState, RefUpdate, TransactionHook, TransactionOptions, ATOMIC_FAILED};
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -201,6 +202,10 @@ impl ReceivePack {
         repo: &Repository,
         out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
+        // A push killed inside its ref transaction is finished (or undone) before the refs
+        // are shown: the client sees an atomic push's refs all old or all new.
+        let timeout = TransactionOptions::from_config(repo.config()).packed_refs_timeout;
+        packd_refs::recover(repo.common_dir(), timeout.unwrap_or(Duration::MAX));
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let refs: Vec<(String, ObjectId)> = repo
             .refs()
@@ -550,14 +555,15 @@ impl ReceivePack {
             None
         };
 
+        // Hidden refs first: refused alone, also in an atomic push (git's
+        // reject_updates_to_hidden), so that the rest may still go through.
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let mut results: Vec<Result<(), String>> = commands
             .iter()
-            .map(|c| {
-                if hidden.is_hidden(&c.name) {
-                    return Err("deny updating a hidden ref".to_string());
-                }
-                Ok(())
+            .map(|c| match (hidden.is_hidden(&c.name), c.new) {
+                (false, _) => Ok(()),
+                (true, None) => Err("deny deleting a hidden ref".to_string()),
+                (true, Some(_)) => Err("deny updating a hidden ref".to_string()),
             })
             .collect();
         if hooks.find("pre-receive").is_some() {
@@ -587,25 +593,46 @@ impl ReceivePack {
             .map(|(c, r)| r.is_ok() && !proc_refs.is_empty() && proc_refs.matches(c))
             .collect();
         let mut held_back: Vec<Option<Result<(), String>>> = vec![None; commands.len()];
+        // What each accepted command will apply: the rules may drop a deletion's old value
+        // that the repository lacks, as git does.
+        let mut to_apply: Vec<RefUpdate> = commands.to_vec();
         let rules = Rules::read(repo);
-        for (i, (c, r)) in commands.iter().zip(results.iter_mut()).enumerate() {
-            if r.is_ok() {
-                let verdict = rules.check(c, incoming.as_ref(), repo.objects());
-                if for_proc[i] {
-                    held_back[i] = Some(verdict);
-                } else {
-                    *r = verdict;
+        for i in 0..commands.len() {
+            if results[i].is_err() {
+                continue;
+            }
+            let checked = rules.check(&commands[i], incoming.as_ref(), repo);
+            for message in &checked.messages {
+                progress.relay(format!("{}\n", self.relative(message)).as_bytes());
+            }
+            let verdict = checked.outcome.map(|u| to_apply[i] = u);
+            if for_proc[i] {
+                held_back[i] = Some(verdict);
+                continue;
+            }
+            if verdict.is_err() && asked.atomic {
+                // git stops at the first refusal of an atomic push: the rest are neither
+                // checked nor applied.
+                results[i] = verdict;
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(ATOMIC_REFUSED.to_string());
                 }
+                return (Ok(()), results);
             }
-        }
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_REFUSED.to_string());
-            }
+            results[i] = verdict;
         }
         if results.iter().all(|r| r.is_err()) {
             return (Ok(()), results);
         }
+        // The transaction refuses a non-commit under refs/heads/: which of the new branch tips
+        // are commits, read while the quarantine is still open.
+        let branch_tips: Vec<ObjectId> = to_apply
+            .iter()
+            .zip(&results)
+            .filter(|(u, r)| r.is_ok() && u.name.starts_with("refs/heads/"))
+            .filter_map(|(u, _)| u.new)
+            .collect();
+        let commits = commits_among(&branch_tips, incoming.as_ref(), repo.objects());
         drop(incoming);
         // Objects first, durable, then the refs that point at them.
         if let Err(e) = quarantine.migrate() {
@@ -628,6 +655,11 @@ impl ReceivePack {
         let accepted: Vec<usize> = (0..commands.len())
             .filter(|i| results[*i].is_ok() && !handled[*i])
             .collect();
+        let mut transaction = Transaction {
+            receive: self,
+            repo,
+            commits: &commits,
+        };
         let per_ref = !asked.atomic
             && (hooks.find("update").is_some() || hooks.find("reference-transaction").is_some());
         if per_ref {
@@ -635,40 +667,43 @@ impl ReceivePack {
             // updated before its own.
             for i in accepted {
                 results[i] = hooks.update(&commands[i], progress).and_then(|()| {
-                    self.apply_updates(repo, hooks, &commands[i..=i], false, progress)
+                    transaction
+                        .apply(hooks, &to_apply[i..=i], false, progress)
                         .remove(0)
                 });
             }
             return (Ok(()), results);
         }
+        // An atomic push fails as a whole for a refusal from here on, not for a hidden ref
+        // (refused alone above, as git does).
+        let fail_rest = |results: &mut [Result<(), String>], why: &str| {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(why.to_string());
+            }
+        };
         let mut updates = Vec::with_capacity(accepted.len());
         let mut applied_to = Vec::with_capacity(accepted.len());
-        for i in accepted {
+        for &i in &accepted {
             if let Err(why) = hooks.update(&commands[i], progress) {
                 results[i] = Err(why);
                 if asked.atomic {
                     // git stops at the first refusal of an atomic push.
-                    break;
+                    fail_rest(&mut results, ATOMIC_REFUSED);
+                    return (Ok(()), results);
                 }
                 continue;
             }
-            updates.push(commands[i].clone());
+            updates.push(to_apply[i].clone());
             applied_to.push(i);
         }
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_REFUSED.to_string());
-            }
-            return (Ok(()), results);
-        }
-        let applied = self.apply_updates(repo, hooks, &updates, asked.atomic, progress);
+        let applied = transaction.apply(hooks, &updates, asked.atomic, progress);
+        let mut failed = false;
         for (i, r) in applied_to.into_iter().zip(applied) {
+            failed |= r.is_err();
             results[i] = r;
         }
-        if asked.atomic && results.iter().any(|r| r.is_err()) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(ATOMIC_FAILED.to_string());
-            }
+        if asked.atomic && failed {
+            fail_rest(&mut results, ATOMIC_FAILED);
         }
         (Ok(()), results)
     }
@@ -725,13 +760,35 @@ impl ReceivePack {
         }
         handled
     }
+}
 
-    /// Moves the refs of one transaction, between the `reference-transaction` hook's
-    /// `prepared` and its `committed` (every update made) or `aborted` (not). A `prepared`
-    /// hook that fails refuses them all (git 2.39's receive-pack dies there instead).
-    fn apply_updates(
-        &self,
-        repo: &Repository,
+/// The ref transactions of one push: [`packd_refs::apply`] on the repository's refs, with the
+/// `reference-transaction` hook run at its `prepared`, `committed` and `aborted` points.
+struct Transaction<'a> {
+    receive: &'a ReceivePack,
+    repo: &'a Repository,
+    /// Which new branch tips are commits (the transaction refuses anything else there).
+    commits: &'a HashSet<ObjectId>,
+}
+
+/// The `reference-transaction` hook as the transaction calls it.
+struct ReferenceTransactionHook<'h> {
+    hooks: &'h mut Hooks,
+}
+
+impl TransactionHook for ReferenceTransactionHook<'_> {
+    fn run(&mut self, state: HookState, updates: &[RefUpdate]) -> Result<(), String> {
+        self.hooks.reference_transaction(state.as_str(), updates)
+    }
+}
+
+impl Transaction<'_> {
+    /// Moves the refs of `updates` in one transaction (atomic) or one each, and returns one
+    /// result per update; git's `error:` line of each refusal goes to the client as it does
+    /// from git's receive-pack. A `prepared` hook that fails refuses them (git 2.39's
+    /// receive-pack dies there instead).
+    fn apply(
+        &mut self,
         hooks: &mut Hooks,
         updates: &[RefUpdate],
         atomic: bool,
@@ -740,23 +797,24 @@ impl ReceivePack {
         if updates.is_empty() {
             return Vec::new();
         }
-        if let Err(why) = hooks.reference_transaction("prepared", updates) {
-            progress.relay(format!("error: {why}\n").as_bytes());
-            let _ = hooks.reference_transaction("aborted", updates);
-            return vec![Err("failed to update ref".to_string()); updates.len()];
-        }
-        let applied = apply(repo.common_dir(), updates, atomic);
-        let done: Vec<RefUpdate> = updates
-            .iter()
-            .zip(&applied)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(u, _)| u.clone())
-            .collect();
-        let _ = if done.len() == updates.len() {
-            hooks.reference_transaction("committed", updates)
-        } else {
-            hooks.reference_transaction("aborted", updates)
+        let commits = self.commits;
+        let is_commit = |id: &ObjectId| commits.contains(id);
+        let options = TransactionOptions {
+            is_commit: Some(&is_commit),
+            ..TransactionOptions::from_config(self.repo.config())
         };
-        applied
+        let mut hook = ReferenceTransactionHook { hooks };
+        packd_refs::apply(self.repo.common_dir(), updates, atomic, &options, &mut hook)
+            .into_iter()
+            .map(|r| {
+                r.map_err(|refusal| {
+                    if let Some(e) = &refusal.error {
+                        let line = format!("error: {e}\n");
+                        progress.relay(self.receive.relative(&line).as_bytes());
+                    }
+                    refusal.reason
+                })
+            })
+            .collect()
     }
 }

@@ -39,8 +39,8 @@ mod run;
 pub use run::{Feed, HookExit};
 
 use packd_odb::config::Config;
-use packd_odb::refs_update::RefUpdate;
 use packd_odb::ObjectId;
+use packd_refs::RefUpdate;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -23,8 +23,8 @@ use super::run::{self, HookExit, Invocation};
 use super::{Hooks, Relay};
 use crate::pkt_line;
 use packd_odb::config::Config;
-use packd_odb::refs_update::RefUpdate;
 use packd_odb::ObjectId;
+use packd_refs::RefUpdate;
 use std::process::Stdio;
 
 /// One pattern of `receive.procReceiveRefs`.
