@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Order of work: the pack is indexed into a quarantine (thin bases from the repository), its
-//! objects checked ([`packd_odb::connectivity`]), each command checked against the repository's
+//! objects checked ([`packd_fsck`]: git's fsck checks, links, collisions), each command checked against the repository's
 //! rules, the objects migrated into `objects/pack` (fsynced), and only then are refs moved
 //! (all-or-nothing with `atomic`). A push that fails anywhere before migration leaves nothing.
 //!
@@ -28,7 +28,7 @@
 
 use crate::receive_rules::Rules;
 use crate::{agent, pkt_line, sideband, ProtocolError};
-use packd_odb::connectivity::check_incoming;
+use packd_fsck::{check_incoming, FsckOptions};
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::IngestOptions;
@@ -98,6 +98,8 @@ struct Asked {
 /// (the client hung up) silences it too, the report's write then says what went wrong.
 struct Progress<'w> {
     out: Option<&'w mut dyn Write>,
+    /// The client asked for `quiet`: progress is not sent, the checks' messages still are.
+    quiet: bool,
     stage: String,
     last: Option<Instant>,
     ended: bool,
@@ -107,9 +109,10 @@ struct Progress<'w> {
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl<'w> Progress<'w> {
-    fn new(out: Option<&'w mut dyn Write>) -> Progress<'w> {
+    fn new(out: Option<&'w mut dyn Write>, quiet: bool) -> Progress<'w> {
         Progress {
             out,
+            quiet,
             stage: String::new(),
             last: None,
             ended: false,
@@ -131,7 +134,7 @@ impl<'w> Progress<'w> {
     /// `done` of `total` items of `stage` are done (index-pack's progress callback).
     fn update(&mut self, stage: &str, done: u64, total: u64) {
         // The client shows its own "Writing objects" for the transfer, as with git.
-        if self.out.is_none() || stage == "Receiving objects" || total == 0 {
+        if self.out.is_none() || self.quiet || stage == "Receiving objects" || total == 0 {
             return;
         }
         if stage != self.stage {
@@ -161,7 +164,17 @@ impl<'w> Progress<'w> {
 
     /// A stage without a known total has ended after `count` items.
     fn finished(&mut self, stage: &str, count: u64) {
-        self.send(&format!("{stage}: {count}, done.\n"));
+        if !self.quiet {
+            self.send(&format!("{stage}: {count}, done.\n"));
+        }
+    }
+
+    /// Lines the client is shown even when it asked for `quiet` (git's unpacker writes its
+    /// fsck errors and warnings to a stderr receive-pack relays whatever `quiet` says).
+    fn relay(&mut self, lines: &[String]) {
+        for line in lines {
+            self.send(&format!("{line}\n"));
+        }
     }
 }
 
@@ -368,7 +381,7 @@ impl ReceivePack {
         }
         let repo = repo()?;
         let wants_pack = commands.iter().any(|c| c.new.is_some());
-        let mut progress = Progress::new((asked.side_band && !asked.quiet).then_some(&mut *out));
+        let mut progress = Progress::new(asked.side_band.then_some(&mut *out), asked.quiet);
         let (unpack, results) = self.receive(
             &repo,
             input,
@@ -441,23 +454,25 @@ impl ReceivePack {
                 fix_thin: true,
                 limits: self.options.limits,
             };
-            match quarantine.ingest(
+            let sent = match quarantine.ingest(
                 input,
                 Some(repo.objects()),
                 &options,
                 &mut |stage, done, total| progress.update(stage, done, total),
             ) {
-                Ok(ingested) => stats.objects = ingested.objects as u64,
+                Ok(ingested) => {
+                    stats.objects = ingested.objects as u64;
+                    u64::from(ingested.objects - ingested.appended)
+                }
                 Err(e) => return unpacker(e.to_string()),
-            }
+            };
             let incoming = match quarantine.objects() {
                 Ok(db) => db,
                 Err(e) => return unpacker(e.to_string()),
             };
             let tips: Vec<ObjectId> = commands.iter().filter_map(|c| c.new).collect();
-            match check_incoming(&incoming, repo.objects(), &tips) {
-                Ok(checked) => progress.finished("Checking connectivity", checked),
-                Err(e) => return unpacker(e.to_string()),
+            if let Err(status) = check_received(repo, &incoming, &tips, sent, progress) {
+                return unpacker(status);
             }
             Some(incoming)
         } else {
@@ -512,6 +527,33 @@ impl ReceivePack {
     }
 }
 
+/// The checks of a received pack ([`packd_fsck::check_incoming`] with the repository's
+/// `receive.fsck*` configuration); their messages are relayed on side-band 2 as git's
+/// receive-pack relays its unpacker's. `Err` is the unpack status.
+fn check_received(
+    repo: &Repository,
+    incoming: &packd_odb::ObjectDb,
+    tips: &[ObjectId],
+    sent: u64,
+    progress: &mut Progress<'_>,
+) -> Result<(), String> {
+    let options = FsckOptions::for_receive(repo).map_err(|e| {
+        progress.relay(&[format!("fatal: {e}")]);
+        e.to_string()
+    })?;
+    match check_incoming(incoming, repo.objects(), tips, &options, sent) {
+        Ok(checked) => {
+            progress.relay(&checked.messages);
+            progress.finished("Checking connectivity", checked.objects);
+            Ok(())
+        }
+        Err(e) => {
+            progress.relay(&e.remote_lines());
+            Err(e.unpack_status())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,7 +574,7 @@ mod tests {
     #[test]
     fn progress_like_git() {
         let mut out = Vec::new();
-        let mut p = Progress::new(Some(&mut out));
+        let mut p = Progress::new(Some(&mut out), false);
         p.update("Receiving objects", 1, 10);
         p.update("Resolving deltas", 0, 10);
         p.update("Resolving deltas", 5, 10); // within a second of the last: skipped
@@ -548,7 +590,7 @@ mod tests {
                 "Checking connectivity: 10, done.\n",
             ]
         );
-        let mut quiet = Progress::new(None);
+        let mut quiet = Progress::new(None, true);
         quiet.update("Resolving deltas", 10, 10);
         quiet.finished("Checking connectivity", 10);
     }
