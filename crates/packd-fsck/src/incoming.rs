@@ -28,7 +28,7 @@ use crate::commit::check_commit;
 use crate::dotgit::Special;
 use crate::gitattributes::{check_gitattributes, GITATTRIBUTES_MAX};
 use crate::gitmodules::{check_gitmodules, GITMODULES_MAX};
-use crate::msg_id::MsgId;
+use crate::msg_id::{MsgId, Severity};
 use crate::options::{FsckOptions, Report, Unpacker};
 use crate::tag::check_tag;
 use crate::tree::{check_tree, tree_links, TreeLinks};
@@ -55,8 +55,8 @@ pub enum CheckError {
     Fsck {
         /// `error: object <id>: <msgId>: <text>` and `warning: ...` lines, as git prints them.
         lines: Vec<String>,
-        /// git's last word (`fsck error in packed object`).
-        fatal: &'static str,
+        /// git's last word (`fsck error in packed object`), when it has one.
+        fatal: Option<&'static str>,
         /// Which of git's unpackers the push was answered as.
         unpacker: Unpacker,
     },
@@ -101,7 +101,7 @@ impl CheckError {
         match self {
             CheckError::Fsck { lines, fatal, .. } => {
                 let mut all = lines.clone();
-                all.push(format!("fatal: {fatal}"));
+                all.extend(fatal.map(|f| format!("fatal: {f}")));
                 all
             }
             _ => Vec::new(),
@@ -288,7 +288,7 @@ fn object_links(
         if report.failed {
             return Err(CheckError::Fsck {
                 lines: report.lines,
-                fatal: FATAL_PACKED,
+                fatal: Some(FATAL_PACKED),
                 unpacker,
             });
         }
@@ -340,6 +340,9 @@ fn check_marked(
     }
     let mut report = Report::new(options);
     let mut in_pack_failed = false;
+    // git's index-pack prints the id of a missing .gitmodules on its output, which its
+    // receive-pack closed after reading the pack's name: it dies of SIGPIPE, saying nothing.
+    let mut died_silently = false;
     for (id, (gitmodules, gitattributes)) in wanted {
         if options.skips(&id) {
             continue;
@@ -351,12 +354,13 @@ fn check_marked(
         };
         let Some(header) = db.header(&id)? else {
             if gitmodules && unpacker == Unpacker::UnpackObjects {
-                // index-pack prints the id of a missing .gitmodules and goes on.
                 report.report(
                     &id,
                     MsgId::GitmodulesMissing,
                     "unable to read .gitmodules blob",
                 );
+            } else if gitmodules && options.severity(MsgId::GitmodulesMissing) != Severity::Ignore {
+                died_silently = true;
             }
             if gitattributes {
                 report.report(
@@ -419,11 +423,13 @@ fn check_marked(
         // index-pack checks a marked blob of the pack as it reads it, after the tree.
         in_pack_failed |= in_pack && report.failed && !before;
     }
-    if report.failed {
-        let fatal = if unpacker == Unpacker::IndexPack && in_pack_failed {
-            FATAL_PACKED
+    if report.failed || died_silently {
+        let fatal = if !report.failed {
+            None
+        } else if unpacker == Unpacker::IndexPack && in_pack_failed {
+            Some(FATAL_PACKED)
         } else {
-            FATAL_PACK
+            Some(FATAL_PACK)
         };
         let mut lines = std::mem::take(messages);
         lines.append(&mut report.lines);

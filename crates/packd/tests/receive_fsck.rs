@@ -1,0 +1,704 @@
+//! git's fsck checks on push: a corpus of crafted objects (made with `git hash-object
+//! --literally`, after git's own t1450, t7415, t7416, t7417 and t0060 cases) pushed with the
+//! real git client both to git's receive-pack with `receive.fsckObjects=true` and to packd's.
+//! Each must be refused by packd exactly when by git, with the same `remote: error:` /
+//! `warning:` / `fatal:` lines (so the same msgId) and unpack status, the refs unchanged.
+
+mod common;
+
+use common::{Repo, Run, Sandbox};
+
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// One crafted push: `reference` (a branch or tag) carries the bad object.
+struct Case {
+    name: String,
+    reference: String,
+}
+
+/// The client repository, its base commit (already on both servers) and what it is made of.
+struct Corpus {
+    client: Repo,
+    base: String,
+    blob: String,
+    subtree: String,
+    cases: Vec<Case>,
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A raw tree of (mode, name, id) entries, in the order given.
+fn raw_tree(entries: &[(&str, &[u8], &str)]) -> Vec<u8> {
+    let mut tree = Vec::new();
+    for (mode, name, id) in entries {
+        tree.extend_from_slice(mode.as_bytes());
+        tree.push(b' ');
+        tree.extend_from_slice(name);
+        tree.push(0);
+        tree.extend_from_slice(&hex_bytes(id));
+    }
+    tree
+}
+
+impl Corpus {
+    fn write(&self, kind: &str, data: &[u8]) -> String {
+        let out = self.client.git_stdin(
+            &["hash-object", "--literally", "-t", kind, "-w", "--stdin"],
+            data,
+        );
+        String::from_utf8(out).unwrap().trim().to_string()
+    }
+
+    fn commit_of_tree(&self, tree: &str) -> String {
+        self.client
+            .git_str(&["commit-tree", "-p", &self.base, "-m", "case", tree])
+    }
+
+    fn add(&mut self, name: &str, reference: String, target: &str) {
+        self.client.git(&["update-ref", &reference, target]);
+        self.cases.push(Case {
+            name: name.to_string(),
+            reference,
+        });
+    }
+
+    /// A branch whose commit has `tree` (raw bytes) as its root.
+    fn tree_case(&mut self, name: &str, tree: &[u8]) {
+        let tree = self.write("tree", tree);
+        let commit = self.commit_of_tree(&tree);
+        self.add(name, format!("refs/heads/{name}"), &commit);
+    }
+
+    /// A branch whose root tree has `blob` (bytes) under `entry` with `mode`.
+    fn blob_case(&mut self, name: &str, mode: &str, entry: &[u8], blob: &[u8]) {
+        let blob = self.write("blob", blob);
+        self.tree_case(name, &raw_tree(&[(mode, entry, &blob)]));
+    }
+
+    /// A branch on a crafted commit (`{tree}` and `{base}` filled in).
+    fn commit_case(&mut self, name: &str, text: &[u8]) {
+        let text = String::from_utf8_lossy(text)
+            .replace("{tree}", &self.empty_tree())
+            .replace("{base}", &self.base);
+        let commit = self.write("commit", text.as_bytes());
+        self.add(name, format!("refs/heads/{name}"), &commit);
+    }
+
+    /// A tag ref on a crafted tag (`{base}` filled in).
+    fn tag_case(&mut self, name: &str, text: &str) {
+        let tag = self.write("tag", text.replace("{base}", &self.base).as_bytes());
+        self.add(name, format!("refs/tags/{name}"), &tag);
+    }
+
+    fn empty_tree(&self) -> String {
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_string()
+    }
+}
+
+const WHO: &str = "A U Thor <author@example.com> 1700000000 +0000";
+
+fn corpus(sb: &Sandbox) -> Corpus {
+    let client = sb.init("client");
+    std::fs::write(client.path.join("f"), "base\n").unwrap();
+    client.git(&["add", "f"]);
+    client.git(&["commit", "-q", "-m", "base"]);
+    let base = client.git_str(&["rev-parse", "HEAD"]);
+    let mut c = Corpus {
+        client,
+        base,
+        blob: String::new(),
+        subtree: String::new(),
+        cases: Vec::new(),
+    };
+    c.write("tree", b""); // the empty tree, for commits
+    c.blob = c.write("blob", b"content\n");
+    c.subtree = c.write("tree", &raw_tree(&[("100644", b"f", &c.blob.clone())]));
+    let (blob, sub) = (c.blob.clone(), c.subtree.clone());
+
+    // Trees: names git refuses (t1450), .git as every filesystem spells it (t0060).
+    for (i, name) in [
+        &b".git"[..],
+        b".GIT",
+        b"git~1",
+        b"GIT~1",
+        b".git.",
+        b".git ",
+        b".git. . .",
+        b".GIT ",
+        b".g\xe2\x80\x8cit",
+        b".gi\xe2\x80\x8dt",
+        b".git\xef\xbb\xbf",
+        b".git::$INDEX_ALLOCATION",
+        b".git\xef\xbf\xbf",
+        b"a\\.git",
+        b"a\\git~1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.tree_case(&format!("dotgit-{i}"), &raw_tree(&[("40000", name, &sub)]));
+    }
+    c.tree_case("not-dotgit", &raw_tree(&[("40000", b".gitx", &sub)]));
+    c.tree_case("has-dot", &raw_tree(&[("40000", b".", &sub)]));
+    c.tree_case("has-dotdot", &raw_tree(&[("40000", b"..", &sub)]));
+    c.tree_case("full-pathname", &raw_tree(&[("100644", b"a/b", &blob)]));
+    c.tree_case("null-sha1", &raw_tree(&[("160000", b"sub", ZERO)]));
+    c.tree_case("zero-padded", &raw_tree(&[("0100644", b"a", &blob)]));
+    c.tree_case("mode-664", &raw_tree(&[("100664", b"a", &blob)]));
+    c.tree_case("mode-600", &raw_tree(&[("100600", b"a", &blob)]));
+    c.tree_case(
+        "not-sorted",
+        &raw_tree(&[("100644", b"b", &blob), ("100644", b"a", &blob)]),
+    );
+    c.tree_case(
+        "duplicate",
+        &raw_tree(&[("100644", b"a", &blob), ("100644", b"a", &blob)]),
+    );
+    c.tree_case(
+        "file-and-dir",
+        &raw_tree(&[
+            ("100644", b"a", &blob),
+            ("100644", b"a.b", &blob),
+            ("40000", b"a", &sub),
+        ]),
+    );
+    for (i, name) in [
+        &b".gitmodules"[..],
+        b"GITMOD~1",
+        b".gitmodules ",
+        b"gi7eba~9",
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.tree_case(
+            &format!("gitmodules-symlink-{i}"),
+            &raw_tree(&[("120000", name, &blob)]),
+        );
+    }
+    c.tree_case(
+        "gitattributes-symlink",
+        &raw_tree(&[("120000", b".gitattributes", &blob)]),
+    );
+    c.tree_case(
+        "gitignore-symlink",
+        &raw_tree(&[("120000", b".gitignore", &blob)]),
+    );
+    c.tree_case(
+        "mailmap-symlink",
+        &raw_tree(&[("120000", b".mailmap", &blob)]),
+    );
+    c.tree_case(
+        "gitmodules-tree",
+        &raw_tree(&[("40000", b".gitmodules", &sub)]),
+    );
+    c.tree_case(
+        "gitattributes-tree",
+        &raw_tree(&[("40000", b".gitattributes", &sub)]),
+    );
+    let absent = "1234567890123456789012345678901234567890";
+    c.tree_case(
+        "gitmodules-missing",
+        &raw_tree(&[("160000", b".gitmodules", absent)]),
+    );
+    c.tree_case(
+        "gitattributes-missing",
+        &raw_tree(&[("160000", b".gitattributes", absent)]),
+    );
+
+    // .gitmodules blobs (t7415, t7416, t7417), under their name or an alias.
+    let modules: &[(&str, &[u8], &[u8])] = &[
+        (
+            "gm-good",
+            b".gitmodules",
+            b"[submodule \"a\"]\n\tpath = a\n\turl = https://example.com/a\n",
+        ),
+        (
+            "gm-name",
+            b".gitmodules",
+            b"[submodule \"../../hooks\"]\n\tpath = x\n\turl = ./x\n",
+        ),
+        (
+            "gm-name-alias",
+            b"GITMOD~1",
+            b"[submodule \"..\"]\n\turl = ./x\n",
+        ),
+        (
+            "gm-name-ntfs",
+            b".gitmodules.",
+            b"[submodule \"a\\\\..\"]\n\turl = ./x\n",
+        ),
+        (
+            "gm-name-hfs",
+            b".gitm\xe2\x80\x8codules",
+            b"[submodule \"../x\"]\n\turl = ./x\n",
+        ),
+        (
+            "gm-name-backslash",
+            b"x\\.gitmodules",
+            b"[submodule \"..\\\\x\"]\n\turl = ./x\n",
+        ),
+        (
+            "gm-url-dash",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\tpath = x\n\turl = -upload-pack=evil\n",
+        ),
+        (
+            "gm-url-dotdot-colon",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = ../../:example.com/x\n",
+        ),
+        (
+            "gm-url-dotdot-slash",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = ../../../x\n",
+        ),
+        (
+            "gm-url-newline",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = ./%0ahost=x\n",
+        ),
+        (
+            "gm-url-http-newline",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = https://one.example.com%0a/x\n",
+        ),
+        (
+            "gm-url-no-host",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = http::https:///x\n",
+        ),
+        (
+            "gm-url-relative-ok",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\turl = ../x\n",
+        ),
+        (
+            "gm-path-dash",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\tpath = -x\n\turl = ./x\n",
+        ),
+        (
+            "gm-path-quoted-dash",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\tpath = \"-x\"\n",
+        ),
+        (
+            "gm-update",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\tupdate = !rm -rf .\n",
+        ),
+        (
+            "gm-update-ok",
+            b".gitmodules",
+            b"[submodule \"x\"]\n\tupdate = rebase\n",
+        ),
+        (
+            "gm-parse",
+            b".gitmodules",
+            b"[submodule \"x\"\n\turl = ./x\n",
+        ),
+        (
+            "gm-parse-after-bad",
+            b".gitmodules",
+            b"[submodule \"..\"]\nurl = ./x\n[bad\n",
+        ),
+        (
+            "gm-old-style",
+            b".gitmodules",
+            b"[submodule.x]\n\turl = -x\n",
+        ),
+    ];
+    for (name, entry, text) in modules {
+        c.blob_case(name, "100644", entry, text);
+    }
+    let mut long = b"*.c diff ".to_vec();
+    long.extend(std::iter::repeat_n(b'x', 2100));
+    long.push(b'\n');
+    c.blob_case("ga-long-line", "100644", b".gitattributes", &long);
+    c.blob_case("ga-good", "100644", b".gitattributes", b"*.c diff\n");
+
+    // Commits (t1450's ident cases and more).
+    let commits: &[(&str, String)] = &[
+        ("c-good", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\ncommitter {WHO}\n\nm\n")),
+        ("c-bad-tz", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\ncommitter A <a@x> 1 +00000\n\nm\n")),
+        ("c-bad-date", format!("tree {{tree}}\nparent {{base}}\nauthor A <a@x> x +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-zero-date", format!("tree {{tree}}\nparent {{base}}\nauthor A <a@x> 0123 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-overflow", format!("tree {{tree}}\nparent {{base}}\nauthor A <a@x> 18446744073709551617 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-bad-email", format!("tree {{tree}}\nparent {{base}}\nauthor A <a<x> 1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-bad-name", format!("tree {{tree}}\nparent {{base}}\nauthor A> <a@x> 1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-no-email", format!("tree {{tree}}\nparent {{base}}\nauthor A a@x 1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-no-name", format!("tree {{tree}}\nparent {{base}}\nauthor <a@x> 1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-no-space-email", format!("tree {{tree}}\nparent {{base}}\nauthor A<a@x> 1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-no-space-date", format!("tree {{tree}}\nparent {{base}}\nauthor A <a@x>1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-two-spaces-date", format!("tree {{tree}}\nparent {{base}}\nauthor A <a@x>  1 +0000\ncommitter {WHO}\n\nm\n")),
+        ("c-no-author", format!("tree {{tree}}\nparent {{base}}\ncommitter {WHO}\n\nm\n")),
+        ("c-two-authors", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\nauthor {WHO}\ncommitter {WHO}\n\nm\n")),
+        ("c-no-committer", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\n\nm\n")),
+        ("c-nul-body", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\ncommitter {WHO}\n\nm\0x\n")),
+        ("c-unterminated", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\ncommitter {WHO}")),
+        ("c-extra-header", format!("tree {{tree}}\nparent {{base}}\nauthor {WHO}\ncommitter {WHO}\nencoding x\n\nm\n")),
+    ];
+    for (name, text) in commits {
+        c.commit_case(name, text.as_bytes());
+    }
+
+    // Tags.
+    let tags: &[(&str, String)] = &[
+        (
+            "t-good",
+            format!("object {{base}}\ntype commit\ntag t-good\ntagger {WHO}\n\nm\n"),
+        ),
+        (
+            "t-no-tagger",
+            "object {base}\ntype commit\ntag t\n\nm\n".to_string(),
+        ),
+        (
+            "t-bad-name",
+            format!("object {{base}}\ntype commit\ntag a..b\ntagger {WHO}\n\nm\n"),
+        ),
+        (
+            "t-bad-tagger",
+            "object {base}\ntype commit\ntag t\ntagger T t@x 1 +0000\n\nm\n".to_string(),
+        ),
+        (
+            "t-extra-header",
+            format!("object {{base}}\ntype commit\ntag t\ntagger {WHO}\nx y\n\nm\n"),
+        ),
+        (
+            "t-unterminated",
+            format!("object {{base}}\ntype commit\ntag t\ntagger {WHO}"),
+        ),
+    ];
+    for (name, text) in tags {
+        c.tag_case(name, text);
+    }
+    c
+}
+
+/// What the client shows of a push: its exit, the relayed lines and the unpack status.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    accepted: bool,
+    lines: Vec<String>,
+}
+
+fn outcome(run: &Run) -> Outcome {
+    let err = run.err();
+    let mut lines: Vec<String> = err
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_end();
+            if let Some(remote) = l.strip_prefix("remote: ") {
+                let keep = ["error:", "warning:", "fatal:"]
+                    .iter()
+                    .any(|p| remote.starts_with(p));
+                return keep.then(|| remote.to_string());
+            }
+            l.starts_with("error: remote unpack failed")
+                .then(|| l.to_string())
+        })
+        .collect();
+    lines.sort();
+    Outcome {
+        accepted: run.success(),
+        lines,
+    }
+}
+
+/// The message ids in `lines` (`error: object <id>: <msgId>: ...`).
+fn msg_ids(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.splitn(4, ": ").nth(2).map(str::to_string))
+        .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric()))
+        .collect()
+}
+
+/// Two servers (git's, packd's) holding the base commit, configured alike with `config`.
+struct Servers {
+    git: Repo,
+    packd: Repo,
+}
+
+fn servers(sb: &Sandbox, corpus: &Corpus, tag: &str, config: &[(&str, &str)]) -> Servers {
+    let git = sb.init_bare(&format!("git-{tag}.git"));
+    let packd = sb.init_bare(&format!("packd-{tag}.git"));
+    for server in [&git, &packd] {
+        let target = server.git_dir.to_str().unwrap();
+        corpus.client.git(&[
+            "push",
+            "-q",
+            target,
+            &format!("{}:refs/heads/main", corpus.base),
+        ]);
+        for (key, value) in config {
+            server.git(&["config", key, value]);
+        }
+    }
+    Servers { git, packd }
+}
+
+fn push_to(client: &Repo, server: &Repo, receive_pack: &str, reference: &str) -> Run {
+    let rp = format!("--receive-pack={receive_pack}");
+    let target = server.git_dir.to_str().unwrap();
+    client.git_run(
+        &["push", &rp, target, &format!("{reference}:{reference}")],
+        None,
+    )
+}
+
+fn show_ref(repo: &Repo) -> String {
+    String::from_utf8(repo.git_run(&["show-ref"], None).stdout).unwrap()
+}
+
+/// Pushes every case to both servers; returns the cases where they differ (with both
+/// outcomes) and git's outcome of each case by name.
+fn compare(corpus: &Corpus, servers: &Servers) -> (Vec<String>, Vec<(String, Outcome)>) {
+    let packd_rp = format!("{} receive-pack", common::PACKD);
+    let mut differences = Vec::new();
+    let mut outcomes = Vec::new();
+    for case in &corpus.cases {
+        let git_refs = show_ref(&servers.git);
+        let packd_refs = show_ref(&servers.packd);
+        let by_git = outcome(&push_to(
+            &corpus.client,
+            &servers.git,
+            "git receive-pack",
+            &case.reference,
+        ));
+        let by_packd = outcome(&push_to(
+            &corpus.client,
+            &servers.packd,
+            &packd_rp,
+            &case.reference,
+        ));
+        if by_git != by_packd {
+            differences.push(format!(
+                "{}:\n  git:   {by_git:?}\n  packd: {by_packd:?}",
+                case.name
+            ));
+        }
+        if !by_packd.accepted {
+            assert_eq!(
+                show_ref(&servers.packd),
+                packd_refs,
+                "{}: refs moved",
+                case.name
+            );
+        }
+        if !by_git.accepted {
+            assert_eq!(show_ref(&servers.git), git_refs);
+        }
+        outcomes.push((case.name.clone(), by_git));
+    }
+    (differences, outcomes)
+}
+
+#[test]
+fn packd_refuses_what_git_refuses_with_the_same_messages() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    for (tag, limit) in [("unpack-objects", "100"), ("index-pack", "1")] {
+        let servers = servers(
+            &sb,
+            &corpus,
+            tag,
+            &[
+                ("receive.fsckObjects", "true"),
+                ("receive.unpackLimit", limit),
+            ],
+        );
+        let (differences, outcomes) = compare(&corpus, &servers);
+        assert!(differences.is_empty(), "{tag}:\n{}", differences.join("\n"));
+        // The corpus exercises what it means to: refusals and warnings of many ids.
+        let refused = outcomes.iter().filter(|(_, o)| !o.accepted).count();
+        let mut ids: Vec<String> = outcomes
+            .iter()
+            .flat_map(|(_, o)| msg_ids(&o.lines))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert!(refused >= 60, "{tag}: only {refused} refusals");
+        assert!(ids.len() >= 38, "{tag}: ids seen: {ids:?}");
+    }
+}
+
+#[test]
+fn fsck_objects_off_lets_through_what_git_lets_through() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    for (tag, config) in [
+        (
+            "receive-off",
+            [
+                ("receive.fsckObjects", "false"),
+                ("transfer.fsckObjects", "true"),
+            ],
+        ),
+        (
+            "transfer-off",
+            [
+                ("transfer.fsckObjects", "false"),
+                ("receive.unpackLimit", "1"),
+            ],
+        ),
+    ] {
+        let servers = servers(&sb, &corpus, tag, &config);
+        let (differences, outcomes) = compare(&corpus, &servers);
+        assert!(differences.is_empty(), "{tag}:\n{}", differences.join("\n"));
+        assert!(
+            outcomes.iter().all(|(_, o)| o.accepted),
+            "{tag}: {outcomes:?}"
+        );
+    }
+}
+
+#[test]
+fn severities_skip_list_and_the_default() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    let find = |name: &str| corpus.cases.iter().find(|c| c.name == name).unwrap();
+    let bad_tree = corpus.client.git_str(&[
+        "rev-parse",
+        &format!("{}^{{tree}}", find("dotgit-0").reference),
+    ]);
+    std::fs::write(sb.path().join("skip"), format!("# skipped\n{bad_tree}\n")).unwrap();
+    let skip = sb.path().join("skip");
+    let skip = skip.to_str().unwrap();
+    let configs: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        (
+            "ignore",
+            vec![
+                ("receive.fsckObjects", "true"),
+                ("receive.fsck.hasDotgit", "ignore"),
+            ],
+        ),
+        (
+            "warn",
+            vec![
+                ("receive.fsckObjects", "true"),
+                ("receive.fsck.hasdotgit", "warn"),
+            ],
+        ),
+        (
+            "error",
+            vec![
+                ("receive.fsckObjects", "true"),
+                ("receive.fsck.badFilemode", "error"),
+            ],
+        ),
+        (
+            "skip",
+            vec![
+                ("receive.fsckObjects", "true"),
+                ("receive.fsck.skipList", skip),
+            ],
+        ),
+        (
+            "not-fsck",
+            vec![
+                ("receive.fsckObjects", "true"),
+                ("fsck.hasDotgit", "ignore"),
+            ],
+        ),
+    ];
+    let packd_rp = format!("{} receive-pack", common::PACKD);
+    for (tag, config) in &configs {
+        let servers = servers(&sb, &corpus, tag, config);
+        for name in ["dotgit-0", "mode-664", "has-dot"] {
+            let reference = &find(name).reference;
+            let by_git = outcome(&push_to(
+                &corpus.client,
+                &servers.git,
+                "git receive-pack",
+                reference,
+            ));
+            let by_packd = outcome(&push_to(
+                &corpus.client,
+                &servers.packd,
+                &packd_rp,
+                reference,
+            ));
+            assert_eq!(by_git, by_packd, "{tag} {name}");
+            match (*tag, name) {
+                ("ignore" | "skip", "dotgit-0") => {
+                    assert!(by_git.accepted && by_git.lines.is_empty())
+                }
+                ("warn", "dotgit-0") => {
+                    assert!(by_git.accepted);
+                    assert!(by_git.lines[0].starts_with("warning: "), "{by_git:?}");
+                }
+                ("error", "mode-664") => assert!(!by_git.accepted),
+                (_, "mode-664") => assert!(by_git.accepted && !by_git.lines.is_empty()),
+                _ => assert!(!by_git.accepted, "{tag} {name}: {by_git:?}"),
+            }
+        }
+    }
+    // Nothing configured: packd checks (git, whose default is off, would not).
+    let servers = servers(&sb, &corpus, "default", &[]);
+    let reference = &find("dotgit-0").reference;
+    let by_packd = outcome(&push_to(
+        &corpus.client,
+        &servers.packd,
+        &packd_rp,
+        reference,
+    ));
+    assert!(!by_packd.accepted);
+    assert_eq!(msg_ids(&by_packd.lines), ["hasDotgit"]);
+    let by_git = outcome(&push_to(
+        &corpus.client,
+        &servers.git,
+        "git receive-pack",
+        reference,
+    ));
+    assert!(by_git.accepted);
+}
+
+#[test]
+fn a_marked_blob_the_repository_has_is_checked_and_quiet_does_not_hide_messages() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    let servers = servers(&sb, &corpus, "marked", &[("receive.fsckObjects", "true")]);
+    // First the blob under an innocent name (not checked), then a tree naming it .gitmodules:
+    // the second pack does not carry the blob, the servers' repositories have it.
+    let blob = corpus.write("blob", b"[submodule \"../../hooks\"]\n\turl = ./x\n");
+    let first = corpus.write("tree", &raw_tree(&[("100644", b"x", &blob)]));
+    let first = corpus.commit_of_tree(&first);
+    let second = corpus.write("tree", &raw_tree(&[("100644", b".gitmodules", &blob)]));
+    let second = corpus
+        .client
+        .git_str(&["commit-tree", "-p", &first, "-m", "marked", &second]);
+    corpus
+        .client
+        .git(&["update-ref", "refs/heads/innocent", &first]);
+    corpus
+        .client
+        .git(&["update-ref", "refs/heads/marked", &second]);
+    let packd_rp = format!("--receive-pack={} receive-pack", common::PACKD);
+    let push = |rp: &str, server: &Repo, reference: &str| {
+        let target = server.git_dir.to_str().unwrap();
+        outcome(
+            &corpus
+                .client
+                .git_run(&["push", "-q", rp, target, reference], None),
+        )
+    };
+    for reference in ["refs/heads/innocent", "refs/heads/marked"] {
+        let by_git = push("--receive-pack=git receive-pack", &servers.git, reference);
+        let by_packd = push(&packd_rp, &servers.packd, reference);
+        assert_eq!(by_git, by_packd, "{reference}");
+        if reference.ends_with("marked") {
+            assert!(!by_git.accepted);
+            assert_eq!(msg_ids(&by_git.lines), ["gitmodulesName"]);
+        } else {
+            assert!(by_git.accepted);
+        }
+    }
+    assert!(!show_ref(&servers.packd).contains("refs/heads/marked"));
+}
