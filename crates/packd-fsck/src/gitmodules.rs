@@ -36,6 +36,9 @@ fn is_key_char(c: u8) -> bool {
 /// A syntax error: reading stops.
 struct Bad;
 
+/// What [`ConfigReader::read`] calls for each setting: its name and value (`None`: a bare key).
+type Setting<'f> = dyn FnMut(&[u8], Option<&[u8]>) + 'f;
+
 /// git's configuration reader over a blob (`get_next_char` and friends).
 struct ConfigReader<'a> {
     data: &'a [u8],
@@ -158,7 +161,7 @@ impl ConfigReader<'_> {
     }
 
     /// Reads every setting, calling `setting(name, value)` for each (`None`: a bare key).
-    fn read(&mut self, setting: &mut dyn FnMut(&[u8], Option<&[u8]>)) -> Result<(), Bad> {
+    fn read(&mut self, setting: &mut Setting<'_>) -> Result<(), Bad> {
         const BOM: &[u8] = b"\xef\xbb\xbf";
         let mut bom = Some(0);
         let mut comment = false;

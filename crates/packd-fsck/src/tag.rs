@@ -128,9 +128,9 @@ mod tests {
         let ok = format!("{OBJ}type tree\ntag v1\ntagger T <t@x> 1 +0000\n\nmsg\n");
         assert!(ids(check_tag, ok.as_bytes()).is_empty());
         let cases = [
-            (format!("type tree\ntag v1\n"), vec!["missingObject"]),
+            ("type tree\ntag v1\n".to_string(), vec!["missingObject"]),
             (
-                format!("object 12\ntype tree\ntag v1\n"),
+                "object 12\ntype tree\ntag v1\n".to_string(),
                 vec!["badObjectSha1"],
             ),
             (format!("{OBJ}tag v1\n"), vec!["missingTypeEntry"]),

@@ -415,7 +415,7 @@ fn outcome(run: &Run) -> Outcome {
 fn msg_ids(lines: &[String]) -> Vec<String> {
     lines
         .iter()
-        .filter_map(|l| l.splitn(4, ": ").nth(2).map(str::to_string))
+        .filter_map(|l| l.split(": ").nth(2).map(str::to_string))
         .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric()))
         .collect()
 }
