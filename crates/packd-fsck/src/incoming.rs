@@ -442,3 +442,110 @@ fn check_marked(
     messages.append(&mut report.lines);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use packd_odb::pack::ingest::IngestOptions;
+    use packd_odb::quarantine::Quarantine;
+    use std::io::Write;
+
+    /// A pack of whole objects.
+    fn pack_of(objects: &[(u8, &[u8])]) -> Vec<u8> {
+        use sha1::Digest;
+        let mut pack = b"PACK\0\0\0\x02".to_vec();
+        pack.extend_from_slice(&(objects.len() as u32).to_be_bytes());
+        for (kind, data) in objects {
+            packd_odb::pack::data::encode_type_and_size(&mut pack, *kind, data.len() as u64);
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(data).unwrap();
+            pack.extend_from_slice(&z.finish().unwrap());
+        }
+        let sum = sha1::Sha1::digest(&pack);
+        pack.extend_from_slice(&sum);
+        pack
+    }
+
+    fn check(
+        objects: &std::path::Path,
+        pack: &[u8],
+        tips: &[ObjectId],
+        options: &FsckOptions,
+    ) -> Result<Checked, CheckError> {
+        let repo = ObjectDb::open(objects, &packd_odb::OpenOptions::default()).unwrap();
+        let mut q = Quarantine::create(objects).unwrap();
+        q.ingest(
+            &mut &pack[..],
+            None,
+            &IngestOptions::default(),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        let incoming = q.objects().unwrap();
+        check_incoming(&incoming, &repo, tips, options, 1)
+    }
+
+    fn write_loose(objects: &std::path::Path, id: &ObjectId, raw: &[u8]) {
+        let hex = id.to_hex();
+        std::fs::create_dir_all(objects.join(&hex[..2])).unwrap();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(raw).unwrap();
+        std::fs::write(objects.join(&hex[..2]).join(&hex[2..]), z.finish().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn new_blobs_pass_and_a_differing_copy_is_a_collision() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        let id = ObjectId::compute(ObjectKind::Blob, b"hello\n").unwrap();
+        let options = FsckOptions::strict();
+        let pack = pack_of(&[(3, b"hello\n"), (3, b"other\n")]);
+        assert_eq!(check(&objects, &pack, &[id], &options).unwrap().objects, 2);
+        // The repository has a loose object of that id with other content.
+        write_loose(&objects, &id, b"blob 6\0bye!!\n");
+        let pack = pack_of(&[(3, b"hello\n")]);
+        assert!(matches!(
+            check(&objects, &pack, &[id], &options),
+            Err(CheckError::Collision(c)) if c == id
+        ));
+        // Its own content: no collision.
+        write_loose(&objects, &id, b"blob 6\0hello\n");
+        assert_eq!(check(&objects, &pack, &[id], &options).unwrap().objects, 1);
+    }
+
+    #[test]
+    fn links_tips_and_marked_blobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        let modules = b"[submodule \"../x\"]\n\turl = ./x\n";
+        let blob = ObjectId::compute(ObjectKind::Blob, modules).unwrap();
+        let mut tree = b"100644 .gitmodules\0".to_vec();
+        tree.extend_from_slice(blob.as_bytes());
+        let tree_id = ObjectId::compute(ObjectKind::Tree, &tree).unwrap();
+        let strict = FsckOptions::strict();
+        // The tree without its blob: a missing link.
+        let err = check(&objects, &pack_of(&[(2, &tree)]), &[tree_id], &strict).unwrap_err();
+        assert!(matches!(err, CheckError::Missing { missing, .. } if missing == blob));
+        // With it: the marked blob is read and refused, as git words it.
+        let pack = pack_of(&[(2, &tree), (3, modules)]);
+        let err = check(&objects, &pack, &[tree_id], &strict).unwrap_err();
+        assert_eq!(
+            err.remote_lines(),
+            [
+                format!("error: object {blob}: gitmodulesName: disallowed submodule name: ../x"),
+                "fatal: fsck error in pack objects".to_string(),
+            ]
+        );
+        assert_eq!(err.unpack_status(), "unpack-objects abnormal exit");
+        // Checks off: only links and tips.
+        let off = FsckOptions::disabled();
+        assert!(check(&objects, &pack, &[tree_id], &off).is_ok());
+        let absent = ObjectId::compute(ObjectKind::Blob, b"absent").unwrap();
+        assert!(matches!(
+            check(&objects, &pack, &[absent], &off),
+            Err(CheckError::MissingTip(t)) if t == absent
+        ));
+    }
+}
