@@ -30,6 +30,7 @@ use crate::gitattributes::{check_gitattributes, GITATTRIBUTES_MAX};
 use crate::gitmodules::{check_gitmodules, GITMODULES_MAX};
 use crate::msg_id::{MsgId, Severity};
 use crate::options::{FsckOptions, Report, Unpacker};
+use crate::parsed::git_parse;
 use crate::tag::check_tag;
 use crate::tree::{check_tree, tree_links, TreeLinks};
 use packd_odb::existence::ExistenceCheck;
@@ -50,7 +51,7 @@ const FATAL_PACK: &str = "fsck error in pack objects";
 /// Why a received object or ref tip is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
-    /// git's fsck checks refused an object.
+    /// git's unpacker refused an object: its fsck checks, or its object parser before them.
     #[error("{}", first_error(lines))]
     Fsck {
         /// `error: object <id>: <msgId>: <text>` and `warning: ...` lines, as git prints them.
@@ -272,6 +273,13 @@ fn object_links(
     let mut found = ObjectLinks::default();
     let mut tree = TreeLinks::default();
     if options.enabled {
+        if let Err(refused) = git_parse(id, kind, data) {
+            return Err(CheckError::Fsck {
+                lines: refused.lines,
+                fatal: Some(refused.fatal),
+                unpacker,
+            });
+        }
         let mut report = Report::new(options);
         match kind {
             ObjectKind::Commit => {

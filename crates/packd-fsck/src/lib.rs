@@ -19,6 +19,7 @@ mod ident;
 pub mod incoming;
 pub mod msg_id;
 pub mod options;
+mod parsed;
 mod tag;
 mod tree;
 

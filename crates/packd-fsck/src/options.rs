@@ -240,6 +240,11 @@ impl<'o> Report<'o> {
         }
     }
 
+    /// Adds a line git prints whatever the severities (a parser's complaint).
+    pub(crate) fn raw(&mut self, line: String) {
+        self.lines.push(line);
+    }
+
     /// Reports `msg` on object `id`; true when it is an error (git's `report` returning
     /// non-zero), which makes most checks stop.
     pub(crate) fn report(&mut self, id: &ObjectId, msg: MsgId, text: &str) -> bool {

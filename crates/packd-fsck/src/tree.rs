@@ -29,14 +29,16 @@ struct Entry<'a> {
     len: usize,
 }
 
-/// git's `decode_tree_entry` on what remains of a tree.
-fn decode(rest: &[u8]) -> Option<Entry<'_>> {
+/// git's `decode_tree_entry` on what remains of a tree; `Err` is git's message.
+fn decode(rest: &[u8]) -> Result<Entry<'_>, &'static str> {
+    const SHORT: &str = "too-short tree object";
+    const MODE: &str = "malformed mode in tree entry";
     let size = rest.len();
     if size < 23 || rest[size - 21] != 0 {
-        return None;
+        return Err(SHORT);
     }
     if rest[0] == b' ' {
-        return None;
+        return Err(MODE);
     }
     let mut mode: u32 = 0;
     let mut i = 0;
@@ -47,17 +49,17 @@ fn decode(rest: &[u8]) -> Option<Entry<'_>> {
             break;
         }
         if !(b'0'..=b'7').contains(&c) {
-            return None;
+            return Err(MODE);
         }
         mode = mode.wrapping_shl(3).wrapping_add((c - b'0') as u32);
     }
     // There is a NUL 21 bytes before the end: the name ends by then, with room for the id.
-    let nul = i + rest[i..].iter().position(|&b| b == 0)?;
+    let nul = i + rest[i..].iter().position(|&b| b == 0).ok_or(SHORT)?;
     if nul == i {
-        return None;
+        return Err("empty filename in tree entry");
     }
-    let id = ObjectId::from_bytes(&rest[nul + 1..nul + 21])?;
-    Some(Entry {
+    let id = ObjectId::from_bytes(&rest[nul + 1..nul + 21]).ok_or(SHORT)?;
+    Ok(Entry {
         mode,
         name: &rest[i..nul],
         id,
@@ -90,7 +92,7 @@ fn linked_kind(mode: u32) -> Option<ObjectKind> {
 pub(crate) fn tree_links(data: &[u8], links: &mut TreeLinks) -> Option<()> {
     let mut rest = data;
     while !rest.is_empty() {
-        let entry = decode(rest)?;
+        let entry = decode(rest).ok()?;
         if let Some(kind) = linked_kind(entry.mode) {
             links.links.push((entry.id, kind));
         }
@@ -175,14 +177,18 @@ pub(crate) fn check_tree(
     out: &mut TreeLinks,
 ) -> bool {
     let mut err = false;
-    let cannot_parse =
-        |report: &mut Report<'_>| report.report(id, MsgId::BadTree, "cannot be parsed as a tree");
+    // git prints the decoder's complaint, then reports the tree.
+    let cannot_parse = |report: &mut Report<'_>, why: &str| {
+        report.raw(format!("error: {why}"));
+        report.report(id, MsgId::BadTree, "cannot be parsed as a tree")
+    };
     if data.is_empty() {
         out.complete = true;
         return false;
     }
-    let Some(mut entry) = decode(data) else {
-        return cannot_parse(report);
+    let mut entry = match decode(data) {
+        Ok(entry) => entry,
+        Err(why) => return cannot_parse(report, why),
     };
     let mut seen = Seen::default();
     let mut rest = data;
@@ -252,9 +258,9 @@ pub(crate) fn check_tree(
             None
         } else {
             match decode(rest) {
-                Some(e) => Some(e),
-                None => {
-                    err |= cannot_parse(report);
+                Ok(e) => Some(e),
+                Err(why) => {
+                    err |= cannot_parse(report, why);
                     break;
                 }
             }
@@ -341,7 +347,7 @@ mod tests {
         let ids = report
             .lines
             .iter()
-            .map(|l| l.split(": ").nth(2).unwrap().to_string())
+            .filter_map(|l| l.split(": ").nth(2).map(str::to_string))
             .collect();
         (ids, links)
     }

@@ -702,3 +702,168 @@ fn a_marked_blob_the_repository_has_is_checked_and_quiet_does_not_hide_messages(
     }
     assert!(!show_ref(&servers.packd).contains("refs/heads/marked"));
 }
+
+/// A pkt-line.
+fn pkt(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:04x}", data.len() + 4).into_bytes();
+    out.extend_from_slice(data);
+    out
+}
+
+/// What a receive-pack answered a hand-made push: the unpack status and the `error:` /
+/// `warning:` / `fatal:` lines of side-band 2, sorted.
+fn raw_answer(stdout: &[u8]) -> Vec<String> {
+    let mut rest = stdout;
+    let mut seen_flush = false;
+    let mut lines = Vec::new();
+    let mut band1 = Vec::new();
+    while rest.len() >= 4 {
+        let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
+        if len == 0 {
+            rest = &rest[4..];
+            seen_flush = true;
+            continue;
+        }
+        let payload = &rest[4..len];
+        rest = &rest[len..];
+        if !seen_flush {
+            continue; // the advertisement
+        }
+        match payload[0] {
+            1 => band1.extend_from_slice(&payload[1..]),
+            2 => {
+                for line in String::from_utf8_lossy(&payload[1..]).lines() {
+                    if ["error:", "warning:", "fatal:"]
+                        .iter()
+                        .any(|p| line.starts_with(p))
+                    {
+                        lines.push(line.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let report = String::from_utf8_lossy(&band1).to_string();
+    let unpack = report
+        .lines()
+        .find_map(|l| l.find("unpack ").map(|i| l[i..].to_string()))
+        .unwrap_or_default();
+    lines.sort();
+    lines.insert(0, unpack);
+    lines
+}
+
+#[test]
+fn objects_git_push_cannot_send_are_answered_as_git_answers_them() {
+    use common::PackWriter;
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    let base = &corpus.base;
+    let tree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+    let body = |head: &str| format!("{head}author {WHO}\ncommitter {WHO}\n\nm\n");
+    let cases: Vec<(&str, u8, Vec<u8>)> = vec![
+        (
+            "bad-tree-sha1",
+            1,
+            body(&format!("tree 4b825dc6\nparent {base}\n")).into_bytes(),
+        ),
+        (
+            "missing-tree",
+            1,
+            body(&format!("parent {base}\n")).into_bytes(),
+        ),
+        (
+            "bad-parent",
+            1,
+            body(&format!("tree {tree}\nparent 1234\n")).into_bytes(),
+        ),
+        (
+            "nul-in-header",
+            1,
+            format!("tree {tree}\nparent {base}\nauthor {WHO}\0\ncommitter {WHO}\n\nm\n")
+                .into_bytes(),
+        ),
+        ("short-tree", 2, b"100644 a\0".to_vec()),
+        ("bad-mode", 2, {
+            let mut t = b"10x644 a\0".to_vec();
+            t.extend_from_slice(&[7; 20]);
+            t
+        }),
+        (
+            "tag-no-object",
+            4,
+            "type commit\ntag t\n\nm\n".to_string().into_bytes(),
+        ),
+        (
+            "tag-bad-object",
+            4,
+            "object 1234\ntype commit\ntag t\n\nm\n"
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "tag-no-type",
+            4,
+            format!("object {base}\ntag t\n\nm\n").into_bytes(),
+        ),
+        (
+            "tag-bad-type",
+            4,
+            format!("object {base}\ntype bush\ntag t\ntagger {WHO}\n\nm\n").into_bytes(),
+        ),
+        (
+            "tag-no-tag",
+            4,
+            format!("object {base}\ntype commit\ntagger {WHO}\n\nm\n").into_bytes(),
+        ),
+    ];
+    let mut differences = Vec::new();
+    for (tag, limit) in [("raw-unpack-objects", "100"), ("raw-index-pack", "1")] {
+        let servers = servers(
+            &sb,
+            &corpus,
+            tag,
+            &[
+                ("receive.fsckObjects", "true"),
+                ("receive.unpackLimit", limit),
+            ],
+        );
+        for (name, kind, data) in &cases {
+            let mut w = PackWriter::new();
+            let (id, _) = w.object(*kind, data);
+            let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let pack = w.finish().0;
+            let (reference, old) = match kind {
+                1 => (format!("refs/heads/{name}"), ZERO),
+                _ => (format!("refs/tags/{name}"), ZERO),
+            };
+            let mut input = pkt(format!(
+                "{old} {id} {reference}\0report-status side-band-64k quiet\n"
+            )
+            .as_bytes());
+            input.extend_from_slice(b"0000");
+            input.extend_from_slice(&pack);
+            let by_git = raw_answer(
+                &servers
+                    .git
+                    .git_run(&["receive-pack", "."], Some(&input))
+                    .stdout,
+            );
+            let run = servers.packd.packd(&["receive-pack", "."], Some(&input));
+            run.assert_no_crash();
+            let by_packd = raw_answer(&run.stdout);
+            if by_git != by_packd {
+                differences.push(format!(
+                    "{tag} {name}:\n  git:   {by_git:?}\n  packd: {by_packd:?}"
+                ));
+            }
+            assert!(
+                by_git[0].ends_with("abnormal exit"),
+                "{tag} {name}: {by_git:?}"
+            );
+            assert!(!show_ref(&servers.packd).contains(&reference));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
