@@ -154,6 +154,16 @@ fn verify_ordered<'a>(
     }
 }
 
+/// Whether `name` can be an alias of `.git` or of a special file at all: every alias starts
+/// with '.', 'g' or 'm' (either case), or with an HFS+-ignored code point (0xE2 or 0xEF
+/// lead byte). Most names are not, and skip the eight alias checks.
+fn may_be_alias(name: &[u8]) -> bool {
+    matches!(
+        name.first(),
+        Some(b'.' | b'g' | b'G' | b'm' | b'M' | 0xe2 | 0xef)
+    )
+}
+
 /// What one tree's entries showed, reported once each after the walk, as git does.
 #[derive(Default)]
 struct Seen {
@@ -207,7 +217,8 @@ pub(crate) fn check_tree(
         seen.empty_name |= name.is_empty();
         seen.dot |= name == b".";
         seen.dotdot |= name == b"..";
-        seen.dotgit |= is_dotgit(name);
+        let alias = may_be_alias(name);
+        seen.dotgit |= alias && is_dotgit(name);
         seen.zero_pad |= rest[0] == b'0';
         let mark = |which: Special, report: &mut Report<'_>, out: &mut TreeLinks| {
             if !symlink {
@@ -227,13 +238,13 @@ pub(crate) fn check_tree(
                 ),
             }
         };
-        if is_special(name, Special::Gitmodules) {
+        if alias && is_special(name, Special::Gitmodules) {
             err |= mark(Special::Gitmodules, report, out);
         }
-        if is_special(name, Special::Gitattributes) {
+        if alias && is_special(name, Special::Gitattributes) {
             err |= mark(Special::Gitattributes, report, out);
         }
-        if symlink {
+        if alias && symlink {
             if is_special(name, Special::Gitignore) {
                 err |= report.report(id, MsgId::GitignoreSymlink, ".gitignore is a symlink");
             }
