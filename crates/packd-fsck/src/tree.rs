@@ -27,6 +27,9 @@ struct Entry<'a> {
     id: ObjectId,
     /// The entry's length in the tree.
     len: usize,
+    /// Whether the name holds a '/' or a '\\' (found while looking for its end).
+    slash: bool,
+    backslash: bool,
 }
 
 /// git's `decode_tree_entry` on what remains of a tree; `Err` is git's message.
@@ -54,7 +57,19 @@ fn decode(rest: &[u8]) -> Result<Entry<'_>, &'static str> {
         mode = mode.wrapping_shl(3).wrapping_add((c - b'0') as u32);
     }
     // There is a NUL 21 bytes before the end: the name ends by then, with room for the id.
-    let nul = i + rest[i..].iter().position(|&b| b == 0).ok_or(SHORT)?;
+    // One pass to the name's end, noting the separators the checks ask about.
+    let (mut slash, mut backslash) = (false, false);
+    let mut nul = i;
+    loop {
+        match rest.get(nul) {
+            None => return Err(SHORT),
+            Some(0) => break,
+            Some(b'/') => slash = true,
+            Some(b'\\') => backslash = true,
+            Some(_) => {}
+        }
+        nul += 1;
+    }
     if nul == i {
         return Err("empty filename in tree entry");
     }
@@ -64,6 +79,8 @@ fn decode(rest: &[u8]) -> Result<Entry<'_>, &'static str> {
         name: &rest[i..nul],
         id,
         len: nul + 21,
+        slash,
+        backslash,
     })
 }
 
@@ -210,10 +227,12 @@ pub(crate) fn check_tree(
             name,
             id: entry_id,
             len,
+            slash,
+            backslash,
         } = entry;
         let symlink = mode & S_IFMT == 0o120000;
         seen.null_sha1 |= entry_id == ObjectId::NULL;
-        seen.full_path |= name.contains(&b'/');
+        seen.full_path |= slash;
         seen.empty_name |= name.is_empty();
         seen.dot |= name == b".";
         seen.dotdot |= name == b"..";
@@ -253,11 +272,13 @@ pub(crate) fn check_tree(
             }
         }
         // Backslashes: NTFS reads them as directory separators.
-        for (at, _) in name.iter().enumerate().filter(|(_, &b)| b == b'\\') {
-            let after = &name[at + 1..];
-            seen.dotgit |= is_ntfs_dotgit(after);
-            if is_ntfs_special(after, Special::Gitmodules) {
-                err |= mark(Special::Gitmodules, report, out);
+        if backslash {
+            for (at, _) in name.iter().enumerate().filter(|(_, &b)| b == b'\\') {
+                let after = &name[at + 1..];
+                seen.dotgit |= is_ntfs_dotgit(after);
+                if is_ntfs_special(after, Special::Gitmodules) {
+                    err |= mark(Special::Gitmodules, report, out);
+                }
             }
         }
         if let Some(kind) = linked_kind(mode) {
