@@ -76,6 +76,8 @@ pub enum CheckError {
         missing: ObjectId,
         /// The object linking to it.
         from: ObjectId,
+        /// With the fsck checks on, the git unpacker whose words answer it.
+        answered_as: Option<Unpacker>,
     },
     /// A new ref tip is neither received nor in the repository.
     #[error("missing object {0} for the new ref tip")]
@@ -105,6 +107,16 @@ impl CheckError {
                 all.extend(fatal.map(|f| format!("fatal: {f}")));
                 all
             }
+            // git's unpacker, walking the links: index-pack misses the object, unpack-objects
+            // finds no object of the kind it wants.
+            CheckError::Missing {
+                missing,
+                answered_as: Some(unpacker),
+                ..
+            } => vec![match unpacker {
+                Unpacker::IndexPack => format!("fatal: did not receive expected object {missing}"),
+                Unpacker::UnpackObjects => "fatal: object of unexpected type".to_string(),
+            }],
             _ => Vec::new(),
         }
     }
@@ -112,7 +124,11 @@ impl CheckError {
     /// The `unpack` status of the report: git's for fsck refusals, packd's sentence otherwise.
     pub fn unpack_status(&self) -> String {
         match self {
-            CheckError::Fsck { unpacker, .. } => unpacker.abnormal_exit().to_string(),
+            CheckError::Fsck { unpacker, .. }
+            | CheckError::Missing {
+                answered_as: Some(unpacker),
+                ..
+            } => unpacker.abnormal_exit().to_string(),
             other => other.to_string(),
         }
     }
@@ -214,6 +230,7 @@ pub fn check_incoming(
                 return Err(CheckError::Missing {
                     missing: *link,
                     from: *id,
+                    answered_as: options.enabled.then_some(unpacker),
                 });
             }
         }

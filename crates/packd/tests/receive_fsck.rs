@@ -9,6 +9,8 @@ mod common;
 use common::{Repo, Run, Sandbox};
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
+/// An id no object has.
+const ABSENT: &str = "1234567890123456789012345678901234567890";
 
 /// One crafted push: `reference` (a branch or tag) carries the bad object.
 struct Case {
@@ -717,6 +719,7 @@ fn raw_answer(stdout: &[u8]) -> Vec<String> {
     let mut seen_flush = false;
     let mut lines = Vec::new();
     let mut band1 = Vec::new();
+    let mut band2 = Vec::new();
     while rest.len() >= 4 {
         let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
         if len == 0 {
@@ -729,19 +732,19 @@ fn raw_answer(stdout: &[u8]) -> Vec<String> {
         if !seen_flush {
             continue; // the advertisement
         }
+        // A message may span packets (git's relay cuts where its reads end).
         match payload[0] {
             1 => band1.extend_from_slice(&payload[1..]),
-            2 => {
-                for line in String::from_utf8_lossy(&payload[1..]).lines() {
-                    if ["error:", "warning:", "fatal:"]
-                        .iter()
-                        .any(|p| line.starts_with(p))
-                    {
-                        lines.push(line.to_string());
-                    }
-                }
-            }
+            2 => band2.extend_from_slice(&payload[1..]),
             _ => {}
+        }
+    }
+    for line in String::from_utf8_lossy(&band2).lines() {
+        if ["error:", "warning:", "fatal:"]
+            .iter()
+            .any(|p| line.starts_with(p))
+        {
+            lines.push(line.to_string());
         }
     }
     let report = String::from_utf8_lossy(&band1).to_string();
@@ -817,6 +820,12 @@ fn objects_git_push_cannot_send_are_answered_as_git_answers_them() {
             4,
             format!("object {base}\ntype commit\ntagger {WHO}\n\nm\n").into_bytes(),
         ),
+        (
+            "missing-tree",
+            1,
+            body(&format!("tree {ABSENT}\nparent {base}\n")).into_bytes(),
+        ),
+        ("missing-blob", 2, raw_tree(&[("100644", b"a", ABSENT)])),
     ];
     let mut differences = Vec::new();
     for (tag, limit) in [("raw-unpack-objects", "100"), ("raw-index-pack", "1")] {

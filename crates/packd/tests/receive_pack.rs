@@ -302,7 +302,8 @@ fn bad_packs_are_refused_and_leave_nothing() {
     let mut w = PackWriter::new();
     let missing = hex(&sha1(b"no such tree"));
     let (c, _) = w.object(OBJ_COMMIT, commit_to(&missing, &head).as_bytes());
-    cases.push(("missing object", w.finish().0, hex(&c)));
+    // Answered as git's unpack-objects does with receive.fsckObjects (packd's default).
+    cases.push(("unpack-objects abnormal exit", w.finish().0, hex(&c)));
 
     // A malformed tree (unsorted entries).
     let mut w = PackWriter::new();
