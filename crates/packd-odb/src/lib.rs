@@ -12,7 +12,6 @@
 
 pub mod cache;
 pub mod config;
-pub mod connectivity;
 pub mod delta;
 mod error;
 pub mod existence;

@@ -296,13 +296,30 @@ mod tests {
         v
     }
 
+    /// A pack of `blobs`, each stored whole.
+    fn blob_pack(blobs: &[&[u8]]) -> Vec<u8> {
+        use sha1::Digest;
+        use std::io::Write;
+        let mut pack = b"PACK\0\0\0\x02".to_vec();
+        pack.extend_from_slice(&(blobs.len() as u32).to_be_bytes());
+        for data in blobs {
+            crate::pack::data::encode_type_and_size(&mut pack, 3, data.len() as u64);
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(data).unwrap();
+            pack.extend_from_slice(&z.finish().unwrap());
+        }
+        let sum = sha1::Sha1::digest(&pack);
+        pack.extend_from_slice(&sum);
+        pack
+    }
+
     #[test]
     fn drop_removes_and_migrate_moves_packs() {
         let repo = tempfile::tempdir().unwrap();
         let objects = repo.path().join("objects");
         let pack_dir = objects.join("pack");
         std::fs::create_dir_all(&pack_dir).unwrap();
-        let pack = crate::connectivity::tests::blob_pack(&[b"hello\n"]);
+        let pack = blob_pack(&[b"hello\n"]);
         let id = crate::ObjectId::compute(crate::ObjectKind::Blob, b"hello\n").unwrap();
         let options = IngestOptions::default();
 

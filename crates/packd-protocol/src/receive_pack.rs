@@ -16,8 +16,8 @@
 //! ```
 //!
 //! Order of work (git's, hooks included, see [`crate::hooks`]): the pack is indexed into a
-//! quarantine (thin bases from the repository), its objects checked
-//! ([`packd_odb::connectivity`]), hidden refs refused, `pre-receive` run (the quarantine shown
+//! quarantine (thin bases from the repository), its objects checked ([`packd_fsck`]: git's
+//! fsck checks, links, collisions), hidden refs refused, `pre-receive` run (the quarantine shown
 //! to it), each command checked against the repository's rules, the objects migrated into
 //! `objects/pack` (fsynced), `proc-receive` given its commands, and only then are refs moved,
 //! each after its `update` hook, inside `reference-transaction` (all-or-nothing with
@@ -36,7 +36,7 @@ use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_progress::Progress;
 use crate::receive_rules::{commits_among, Rules};
 use crate::{agent, pkt_line, sideband, ProtocolError};
-use packd_odb::connectivity::check_incoming;
+use packd_fsck::{check_incoming, FsckOptions};
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::IngestOptions;
@@ -532,23 +532,25 @@ impl ReceivePack {
                 fix_thin: true,
                 limits: self.options.limits,
             };
-            match quarantine.ingest(
+            let sent = match quarantine.ingest(
                 input,
                 Some(repo.objects()),
                 &options,
                 &mut |stage, done, total| progress.update(stage, done, total),
             ) {
-                Ok(ingested) => stats.objects = ingested.objects as u64,
+                Ok(ingested) => {
+                    stats.objects = ingested.objects as u64;
+                    u64::from(ingested.objects - ingested.appended)
+                }
                 Err(e) => return unpacker(e.to_string()),
-            }
+            };
             let incoming = match quarantine.objects() {
                 Ok(db) => db,
                 Err(e) => return unpacker(e.to_string()),
             };
             let tips: Vec<ObjectId> = commands.iter().filter_map(|c| c.new).collect();
-            match check_incoming(&incoming, repo.objects(), &tips) {
-                Ok(checked) => progress.finished("Checking connectivity", checked),
-                Err(e) => return unpacker(e.to_string()),
+            if let Err(status) = check_received(repo, &incoming, &tips, sent, progress) {
+                return unpacker(status);
             }
             Some(incoming)
         } else {
@@ -816,5 +818,38 @@ impl Transaction<'_> {
                 })
             })
             .collect()
+    }
+}
+
+/// The checks of a received pack ([`packd_fsck::check_incoming`] with the repository's
+/// `receive.fsck*` configuration); their messages are relayed on side-band 2 as git's
+/// receive-pack relays its unpacker's (also when the client asked for `quiet`). `Err` is the
+/// unpack status.
+fn check_received(
+    repo: &Repository,
+    incoming: &packd_odb::ObjectDb,
+    tips: &[ObjectId],
+    sent: u64,
+    progress: &mut Progress<'_>,
+) -> Result<(), String> {
+    let relay = |progress: &mut Progress<'_>, lines: &[String]| {
+        for line in lines {
+            progress.relay(format!("{line}\n").as_bytes());
+        }
+    };
+    let options = FsckOptions::for_receive(repo).map_err(|e| {
+        relay(progress, &[format!("fatal: {e}")]);
+        e.to_string()
+    })?;
+    match check_incoming(incoming, repo.objects(), tips, &options, sent) {
+        Ok(checked) => {
+            relay(progress, &checked.messages);
+            progress.finished("Checking connectivity", checked.objects);
+            Ok(())
+        }
+        Err(e) => {
+            relay(progress, &e.remote_lines());
+            Err(e.unpack_status())
+        }
     }
 }

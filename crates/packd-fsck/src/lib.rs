@@ -1,0 +1,28 @@
+//! git's fsck checks on received objects, as git 2.39's receive-pack applies them
+//! (`receive.fsckObjects`, on by default here), with links and collisions checked as well.
+//!
+//! ```text
+//! check_incoming ── incoming.rs: pass over the pack (all cores), then marked blobs, then tips
+//!    ├─ commit.rs, tag.rs ── ident.rs          header, ids, identities
+//!    ├─ tree.rs ── dotgit.rs                   modes, names, order, .git aliases, marks
+//!    ├─ gitmodules.rs, gitattributes.rs        the marked blobs
+//!    └─ options.rs ── msg_id.rs                what refuses, warns or is ignored
+//! ```
+//! Messages are git's: `error: object <id>: <msgId>: <text>` (or `warning:`), with git's ids
+//! and default severities (see [`MsgId`]).
+
+mod commit;
+pub mod dotgit;
+mod gitattributes;
+pub mod gitmodules;
+mod ident;
+pub mod incoming;
+pub mod msg_id;
+pub mod options;
+mod parsed;
+mod tag;
+mod tree;
+
+pub use incoming::{check_incoming, CheckError, Checked};
+pub use msg_id::{MsgId, Severity};
+pub use options::{FsckError, FsckOptions, Unpacker};
