@@ -171,9 +171,14 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
 
 /// Answers an HTTP connection that got no slot with a 503 (see the module's comment).
 pub async fn refuse_http(mut stream: TcpStream, busy: Busy) {
-    let _ = tokio::time::timeout(REFUSAL_TIME, async {
-        let mut head = Vec::new();
-        let complete = read_head(&mut stream, &mut head).await.is_some();
+    let mut head = Vec::new();
+    // A client that sends nothing is told all the same, after a moment.
+    let complete = tokio::time::timeout(REFUSAL_TIME / 2, read_head(&mut stream, &mut head))
+        .await
+        .ok()
+        .flatten()
+        .is_some();
+    let _ = tokio::time::timeout(REFUSAL_TIME / 2, async {
         let body = format!("{}\n", busy.message());
         let response = format!(
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
@@ -195,8 +200,9 @@ pub async fn refuse_http(mut stream: TcpStream, busy: Busy) {
 /// Answers a git:// connection that got no slot with an `ERR` pkt-line (see the module's
 /// comment).
 pub async fn refuse_git(mut stream: TcpStream, busy: Busy) {
-    let _ = tokio::time::timeout(REFUSAL_TIME, async {
-        // The request line: its length, then that much.
+    // The request line: its length, then that much; a client that sends nothing is told all
+    // the same, after a moment.
+    let _ = tokio::time::timeout(REFUSAL_TIME / 2, async {
         let mut len = [0u8; 4];
         if stream.read_exact(&mut len).await.is_ok() {
             let n = std::str::from_utf8(&len)
@@ -206,6 +212,9 @@ pub async fn refuse_git(mut stream: TcpStream, busy: Busy) {
             let mut rest = vec![0u8; n.saturating_sub(4).min(MAX_HEAD)];
             let _ = stream.read_exact(&mut rest).await;
         }
+    })
+    .await;
+    let _ = tokio::time::timeout(REFUSAL_TIME / 2, async {
         let line = format!("ERR {}\n", busy.message());
         let pkt = format!("{:04x}{line}", line.len() + 4);
         stream.write_all(pkt.as_bytes()).await?;
