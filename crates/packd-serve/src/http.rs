@@ -666,7 +666,7 @@ async fn upload_pack(
         let raw = BodyReader::new(body, handle.clone(), pace, limit, cut.clone());
         let mut input = Capped::new(Input::new(raw, gzip), limit);
         let mut prefix = Vec::new();
-        if let Err(e) = (&mut input).take(WANTS_PREFIX).read_to_end(&mut prefix) {
+        if let Err(e) = read_prefix(&mut input, &mut prefix) {
             let resp = body_failed(&mut input, &e, limit);
             let _ = ready_tx.send(Some(finish(resp, log)));
             return;
@@ -728,6 +728,35 @@ async fn upload_pack(
         Ok(None) => Ok(streamed(stream.boxed(), RESULT)),
         Err(_) => Ok(finish_internal()),
     }
+}
+
+/// Reads the start of a request body into `prefix`, at most [`WANTS_PREFIX`] bytes, growing
+/// it 16 KiB at a time so that its capacity stays within the bound.
+fn read_prefix(input: &mut impl Read, prefix: &mut Vec<u8>) -> std::io::Result<()> {
+    const STEP: usize = 16 * 1024;
+    let max = WANTS_PREFIX as usize;
+    while prefix.len() < max {
+        let start = prefix.len();
+        let want = STEP.min(max - start);
+        prefix.reserve_exact(want);
+        prefix.resize(start + want, 0);
+        let n = match input.read(&mut prefix[start..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                prefix.truncate(start);
+                continue;
+            }
+            Err(e) => {
+                prefix.truncate(start);
+                return Err(e);
+            }
+        };
+        prefix.truncate(start + n);
+        if n == 0 {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// The 500 of a request whose worker thread ended without an answer (it panicked).

@@ -137,6 +137,19 @@ fn a_trickled_body_is_cut_off() {
     assert!(when < Duration::from_secs(10), "cut off after {when:?}");
 }
 
+/// Request headers trickled a byte at a time must arrive whole within the idle timeout (hyper's
+/// header read timeout, a deadline for the whole head).
+#[test]
+fn trickled_headers_are_cut_off() {
+    let f = Fixture::new();
+    let server = Server::start(&f.sandbox, &f.root, &["--idle-timeout", "1"]);
+    let request = format!("{GET_REFS}\r\nHost: x\r\nUser-Agent: slow\r\n\r\n");
+    let (raw, when) = trickle(&server.http, request.as_bytes(), Duration::from_millis(200));
+    let text = String::from_utf8_lossy(&raw);
+    assert!(!text.contains("200 OK"), "served: {text}");
+    assert!(when < Duration::from_secs(6), "cut off after {when:?}");
+}
+
 /// A git:// request line trickled a byte at a time must arrive whole within the idle timeout.
 #[test]
 fn a_trickled_git_request_line_is_cut_off() {
