@@ -254,6 +254,11 @@ impl AuthFile {
         self.users.is_empty()
     }
 
+    /// The user named `name`, if there is one (whose credential was verified already).
+    pub fn user(&self, name: &str) -> Option<&User> {
+        self.users.iter().find(|u| u.name == name)
+    }
+
     /// The user named `name` if `token` is theirs. An unknown user costs one verification too,
     /// so that timing does not tell which names exist. Slow by design (Argon2): call it off the
     /// async threads.

@@ -1,17 +1,20 @@
 //! The git:// transport (`gitprotocol-pack`, "Git Transport"): the client's first pkt-line
 //! names the service and repository (`git-upload-pack /path\0host=...\0[\0version=2\0]`), then
 //! upload-pack talks over the same connection ([`Mode::Stateful`]). Each connection is served
-//! on a blocking thread with socket read and write timeouts of the idle timeout. Pushes
+//! on a blocking thread: its request line must arrive whole within the idle timeout, what
+//! follows at the request pace ([`crate::pace`]), and each write must go within the idle
+//! timeout. Pushes
 //! (`git-receive-pack`, unless the server allows them) and anything else are refused with an
 //! `ERR` pkt-line. With `--auth-file` every request is refused that way: git:// carries no
 //! credentials.
 
 use crate::access_log::{self, LogLine};
+use crate::pace::Pace;
 use crate::paths::PathError;
 use crate::push_head::{read_head, HeadError};
 use crate::Shared;
 use packd_protocol::{Mode, ProtocolVersion, ReceivePack, ReceivePackOptions};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -140,6 +143,48 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
+/// The reading half of a git:// connection, at the request pace ([`Pace`]): before each read
+/// the socket's read timeout is set to what the pace still allows.
+pub struct PacedSocket {
+    stream: TcpStream,
+    pace: Pace,
+}
+
+impl PacedSocket {
+    /// Reads `stream` at `pace`.
+    pub fn new(stream: TcpStream, pace: Pace) -> PacedSocket {
+        PacedSocket { stream, pace }
+    }
+}
+
+impl Read for PacedSocket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let wait = self.pace.next_wait();
+        if wait.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                self.pace.too_slow(),
+            ));
+        }
+        self.stream.set_read_timeout(Some(wait))?;
+        let start = Instant::now();
+        match self.stream.read(buf) {
+            Ok(n) => {
+                self.pace.record(start.elapsed(), n);
+                Ok(n)
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                self.pace.record(start.elapsed().max(wait), 0);
+                Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    self.pace.too_slow(),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Serves a push (`--allow-push`): advertisement, then one receive-pack conversation. With
 /// `--create-on-push` a path with no repository is advertised as an empty repository and the
 /// repository made once the client's commands arrived (see [`crate::create`]); the push's
@@ -147,7 +192,7 @@ impl<W: Write> Write for Counting<W> {
 fn serve_push(
     shared: &Shared,
     path: &str,
-    reader: TcpStream,
+    reader: PacedSocket,
     writer: &mut Counting<BufWriter<TcpStream>>,
     log: &mut LogLine,
 ) {
@@ -256,13 +301,17 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
         note: String::new(),
         start: Instant::now(),
     };
-    let mut reader = match stream.try_clone() {
+    let reader = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("{remote}: cannot clone the socket: {e}");
             return;
         }
     };
+    // Shut when the server stops: at once while no request came, else after the grace.
+    let registered = shared.stopping.register(&stream);
+    // The request line must arrive whole within the idle timeout; the rest at the pace.
+    let mut reader = PacedSocket::new(reader, Pace::new(idle, u64::MAX));
     let mut writer = Counting {
         inner: BufWriter::with_capacity(64 * 1024, stream),
         bytes: 0,
@@ -281,6 +330,8 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
             return;
         }
     };
+    registered.requested();
+    reader.pace = Pace::new(idle, shared.limits.min_request_rate);
     log.repo = request.path.clone();
     log.service = request.service.clone();
     if shared.auth.is_some() {

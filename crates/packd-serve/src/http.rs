@@ -2,8 +2,10 @@
 //! `GET /<repo>/info/refs?service=git-upload-pack` and one upload-pack request per
 //! `POST /<repo>/git-upload-pack`, the response streamed as the pack is written.
 //!
-//! The request body is read whole (bounded by `max_request_bytes`, before and after gzip), then
-//! upload-pack runs on a blocking thread, writing into `ChannelWriter`: batches of 64 KiB
+//! The request body streams into upload-pack, which runs on a blocking thread (`body`: inflated
+//! as it arrives, bounded by `max_request_bytes` before and after gzip, at the request pace);
+//! only its first 256 KiB are read before upload-pack starts, for their wants
+//! ([`crate::wants`]). upload-pack writes into `ChannelWriter`: batches of 64 KiB
 //! chunks (or of file ranges) go through a bounded channel into the response body, so memory
 //! stays bounded and a client that hangs up (or stops reading for the idle timeout) makes the
 //! next write fail and sets the cancel flag. Dumb HTTP is refused with 403 and a plain-text reason, and so are pushes
@@ -15,14 +17,17 @@
 //! a user who may read but not write gets 403 for a push. Pushes are open to users with a write
 //! right, `--allow-push` or not.
 
+mod body;
 mod push;
 
 use crate::access_log::{self, LogLine};
 use crate::auth::{self, Right};
 use crate::conn::{Activity, BusyGuard, IdleIo};
+use crate::credentials;
 use crate::paths::PathError;
 use crate::sendfile::{FileQueue, FileRangeIo, PLACEHOLDER_LEN};
 use crate::Shared;
+use body::{BodyReader, Capped, Input};
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -58,6 +63,10 @@ const BYTES_PER_BATCH: usize = 4 * CHUNK;
 /// queued and the chunk being filled. A client must take a batch within the idle timeout
 /// (256 KiB in 60 s by default, 4.4 KB/s), or the response ends.
 const QUEUED_BATCHES: usize = 2;
+/// The start of an upload-pack request body read before upload-pack runs, whose wants are
+/// looked for in the repository (see [`crate::wants`]); the rest streams to upload-pack as it
+/// arrives. 256 KiB holds about 5,000 want lines.
+const WANTS_PREFIX: u64 = 256 * 1024;
 
 const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
 const REQUEST: &str = "application/x-git-upload-pack-request";
@@ -241,6 +250,8 @@ pub async fn serve_connection(
     let socket = FileRangeIo::new(stream, files.clone());
     let io = hyper_util::rt::TokioIo::new(IdleIo::new(socket, activity.clone()));
     let idle = shared.limits.idle_timeout;
+    let stopping = shared.clone();
+    let stopping = &stopping.stopping;
     let svc_activity = activity.clone();
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
@@ -258,14 +269,26 @@ pub async fn serve_connection(
         .writev(true)
         .keep_alive(true);
     let conn = builder.serve_connection(io, service);
-    tokio::select! {
-        result = conn => {
-            if let Err(e) = result {
-                tracing::debug!("{remote}: connection ended: {e}");
+    tokio::pin!(conn);
+    let mut graceful = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("{remote}: connection ended: {e}");
+                }
+                return;
             }
-        }
-        _ = activity.idle_expired(idle) => {
-            tracing::debug!("{remote}: idle for {idle:?}, closing");
+            _ = activity.idle_expired(idle) => {
+                tracing::debug!("{remote}: idle for {idle:?}, closing");
+                return;
+            }
+            // The server is stopping: the request in flight, if any, is answered, then the
+            // connection closes.
+            _ = stopping.stopped(), if !graceful => {
+                graceful = true;
+                conn.as_mut().graceful_shutdown();
+            }
         }
     }
 }
@@ -293,7 +316,7 @@ async fn handle(
         start,
     };
     let push_allowed = shared.allow_push || shared.auth.is_some();
-    if let Some(refused) = gate(&shared, &req, &route(&path)).await {
+    if let Some(refused) = gate(&shared, remote, &req, &route(&path)).await {
         match route(&path) {
             Route::InfoRefs(repo) => {
                 log.repo = repo.to_string();
@@ -419,11 +442,24 @@ fn unauthorized(note: String) -> Response<Body> {
     resp
 }
 
+/// The 429 of a client address that failed authentication too often lately (see
+/// [`crate::credentials`]): git shows it and keeps the user's stored credential.
+fn throttled() -> Response<Body> {
+    let mut resp = text(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many failed authentications from your address; try again later",
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("3"));
+    resp
+}
+
 /// With `--auth-file`: the refusal of a request whose credentials are missing or wrong, or
 /// whose user lacks the right it needs on the repository; `None` lets it through (and always
 /// does without `--auth-file`).
 async fn gate(
     shared: &Arc<Shared>,
+    remote: SocketAddr,
     req: &Request<Incoming>,
     route: &Route<'_>,
 ) -> Option<Response<Body>> {
@@ -445,11 +481,23 @@ async fn gate(
     else {
         return Some(unauthorized("refused: authentication required".into()));
     };
+    let Some(verifier) = shared.verifier.as_ref() else {
+        return Some(unauthorized(
+            "refused: no verifier for the auth file".into(),
+        ));
+    };
+    let name = match verifier.verify(remote.ip(), name, token).await {
+        credentials::Verdict::User(name) => name,
+        credentials::Verdict::Wrong => {
+            return Some(unauthorized("refused: authentication failed".into()))
+        }
+        credentials::Verdict::Throttled => return Some(throttled()),
+    };
     let repo = repo.map(str::to_string);
     let shared = shared.clone();
-    // Argon2 is slow by design and the path lookup touches the disk: off the async threads.
+    // The path lookup touches the disk: off the async threads.
     let verdict = tokio::task::spawn_blocking(move || {
-        let Some(user) = users.authenticate(&name, &token) else {
+        let Some(user) = users.user(&name) else {
             return Some(unauthorized("refused: authentication failed".into()));
         };
         let repo = repo?;
@@ -540,62 +588,24 @@ fn git_protocol(req: &Request<Incoming>) -> ProtocolVersion {
     }
 }
 
-/// Why a request body was not accepted.
-#[derive(Debug)]
-enum BodyError {
-    TooLarge,
-    TimedOut,
-    Io(String),
-    BadGzip(String),
-}
-
-impl BodyError {
-    fn response(&self, limit: u64) -> Response<Body> {
-        match self {
-            BodyError::TooLarge => text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than the server's limit of {limit} bytes"),
-            ),
-            BodyError::TimedOut => text(StatusCode::REQUEST_TIMEOUT, "request body timed out"),
-            BodyError::Io(e) => text(StatusCode::BAD_REQUEST, format!("reading the request: {e}")),
-            BodyError::BadGzip(e) => text(
-                StatusCode::BAD_REQUEST,
-                format!("the gzip request body does not inflate: {e}"),
-            ),
+/// The answer to a request whose body failed before upload-pack could start (`limit`: the
+/// server's limit on it).
+fn body_failed(input: &mut Capped<Input>, e: &std::io::Error, limit: u64) -> Response<Body> {
+    let raw = input.get_mut().raw().failed.clone();
+    match raw {
+        Some((std::io::ErrorKind::InvalidData, why)) => text(StatusCode::PAYLOAD_TOO_LARGE, why),
+        Some((std::io::ErrorKind::TimedOut, why)) => text(StatusCode::REQUEST_TIMEOUT, why),
+        Some((_, why)) => text(StatusCode::BAD_REQUEST, why),
+        None if e.kind() == std::io::ErrorKind::InvalidData
+            && e.to_string() == body::inflates_too_far(limit) =>
+        {
+            text(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
         }
+        None => text(
+            StatusCode::BAD_REQUEST,
+            format!("the gzip request body does not inflate: {e}"),
+        ),
     }
-}
-
-/// Reads the whole request body, at most `limit` bytes, each frame within `idle`.
-async fn read_body(mut body: Incoming, limit: u64, idle: Duration) -> Result<Vec<u8>, BodyError> {
-    let mut out = Vec::new();
-    loop {
-        let frame = match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => return Err(BodyError::TimedOut),
-            Ok(None) => return Ok(out),
-            Ok(Some(Err(e))) => return Err(BodyError::Io(e.to_string())),
-            Ok(Some(Ok(frame))) => frame,
-        };
-        if let Ok(data) = frame.into_data() {
-            if out.len() as u64 + data.len() as u64 > limit {
-                return Err(BodyError::TooLarge);
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-}
-
-/// Inflates a gzip request body, at most `limit` bytes of output.
-pub fn gunzip(data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut reader = flate2::read::GzDecoder::new(data).take(limit.saturating_add(1));
-    reader.read_to_end(&mut out).map_err(|e| e.to_string())?;
-    if out.len() as u64 > limit {
-        return Err(format!(
-            "request body inflates to more than the server's limit of {limit} bytes"
-        ));
-    }
-    Ok(out)
 }
 
 /// The value of header `name` as text; empty when absent or not text.
@@ -627,7 +637,8 @@ async fn upload_pack(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err((BodyError::TooLarge.response(limit), log));
+        let why = format!("request body larger than the server's limit of {limit} bytes");
+        return Err((text(StatusCode::PAYLOAD_TOO_LARGE, why), log));
     }
     let version = git_protocol(&req);
     let asked = Instant::now();
@@ -635,32 +646,6 @@ async fn upload_pack(
         Ok(found) => found,
         Err(e) => return Err((e.response(), log)),
     };
-    let body = match read_body(req.into_body(), limit, shared.limits.idle_timeout).await {
-        Ok(b) => b,
-        Err(e) => return Err((e.response(limit), log)),
-    };
-    let body = if gzip {
-        let joined = tokio::task::spawn_blocking(move || gunzip(&body, limit)).await;
-        match joined {
-            Ok(Ok(b)) => b,
-            Ok(Err(e)) if e.contains("limit") => {
-                return Err((BodyError::TooLarge.response(limit), log))
-            }
-            Ok(Err(e)) => return Err((BodyError::BadGzip(e).response(limit), log)),
-            Err(e) => {
-                return Err((
-                    text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("internal error: {e}"),
-                    ),
-                    log,
-                ))
-            }
-        }
-    } else {
-        body
-    };
-
     let (tx, rx) = mpsc::channel(QUEUED_BATCHES);
     let cancel = Arc::new(AtomicBool::new(false));
     let stream = ChannelBody {
@@ -671,13 +656,28 @@ async fn upload_pack(
         _guard: guard,
     };
     let idle = shared.limits.idle_timeout;
+    let pace = crate::pace::Pace::new(idle, shared.limits.min_request_rate);
     let handle = tokio::runtime::Handle::current();
-    log.status = "200".into();
     let shared = shared.clone();
+    let body = req.into_body();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let cut = shared.stopping.cut_signal();
     tokio::task::spawn_blocking(move || {
+        let raw = BodyReader::new(body, handle.clone(), pace, limit, cut.clone());
+        let mut input = Capped::new(Input::new(raw, gzip), limit);
+        let mut prefix = Vec::new();
+        if let Err(e) = read_prefix(&mut input, &mut prefix) {
+            let resp = body_failed(&mut input, &e, limit);
+            let _ = ready_tx.send(Some(finish(resp, log)));
+            return;
+        }
+        if ready_tx.send(None).is_err() {
+            return;
+        }
+        log.status = "200".into();
         // A want the repository lacks may be in a pack stored since it was opened: looked
         // for again in a fresh open (if that fails, upload-pack tells the client).
-        let upload = if crate::wants::lacks_a_want(&upload, &body) {
+        let upload = if crate::wants::lacks_a_want(&upload, &prefix) {
             shared
                 .cache
                 .reopen_after_miss(&git_dir, asked)
@@ -685,9 +685,15 @@ async fn upload_pack(
         } else {
             upload
         };
-        let mut writer =
-            ChannelWriter::new(tx, handle, idle, cancel.clone(), FileRange::SENT_BY_KERNEL);
-        let mut input: &[u8] = &body;
+        let mut writer = ChannelWriter::new(
+            tx,
+            handle,
+            idle,
+            cancel.clone(),
+            FileRange::SENT_BY_KERNEL,
+            cut,
+        );
+        let mut input = Read::chain(&prefix[..], &mut input);
         let result = upload.serve(
             version,
             Mode::Stateless,
@@ -716,7 +722,49 @@ async fn upload_pack(
         drop(writer);
         crate::memory::release_after(log.objects);
     });
-    Ok(streamed(stream.boxed(), RESULT))
+    match ready_rx.await {
+        // The body failed before upload-pack started: its answer, already logged.
+        Ok(Some(refused)) => Ok(refused),
+        Ok(None) => Ok(streamed(stream.boxed(), RESULT)),
+        Err(_) => Ok(finish_internal()),
+    }
+}
+
+/// Reads the start of a request body into `prefix`, at most [`WANTS_PREFIX`] bytes, growing
+/// it 16 KiB at a time so that its capacity stays within the bound.
+fn read_prefix(input: &mut impl Read, prefix: &mut Vec<u8>) -> std::io::Result<()> {
+    const STEP: usize = 16 * 1024;
+    let max = WANTS_PREFIX as usize;
+    while prefix.len() < max {
+        let start = prefix.len();
+        let want = STEP.min(max - start);
+        prefix.reserve_exact(want);
+        prefix.resize(start + want, 0);
+        let n = match input.read(&mut prefix[start..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                prefix.truncate(start);
+                continue;
+            }
+            Err(e) => {
+                prefix.truncate(start);
+                return Err(e);
+            }
+        };
+        prefix.truncate(start + n);
+        if n == 0 {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The 500 of a request whose worker thread ended without an answer (it panicked).
+fn finish_internal() -> Response<Body> {
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error: the request's worker ended without an answer",
+    )
 }
 
 /// The response body fed by a worker thread (upload-pack's, receive-pack's): `first`, if any,
@@ -796,19 +844,22 @@ struct ChannelWriter {
     sent: u64,
     /// Whether the response body takes file ranges (see [`crate::sendfile`]).
     takes_file_ranges: bool,
+    /// Turns true when the server stops waiting for requests in flight: writes fail.
+    cut: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ChannelWriter {
     /// A writer into `tx`, run on a blocking thread of `handle`'s runtime: a write fails once
     /// the client has taken nothing for `idle`, and `cancel` is set when the client is gone.
     /// `takes_file_ranges`: whether the response body sends file ranges (see
-    /// [`crate::sendfile`]).
+    /// [`crate::sendfile`]). Writes fail once `cut` turns true (the server is stopping).
     fn new(
         tx: mpsc::Sender<Vec<Piece>>,
         handle: tokio::runtime::Handle,
         idle: Duration,
         cancel: Arc<AtomicBool>,
         takes_file_ranges: bool,
+        cut: tokio::sync::watch::Receiver<bool>,
     ) -> ChannelWriter {
         ChannelWriter {
             tx,
@@ -821,6 +872,7 @@ impl ChannelWriter {
             cancel,
             sent: 0,
             takes_file_ranges,
+            cut,
         }
     }
 
@@ -859,9 +911,20 @@ impl ChannelWriter {
     fn send(&mut self, chunk: Vec<Piece>, len: u64) -> std::io::Result<()> {
         let tx = self.tx.clone();
         let idle = self.idle;
-        let sent = self
-            .handle
-            .block_on(async move { tokio::time::timeout(idle, tx.send(chunk)).await });
+        let cut = &mut self.cut;
+        let sent = self.handle.block_on(async move {
+            tokio::select! {
+                sent = tokio::time::timeout(idle, tx.send(chunk)) => Some(sent),
+                _ = crate::stopping::until_cut(cut) => None,
+            }
+        });
+        let Some(sent) = sent else {
+            self.cancel.store(true, Ordering::Relaxed);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the server is stopping",
+            ));
+        };
         match sent {
             Ok(Ok(())) => {
                 self.sent += len;
@@ -887,7 +950,7 @@ impl ChannelWriter {
 
 impl Write for ChannelWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if self.tx.is_closed() {
+        if self.tx.is_closed() || *self.cut.borrow() {
             self.cancel.store(true, Ordering::Relaxed);
             return Err(std::io::Error::new(
                 std::io::ErrorKind::BrokenPipe,
@@ -964,17 +1027,5 @@ mod tests {
         );
         assert_eq!(query_param(Some("servicex=1"), "service"), None);
         assert_eq!(query_param(None, "service"), None);
-    }
-
-    #[test]
-    fn gunzip_bounded() {
-        use flate2::write::GzEncoder;
-        let data = vec![b'a'; 10_000];
-        let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::default());
-        enc.write_all(&data).unwrap();
-        let gz = enc.finish().unwrap();
-        assert_eq!(gunzip(&gz, 10_000).unwrap(), data);
-        assert!(gunzip(&gz, 9_999).unwrap_err().contains("limit"));
-        assert!(gunzip(b"not gzip", 100).is_err());
     }
 }

@@ -12,17 +12,21 @@
 //! sockets, URLs, path checks, limits, timeouts and the access log.
 
 pub mod access_log;
+pub mod admission;
 pub mod auth;
 pub mod conn;
 pub mod create;
+pub mod credentials;
 pub mod daemon;
 pub mod http;
 pub mod memory;
+pub mod pace;
 pub mod paths;
 pub mod push_head;
 pub mod repos;
 mod sendfile;
 pub mod stamp;
+pub mod stopping;
 pub mod wants;
 
 pub use packd_odb::RepositoryOptions;
@@ -31,7 +35,6 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +110,16 @@ pub struct Limits {
     /// arrives, so this bounds disk use, not memory; a larger one is refused with git's
     /// `unpack` report and nothing is kept.
     pub max_push_bytes: u64,
+    /// Bytes a second a request must arrive at on average, after an allowance of one idle
+    /// timeout (see [`pace`]); 0: only the idle timeout bounds each wait. Request heads
+    /// must arrive whole within the idle timeout.
+    pub min_request_rate: u64,
+    /// Connections served at once from one address (an IPv6 /64 counts as one); 0: no limit
+    /// but `max_connections`.
+    pub max_connections_per_address: usize,
+    /// On SIGTERM or SIGINT, how long requests in flight may take to finish before the
+    /// server exits anyway.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -116,6 +129,9 @@ impl Default for Limits {
             max_connections: 256,
             max_request_bytes: 100 * 1024 * 1024,
             max_push_bytes: 4 * 1024 * 1024 * 1024,
+            min_request_rate: 1024,
+            max_connections_per_address: 0,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }
@@ -138,6 +154,12 @@ pub struct Shared {
     pub auth: Option<Arc<auth::AuthFile>>,
     /// How pushes run hooks (see [`Config::hooks`]).
     pub hooks: packd_protocol::hooks::HookOptions,
+    /// Checks their credentials at a bounded cost (see [`credentials`]).
+    pub verifier: Option<credentials::Verifier>,
+    /// Connection slots (see [`admission`]).
+    pub slots: Arc<admission::Slots>,
+    /// The stages of a graceful stop (see [`stopping`]).
+    pub stopping: stopping::Stopping,
 }
 
 /// A bound server, not yet accepting.
@@ -184,6 +206,12 @@ impl Server {
                 creations: Arc::default(),
                 auth: config.auth.clone(),
                 hooks: config.hooks.clone(),
+                verifier: config.auth.clone().map(credentials::Verifier::new),
+                slots: admission::Slots::new(
+                    config.limits.max_connections,
+                    config.limits.max_connections_per_address,
+                ),
+                stopping: stopping::Stopping::default(),
             }),
         })
     }
@@ -198,9 +226,20 @@ impl Server {
         self.daemon.as_ref().map(|l| l.local_addr())
     }
 
-    /// Accepts and serves connections until the process ends.
+    /// Accepts and serves connections until SIGTERM or SIGINT, then stops gracefully (see
+    /// [`stopping`]: this blocks both signals in the calling thread and takes them in a thread
+    /// of its own). Returns once the server stopped.
     pub fn run(self) -> Result<(), ServeError> {
         memory::tune_for_serving();
+        let shared = self.shared.clone();
+        stopping::take_signals(move |name| {
+            tracing::info!(
+                "{name}: stopping; no new connections, waiting up to {:?} for {} in flight",
+                shared.limits.shutdown_grace,
+                shared.slots.in_use()
+            );
+            shared.stopping.stop();
+        });
         let max = self.shared.limits.max_connections.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -208,8 +247,8 @@ impl Server {
             .thread_name("packd-serve")
             .build()
             .map_err(ServeError::Runtime)?;
-        runtime.block_on(async move {
-            let permits = Arc::new(Semaphore::new(max));
+        let shared = self.shared.clone();
+        let result = runtime.block_on(async move {
             let http = tokio::net::TcpListener::from_std(self.http).map_err(|source| {
                 ServeError::Listen {
                     addr: "http".into(),
@@ -225,13 +264,55 @@ impl Server {
                 })?),
                 None => None,
             };
-            if let Some(daemon) = daemon {
-                tokio::spawn(accept_daemon(daemon, self.shared.clone(), permits.clone()));
-            }
-            accept_http(http, self.shared, permits).await;
+            let shared = self.shared;
+            let daemon_loop = async {
+                if let Some(daemon) = daemon {
+                    accept_daemon(daemon, shared.clone()).await;
+                }
+            };
+            tokio::join!(accept_http(http, shared.clone()), daemon_loop);
+            finish_in_flight(&shared).await;
             Ok(())
-        })
+        });
+        // Threads still blocked on a client after the cut are not waited for.
+        runtime.shutdown_background();
+        if result.is_ok() {
+            tracing::info!(
+                "stopped ({} connections were cut off)",
+                shared.slots.in_use()
+            );
+        }
+        result
     }
+}
+
+/// Once the listeners are closed: waits for the connections in flight to end, at most the
+/// shutdown grace, then cuts those left and gives them a moment to clean up (a cut push removes
+/// its quarantine).
+async fn finish_in_flight(shared: &Shared) {
+    let all_done = async {
+        while shared.slots.in_use() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(shared.limits.shutdown_grace, all_done)
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        "shutdown grace of {:?} over: cutting off {} connections",
+        shared.limits.shutdown_grace,
+        shared.slots.in_use()
+    );
+    shared.stopping.cut();
+    let cleaned = async {
+        while shared.slots.in_use() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), cleaned).await;
 }
 
 /// Waits a little after a failed accept (out of file descriptors, usually) so as not to spin.
@@ -240,70 +321,59 @@ async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Accepts connections on `listener` for ever, handing each to `serve` with a connection
-/// permit, or to `refuse` when `--max-connections` are already open.
-async fn accept_loop(
+/// Accepts connections on `listener` until the server stops, handing each to `serve` with its
+/// slot, or to `refuse` (at most [`admission::MAX_REFUSALS`] at once; beyond, it is closed)
+/// when there is none for it.
+async fn accept_loop<R>(
     listener: tokio::net::TcpListener,
-    permits: Arc<Semaphore>,
-    serve: impl Fn(tokio::net::TcpStream, std::net::SocketAddr, tokio::sync::OwnedSemaphorePermit),
-    refuse: impl Fn(tokio::net::TcpStream, std::net::SocketAddr),
-) {
+    shared: &Shared,
+    kind: &str,
+    serve: impl Fn(tokio::net::TcpStream, SocketAddr, admission::Slot),
+    refuse: impl Fn(tokio::net::TcpStream, admission::Busy) -> R,
+) where
+    R: std::future::Future<Output = ()> + Send + 'static,
+{
     loop {
-        let (stream, remote) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shared.stopping.stopped() => return,
+        };
+        let (stream, remote) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 accept_failed(e).await;
                 continue;
             }
         };
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => serve(stream, remote, permit),
-            Err(_) => refuse(stream, remote),
+        match shared.slots.take(remote.ip()) {
+            Ok(slot) => serve(stream, remote, slot),
+            Err(busy) => {
+                tracing::warn!(target: access_log::TARGET, "{remote}: {kind}: {}", busy.message());
+                if let Some(permit) = shared.slots.refusal() {
+                    let refusal = refuse(stream, busy);
+                    tokio::spawn(async move {
+                        refusal.await;
+                        drop(permit);
+                    });
+                }
+            }
         }
     }
 }
 
-async fn accept_http(
-    listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
-    permits: Arc<Semaphore>,
-) {
-    let serve = |stream, remote, permit| {
+async fn accept_http(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+    let serve = |stream, remote, slot| {
         let shared = shared.clone();
         tokio::spawn(async move {
             http::serve_connection(shared, stream, remote).await;
-            drop(permit);
+            drop(slot);
         });
     };
-    let refuse = |stream, remote| {
-        tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, answering 503");
-        tokio::spawn(refuse_busy(stream));
-    };
-    accept_loop(listener, permits, serve, refuse).await;
+    accept_loop(listener, &shared, "http", serve, admission::refuse_http).await;
 }
 
-/// Answers 503 on a connection beyond `--max-connections` and closes it.
-async fn refuse_busy(mut stream: tokio::net::TcpStream) {
-    use tokio::io::AsyncWriteExt;
-    let body = "too many connections; try again later\n";
-    let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
-         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\nServer: packd\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        stream.write_all(response.as_bytes()).await?;
-        stream.shutdown().await
-    })
-    .await;
-}
-
-async fn accept_daemon(
-    listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
-    permits: Arc<Semaphore>,
-) {
-    let serve = |stream: tokio::net::TcpStream, remote, permit| {
+async fn accept_daemon(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+    let serve = |stream: tokio::net::TcpStream, remote, slot| {
         let stream = match stream.into_std() {
             Ok(s) => s,
             Err(e) => {
@@ -314,12 +384,8 @@ async fn accept_daemon(
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || {
             daemon::serve_connection(shared, stream, remote);
-            drop(permit);
+            drop(slot);
         });
     };
-    let refuse = |stream, remote| {
-        tracing::warn!(target: access_log::TARGET, "{remote}: too many connections, closing");
-        drop(stream);
-    };
-    accept_loop(listener, permits, serve, refuse).await;
+    accept_loop(listener, &shared, "git", serve, admission::refuse_git).await;
 }

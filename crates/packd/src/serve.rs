@@ -39,9 +39,26 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     idle_timeout: u64,
 
-    /// Most connections served at once (HTTP and git:// together); more get 503 / are closed.
+    /// Most connections served at once (HTTP and git:// together); more are answered git's
+    /// way: HTTP 503 (after the request is read), git:// an ERR line.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_connections: usize,
+
+    /// Most connections served at once from one client address (an IPv6 /64 counts as one),
+    /// answered like those past --max-connections; 0: no limit of its own.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_connections_per_address: usize,
+
+    /// A request (HTTP body, git:// request and push) must arrive at this many bytes a second
+    /// on average after its first --idle-timeout (k/m suffixes; 0: only --idle-timeout, per
+    /// read, bounds it). A request's headers must arrive whole within --idle-timeout.
+    #[arg(long, value_name = "BYTES", default_value = "1k", value_parser = crate::parse_size)]
+    min_request_rate: u64,
+
+    /// On SIGTERM or SIGINT stop accepting and give requests in flight this long to finish,
+    /// then exit 0; a second signal stops at once.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    shutdown_grace: u64,
 
     /// Largest request body accepted, compressed and inflated (k/m/g suffixes); for a push,
     /// the commands and push options before the pack (see --max-push-bytes).
@@ -128,6 +145,9 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
             max_connections: args.max_connections.max(1),
             max_request_bytes: args.max_request_bytes,
             max_push_bytes: args.max_push_bytes,
+            min_request_rate: args.min_request_rate,
+            max_connections_per_address: args.max_connections_per_address,
+            shutdown_grace: Duration::from_secs(args.shutdown_grace),
         },
         cache_capacity: args.max_open_repos.max(1),
         upload_pack: UploadPackOptions::default(),

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The body is streamed: receive-pack runs on a blocking thread and reads the request body as
-//! it arrives ([`BodyReader`] pulls hyper's frames, each within the idle timeout; gzip is
+//! it arrives ([`BodyReader`] pulls hyper's frames at the pace `crate::pace` sets; gzip is
 //! inflated on the way), so memory stays bounded whatever the size of the pack. The commands
 //! and push options before the pack are read first and bounded by `max_request_bytes` (413
 //! beyond); the pack may be as large as `max_push_bytes`, beyond which index-pack stops and git
@@ -26,6 +26,7 @@
 //! before it wrote anything gets a plain-text error status instead. The access log line is
 //! written by the push's thread when it is done.
 
+use super::body::{BodyReader, Input};
 use super::{full, no_cache, streamed, text, Body, ChannelBody, ChannelWriter, Lookup};
 use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
@@ -33,7 +34,6 @@ use crate::create::PushTarget;
 use crate::paths::PathError;
 use crate::push_head::{read_head, HeadError};
 use crate::Shared;
-use bytes::{Buf, Bytes};
 
 /// Batches of receive-pack's reply (flushed progress lines, then the report) queued for the
 /// socket.
@@ -48,7 +48,6 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 const ADVERTISEMENT: &str = "application/x-git-receive-pack-advertisement";
@@ -115,146 +114,6 @@ pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body
     .await
 }
 
-/// The request body as a blocking [`Read`], for receive-pack's thread: each read takes the
-/// next frame from hyper (waiting at most the idle timeout for it), so no more than a frame is
-/// held here. More than `limit` bytes in all, a timeout, or a broken connection make the read
-/// fail, and every read after it.
-struct BodyReader {
-    body: Incoming,
-    handle: tokio::runtime::Handle,
-    idle: Duration,
-    chunk: Bytes,
-    /// Bytes taken from the body so far.
-    received: u64,
-    limit: u64,
-    ended: bool,
-    failed: Option<(std::io::ErrorKind, String)>,
-}
-
-impl BodyReader {
-    fn new(body: Incoming, handle: tokio::runtime::Handle, idle: Duration, limit: u64) -> Self {
-        BodyReader {
-            body,
-            handle,
-            idle,
-            chunk: Bytes::new(),
-            received: 0,
-            limit,
-            ended: false,
-            failed: None,
-        }
-    }
-
-    fn fail(&mut self, kind: std::io::ErrorKind, message: String) -> std::io::Error {
-        self.failed = Some((kind, message.clone()));
-        std::io::Error::new(kind, message)
-    }
-
-    /// Takes the next data frame into `chunk`; `false` at the end of the body.
-    fn next_chunk(&mut self) -> std::io::Result<bool> {
-        use std::io::ErrorKind;
-        if let Some((kind, message)) = &self.failed {
-            return Err(std::io::Error::new(*kind, message.clone()));
-        }
-        while self.chunk.is_empty() {
-            if self.ended {
-                return Ok(false);
-            }
-            let idle = self.idle;
-            let body = &mut self.body;
-            let frame = self
-                .handle
-                .block_on(async move { tokio::time::timeout(idle, body.frame()).await });
-            match frame {
-                Err(_) => {
-                    return Err(self.fail(
-                        ErrorKind::TimedOut,
-                        format!("the client sent nothing for {idle:?}"),
-                    ))
-                }
-                Ok(None) => self.ended = true,
-                Ok(Some(Err(e))) => {
-                    return Err(self.fail(
-                        ErrorKind::ConnectionAborted,
-                        format!("reading the request body: {e}"),
-                    ))
-                }
-                Ok(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.received = self.received.saturating_add(data.len() as u64);
-                        if self.received > self.limit {
-                            let limit = self.limit;
-                            return Err(self.fail(
-                                ErrorKind::InvalidData,
-                                format!(
-                                    "request body larger than the server's limit of {limit} bytes"
-                                ),
-                            ));
-                        }
-                        self.chunk = data;
-                    }
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// Reads the rest of the body and throws it away, at most `max` bytes; whether the body
-    /// ended (a client still sending can then read the answer).
-    fn drain(&mut self, max: u64) -> bool {
-        let mut dropped = 0u64;
-        loop {
-            let len = self.chunk.len() as u64;
-            dropped = dropped.saturating_add(len);
-            self.chunk = Bytes::new();
-            if dropped > max {
-                return false;
-            }
-            match self.next_chunk() {
-                Ok(true) => {}
-                Ok(false) => return true,
-                Err(_) => return false,
-            }
-        }
-    }
-}
-
-impl Read for BodyReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if buf.is_empty() || !self.next_chunk()? {
-            return Ok(0);
-        }
-        let n = buf.len().min(self.chunk.len());
-        buf[..n].copy_from_slice(&self.chunk[..n]);
-        self.chunk.advance(n);
-        Ok(n)
-    }
-}
-
-/// The body as sent, or inflated on the way when it is gzip.
-enum Input {
-    Plain(BodyReader),
-    Gzip(Box<flate2::read::GzDecoder<BodyReader>>),
-}
-
-impl Input {
-    fn raw(&mut self) -> &mut BodyReader {
-        match self {
-            Input::Plain(r) => r,
-            Input::Gzip(r) => r.get_mut(),
-        }
-    }
-}
-
-impl Read for Input {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Input::Plain(r) => r.read(buf),
-            Input::Gzip(r) => r.read(buf),
-        }
-    }
-}
-
 /// `POST <repo>/git-receive-pack`: on success the response, streamed from receive-pack's thread
 /// (which writes the log line); otherwise the error response and the log line to write.
 pub(super) async fn receive_pack(
@@ -310,16 +169,15 @@ pub(super) async fn receive_pack(
 
     let (tx, mut rx) = mpsc::channel(QUEUED_REPLIES);
     let idle = shared.limits.idle_timeout;
+    let min_rate = shared.limits.min_request_rate;
+    let cut = shared.stopping.cut_signal();
     let handle = tokio::runtime::Handle::current();
     let body = req.into_body();
     let hooks = shared.hooks.clone();
     let work = tokio::task::spawn_blocking(move || {
-        let raw = BodyReader::new(body, handle.clone(), idle, body_limit);
-        let mut input = if gzip {
-            Input::Gzip(Box::new(flate2::read::GzDecoder::new(raw)))
-        } else {
-            Input::Plain(raw)
-        };
+        let pace = crate::pace::Pace::new(idle, min_rate);
+        let raw = BodyReader::new(body, handle.clone(), pace, body_limit, cut.clone());
+        let mut input = Input::new(raw, gzip);
         let head = match read_head(&mut input, head_limit) {
             Ok(head) => head,
             Err(HeadError::TooLarge(limit)) => {
@@ -364,8 +222,8 @@ pub(super) async fn receive_pack(
             hooks,
             ..ReceivePackOptions::default()
         };
-        let mut writer =
-            ChannelWriter::new(tx, handle, idle, Arc::new(AtomicBool::new(false)), false);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut writer = ChannelWriter::new(tx, handle, idle, cancel, false, cut);
         let (result, replayed) =
             serve_into(target, &git_dir, options, &head, &mut input, &mut writer);
         // A push refused before its pack ended: take (and drop) what the client still sends,

@@ -99,6 +99,32 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`libc::SIGTERM`, ...) to the server.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill only sends a signal to the child, which is not reaped yet.
+        let r = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(r, 0, "kill failed");
+    }
+
+    /// Waits at most `limit` for the server to exit; its status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the process is still running (no crash).
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -498,6 +524,42 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         assert!(data.len() >= size + 2, "truncated chunk");
         out.extend_from_slice(&data[..size]);
         data = &data[size + 2..];
+    }
+}
+
+/// A TCP connection to `dst` from the local address `src` (any of 127.0.0.0/8 is this
+/// machine), for tests of limits per client address.
+pub fn connect_from(src: &str, dst: &str) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let src: std::net::Ipv4Addr = src.parse().unwrap();
+    let dst: std::net::SocketAddrV4 = dst.parse().unwrap();
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket, bound and connected with initialised addresses of their size,
+    // then owned by the TcpStream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket");
+        let local = sockaddr(src, 0);
+        assert_eq!(
+            libc::bind(fd, &local as *const _ as *const libc::sockaddr, len),
+            0,
+            "bind {src}"
+        );
+        let remote = sockaddr(*dst.ip(), dst.port());
+        assert_eq!(
+            libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len),
+            0,
+            "connect {dst}"
+        );
+        TcpStream::from_raw_fd(fd)
     }
 }
 
