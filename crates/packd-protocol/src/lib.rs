@@ -25,6 +25,7 @@ mod fetch_v2;
 pub mod filter;
 mod ls_refs;
 mod negotiate_v0;
+mod object_info;
 mod pack;
 pub mod pkt_line;
 mod receive_pack;
