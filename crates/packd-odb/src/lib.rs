@@ -16,6 +16,7 @@ pub mod connectivity;
 pub mod delta;
 mod error;
 pub mod existence;
+pub mod file_mode;
 pub mod graph;
 pub mod hash;
 pub mod hide_refs;

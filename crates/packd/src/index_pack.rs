@@ -109,6 +109,9 @@ fn write_rev(path: &Path, order: &[u32], hex: &str) -> Result<()> {
     let bytes = packd_reach::rev_index::encode(order, &checksum)?;
     let tmp = path.with_extension("rev.tmp");
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    // Read-only, as git writes a reverse index.
+    packd_odb::file_mode::make_read_only(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! `.idx` last, so a reader that sees the index sees a complete pack. Anything that fails leaves
 //! no file behind.
 
+use crate::file_mode::make_read_only;
 use crate::pack::data::input::{read_pack, InputLimits};
 use crate::pack::data::{encode_type_and_size, EntryKind};
 use crate::pack::index::resolve::{resolve, ExternalBase};
@@ -138,11 +139,14 @@ fn resolve_and_list(
     Ok((resolved, index))
 }
 
-/// Creates `path` holding `bytes`, on disk (synced) before it returns.
+/// Creates `path` holding `bytes`, on disk (synced) and read-only (git's mode for an index)
+/// before it returns.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = File::create(path).map_err(io(path))?;
     f.write_all(bytes).map_err(io(path))?;
-    f.sync_all().map_err(io(path))
+    f.sync_all().map_err(io(path))?;
+    drop(f);
+    make_read_only(path).map_err(io(path))
 }
 
 /// How many of a pack's entries are deltas.
@@ -282,6 +286,8 @@ fn ingest(
     }
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
+    // Whole (bases appended): read-only from here on, as git leaves a pack.
+    make_read_only(&tmp_path).map_err(io(&tmp_path))?;
 
     let hex = crate::hex(&checksum);
     let idx_bytes = encode_v2(&mut index, &checksum);
