@@ -22,7 +22,10 @@ fn both_declared_licence_texts_are_shipped() {
     assert!(apache.contains("Apache License\n                        Version 2.0, January 2004"));
     // The whole text, not a summary: its nine sections and the end of its terms.
     for section in 1..=9 {
-        assert!(apache.contains(&format!("\n{section}. ")), "section {section}");
+        assert!(
+            apache.contains(&format!("\n{section}. ")),
+            "section {section}"
+        );
     }
     assert!(apache.contains("END OF TERMS AND CONDITIONS"));
 
