@@ -26,6 +26,33 @@ pub struct IngestOptions {
     pub fix_thin: bool,
     /// Bounds on what the stream may declare.
     pub limits: InputLimits,
+    /// The zlib level (0-9) of the bases appended to a thin pack; `None`: git's default,
+    /// [`DEFAULT_THIN_BASE_LEVEL`]. See [`thin_base_level`] for the repository's.
+    pub thin_base_level: Option<u32>,
+}
+
+/// The level git's index-pack compresses the bases it appends to a thin pack at when nothing
+/// is configured: `Z_BEST_SPEED` (git's `zlib_compression_level`, not `pack.compression`).
+pub const DEFAULT_THIN_BASE_LEVEL: u32 = 1;
+
+/// The zlib level the repository configures for the bases appended to a thin pack, as git's
+/// index-pack reads it: `core.loosecompression`, else `core.compression` (-1 meaning zlib's
+/// default, 6); `pack.compression` does not count. `None` when neither is set. A value git
+/// refuses is refused with git's words.
+pub fn thin_base_level(config: &crate::config::Config) -> Result<Option<u32>> {
+    for key in ["core.loosecompression", "core.compression"] {
+        let Some(value) = config.get(key) else {
+            continue;
+        };
+        let level = crate::config::parse_int(value)
+            .ok_or_else(|| Error::BadName(format!("bad numeric config value '{value}' for '{key}'")))?;
+        return match level {
+            -1 => Ok(Some(6)),
+            0..=9 => Ok(Some(level as u32)),
+            _ => Err(Error::BadName(format!("bad zlib compression level {level}"))),
+        };
+    }
+    Ok(None)
 }
 
 /// A pack taken in.
@@ -279,6 +306,7 @@ fn ingest(
             parsed.entries.len(),
             &resolved.external_bases,
             odb,
+            options.thin_base_level.unwrap_or(DEFAULT_THIN_BASE_LEVEL),
         )?;
         checksum = sum;
         appended = added.len() as u32;
@@ -405,6 +433,7 @@ fn append_bases(
     count: usize,
     bases: &[ObjectId],
     odb: &ObjectDb,
+    level: u32,
 ) -> Result<([u8; 20], Vec<IndexEntry>)> {
     let e = io(path);
     let mut file = OpenOptions::new()
@@ -416,9 +445,11 @@ fn append_bases(
     file.seek(SeekFrom::End(0)).map_err(&e)?;
     let mut offset = len - 20;
     let mut added = Vec::with_capacity(bases.len());
-    // The fastest level: a push waits on this, and a later repack compresses again (level 6
-    // took a fifth of the receiver's CPU on a 128-day push of git/git).
-    let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::fastest());
+    // git's level (1 unless configured): libdeflate's levels 0-9 compress about as zlib's.
+    // (Level 0, libdeflate's "fastest", stores the bases uncompressed.)
+    let level = libdeflater::CompressionLvl::new(level.min(9) as i32)
+        .unwrap_or_else(|_| libdeflater::CompressionLvl::default());
+    let mut compressor = libdeflater::Compressor::new(level);
     {
         let mut out = BufWriter::new(&mut file);
         for id in bases {
