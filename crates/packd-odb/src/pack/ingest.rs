@@ -44,12 +44,15 @@ pub fn thin_base_level(config: &crate::config::Config) -> Result<Option<u32>> {
         let Some(value) = config.get(key) else {
             continue;
         };
-        let level = crate::config::parse_int(value)
-            .ok_or_else(|| Error::BadName(format!("bad numeric config value '{value}' for '{key}'")))?;
+        let level = crate::config::parse_int(value).ok_or_else(|| {
+            Error::BadName(format!("bad numeric config value '{value}' for '{key}'"))
+        })?;
         return match level {
             -1 => Ok(Some(6)),
             0..=9 => Ok(Some(level as u32)),
-            _ => Err(Error::BadName(format!("bad zlib compression level {level}"))),
+            _ => Err(Error::BadName(format!(
+                "bad zlib compression level {level}"
+            ))),
         };
     }
     Ok(None)
