@@ -33,6 +33,7 @@ pub mod refs;
 pub mod refs_update;
 pub mod repository;
 pub mod revision;
+pub mod revision_arg;
 pub mod zlib;
 
 pub use error::{Error, Result};

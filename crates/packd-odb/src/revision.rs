@@ -61,6 +61,11 @@ fn split_base(name: &str) -> (&str, &str) {
 }
 
 impl Repository {
+    /// The parents of a commit.
+    pub(crate) fn parents_of(&self, id: ObjectId) -> Result<Vec<ObjectId>> {
+        Ok(self.commit_links(&id)?.1)
+    }
+
     /// The parents and tree of a commit.
     fn commit_links(&self, id: &ObjectId) -> Result<(ObjectId, Vec<ObjectId>)> {
         if let Some(graph) = self.commit_graph() {
@@ -103,7 +108,7 @@ impl Repository {
         }
     }
 
-    fn kind_of(&self, id: &ObjectId) -> Result<ObjectKind> {
+    pub(crate) fn kind_of(&self, id: &ObjectId) -> Result<ObjectKind> {
         Ok(self
             .objects()
             .header(id)?
