@@ -116,9 +116,25 @@ impl Cli {
         };
         match one {
             Some((global, command)) => Cli { global, command },
-            None => Cli::parse_from(argv),
+            None => Cli::try_parse_from(argv).unwrap_or_else(|e| exit_on_usage_error(e)),
         }
     }
+}
+
+/// Prints clap's message for a command line it could not take and exits with git's code for
+/// the case: 0 for `--help` and `--version`, 1 for no command or an unknown one (git's "is not
+/// a git command"), 129 for any other usage error (clap's own would be 2).
+fn exit_on_usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let code = match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        ErrorKind::InvalidSubcommand
+        | ErrorKind::MissingSubcommand
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 1,
+        _ => 129,
+    };
+    let _ = e.print();
+    std::process::exit(code)
 }
 
 impl GlobalArgs {

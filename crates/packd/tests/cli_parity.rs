@@ -261,3 +261,49 @@ fn a_reader_that_goes_away_ends_packd_as_it_ends_git() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+#[test]
+fn usage_errors_exit_as_gits() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    // (git's arguments, packd's): the same mistake made to both.
+    let cases: [(&[&str], &[&str]); 6] = [
+        (
+            &["index-pack", "--no-such-option"],
+            &["index-pack", "--no-such-option"],
+        ),
+        (&["cat-file"], &["cat-file"]),
+        (
+            &["cat-file", "--batch", "main"],
+            &["cat-file", "--batch", "main"],
+        ),
+        (&["upload-pack"], &["upload-pack"]),
+        (
+            &["receive-pack", "--no-such-option", "."],
+            &["receive-pack", "--no-such-option", "."],
+        ),
+        (&["no-such-command"], &["no-such-command"]),
+    ];
+    for (git_args, packd_args) in cases {
+        let git = repo.git_run(git_args, None);
+        let packd = repo.packd(packd_args, None);
+        assert!(
+            matches!(git.code(), Some(129) | Some(1)),
+            "git {git_args:?}: {:?}",
+            git.code()
+        );
+        assert_eq!(
+            packd.code(),
+            git.code(),
+            "packd {packd_args:?}: {}",
+            packd.err()
+        );
+        assert!(packd.stdout.is_empty(), "{packd_args:?}");
+        assert!(!packd.stderr.is_empty(), "{packd_args:?}");
+    }
+    for args in [&["--help"][..], &["--version"], &["cat-file", "--help"]] {
+        let packd = repo.packd(args, None);
+        assert_eq!(packd.code(), Some(0), "{args:?}");
+        assert!(!packd.stdout.is_empty(), "{args:?}");
+    }
+}
