@@ -371,3 +371,50 @@ fn v2_object_info_answers_as_git() {
         run.out()
     );
 }
+
+/// `both` for a request both servers refuse: their outputs, whatever their exit codes.
+fn both_refusing(
+    sb: &Sandbox,
+    repo: &Repo,
+    protocol: &str,
+    args: &[&str],
+    input: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    let mut git = sb.git_cmd(&repo.path);
+    git.arg("upload-pack").args(args).arg(".");
+    let mut packd = Command::new(PACKD);
+    apply_env(&mut packd, &sb.home);
+    packd
+        .current_dir(&repo.path)
+        .arg("upload-pack")
+        .args(args)
+        .arg(".");
+    if !protocol.is_empty() {
+        git.env("GIT_PROTOCOL", protocol);
+        packd.env("GIT_PROTOCOL", protocol);
+    }
+    let git = run_cmd(git, Some(input), GIT_TIMEOUT);
+    let packd = run_cmd(packd, Some(input), PACKD_TIMEOUT);
+    packd.assert_no_crash();
+    assert_eq!(git.success(), packd.success());
+    (git.stdout, packd.stdout)
+}
+
+#[test]
+fn err_packets_are_gits_bytes() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let unknown = "1234567890".repeat(4);
+    let skip = v0_advertisement_len(&sb, &repo);
+    let want = format!("want {unknown} multi_ack_detailed side-band-64k\n");
+    let input = request(&[&want, "0000", "done\n"]);
+    let (git, packd) = both_refusing(&sb, &repo, "", &[], &input);
+    assert_same_lines("v0 not our ref", &git, &packd, skip);
+    let err = format!("ERR upload-pack: not our ref {unknown}");
+    assert!(pkts_before_pack(&packd).contains(&Pkt::Data(err.into_bytes())));
+
+    let want = format!("want {unknown}\n");
+    let input = request(&["command=fetch\n", "0001", &want, "done\n", "0000"]);
+    let (git, packd) = both_refusing(&sb, &repo, "version=2", &["--stateless-rpc"], &input);
+    assert_same_lines("v2 not our ref", &git, &packd, 0);
+}
