@@ -418,3 +418,63 @@ fn err_packets_are_gits_bytes() {
     let (git, packd) = both_refusing(&sb, &repo, "version=2", &["--stateless-rpc"], &input);
     assert_same_lines("v2 not our ref", &git, &packd, 0);
 }
+
+/// Where packd departs from git's server on purpose: with both `want-ref` and `deepen`, git
+/// 2.39's upload-pack sends `wanted-refs` before `shallow-info`, which git's own client refuses
+/// ("expected 'packfile', received 'shallow-info'": `git clone --depth 1` from a git server
+/// with uploadpack.allowRefInWant fails). packd sends them in the order of protocol-v2.txt,
+/// which git's client reads, and git's client does use `want-ref` against packd.
+#[test]
+fn shallow_info_comes_before_wanted_refs_as_gits_client_reads_them() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let input = request(&[
+        "command=fetch\n",
+        "0001",
+        "want-ref refs/heads/side\n",
+        "deepen 1\n",
+        "no-progress\n",
+        "done\n",
+        "0000",
+    ]);
+    let mut cmd = Command::new(PACKD);
+    apply_env(&mut cmd, &sb.home);
+    cmd.current_dir(&repo.path)
+        .env("GIT_PROTOCOL", "version=2")
+        .args(["upload-pack", "--stateless-rpc", "."]);
+    let run = run_cmd(cmd, Some(&input), PACKD_TIMEOUT);
+    run.assert_success();
+    let packd = run.stdout;
+    let sections: Vec<String> = pkts_before_pack(&packd)
+        .iter()
+        .filter_map(|p| match p {
+            Pkt::Data(d) if !d.starts_with(b"shallow ") && !d.contains(&b' ') => {
+                Some(String::from_utf8_lossy(d).trim_end().to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sections, ["shallow-info", "wanted-refs", "packfile"]);
+
+    // git's client, with want-ref and a depth, takes packd's answer.
+    let url = format!("file://{}", repo.path.display());
+    let up = format!("--upload-pack={PACKD} upload-pack");
+    let clone = sb.git_run_in(
+        sb.path(),
+        &[
+            "-c",
+            "protocol.version=2",
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            &up,
+            &url,
+            "shallow",
+        ],
+        None,
+    );
+    clone.assert_success();
+    let shallow = std::fs::read_to_string(sb.path().join("shallow/.git/shallow")).unwrap();
+    assert_eq!(shallow.trim(), rev(&repo, "main"));
+}
