@@ -202,7 +202,7 @@ fn usage() -> ExitCode {
 fn resolve_arg(repo: &Repository, rev: &str) -> Result<Vec<RevisionTip>> {
     match repo.revision_arg(rev)? {
         Ok(tips) => Ok(tips),
-        Err(_) if rev.starts_with('^') && !rev.contains("..") => bail!("bad revision '{rev}'"),
+        Err(_) if rev.starts_with('^') => bail!("bad revision '{rev}'"),
         Err(RevisionArgError::NotCommits(sides)) => {
             crate::not_commits(&sides);
             bail!("Invalid symmetric difference expression {rev}")

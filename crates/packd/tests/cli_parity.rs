@@ -116,6 +116,7 @@ fn rev_list_errors_are_gits() {
     for args in [
         &["nope"][..],
         &["^nope", "main"],
+        &["^main~2..main"],
         &["main", "nope..main"],
         &["main...nope"],
         &["main:c1...main"],
