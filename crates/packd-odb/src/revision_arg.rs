@@ -95,7 +95,8 @@ impl Repository {
             Some(rest) => (true, rest),
             None => (false, &arg[dots + 2..]),
         };
-        if left.is_empty() && right.is_empty() {
+        // `..` alone is not a range (git takes it as a path); `...` is HEAD...HEAD.
+        if left.is_empty() && right.is_empty() && !symmetric {
             return Ok(None);
         }
         fn side(s: &str) -> &str {

@@ -72,6 +72,9 @@ fn rev_list_reads_gits_revision_syntax() {
         &["--not", "main~3..main", "--not", "other"],
         &["--all", "^main~1"],
         &["light..main", "^v1"],
+        &["@~2..@"],
+        &["other", "^@"],
+        &["--count", "..."],
     ];
     for args in cases {
         let (git, packd) = both_rev_lists(&repo, args);
