@@ -209,6 +209,13 @@ pub fn parse_size(value: &str) -> Option<u64> {
     u64::try_from(git_number(value.trim())?).ok()
 }
 
+/// A configuration value as git reads an integer (`git_config_int`): decimal, `0x` hex or `0`
+/// octal, times 1024, 1024² or 1024³ for a `k`, `m` or `g`, within 32 bits. `None` for
+/// anything else, which git refuses with "bad numeric config value".
+pub fn parse_int(value: &str) -> Option<i32> {
+    i32::try_from(git_number(value.trim())?).ok()
+}
+
 /// A configuration value as git reads a boolean: `true`, `yes`, `on` (and a key with no `=`,
 /// which [`Config`] stores as `true`) are true; `false`, `no`, `off` and an empty value are
 /// false; otherwise a number as git reads one (decimal, `0x` hex or `0` octal, times 1024,

@@ -15,6 +15,7 @@ pub mod config;
 pub mod delta;
 mod error;
 pub mod existence;
+pub mod file_mode;
 pub mod graph;
 pub mod hash;
 pub mod hide_refs;
@@ -30,6 +31,7 @@ pub mod quarantine;
 pub mod refs;
 pub mod repository;
 pub mod revision;
+pub mod revision_arg;
 pub mod zlib;
 
 pub use error::{Error, Result};

@@ -1,7 +1,8 @@
 //! Revision names as git spells them: `<base>` followed by `^`, `^N`, `~N`, `^{type}`, `^{}`,
 //! and `<rev>:<path>` for a path inside a tree.
 //!
-//! `<base>` is a full id, a unique abbreviated id, or a ref name (see [`crate::refs`]).
+//! `<base>` is a full id, a unique abbreviated id, a ref name (see [`crate::refs`]), or `@`
+//! for `HEAD`.
 
 use crate::hash::ObjectId;
 use crate::parse::{parse_commit, tag_target, tree_entries};
@@ -61,6 +62,11 @@ fn split_base(name: &str) -> (&str, &str) {
 }
 
 impl Repository {
+    /// The parents of a commit.
+    pub(crate) fn parents_of(&self, id: ObjectId) -> Result<Vec<ObjectId>> {
+        Ok(self.commit_links(&id)?.1)
+    }
+
     /// The parents and tree of a commit.
     fn commit_links(&self, id: &ObjectId) -> Result<(ObjectId, Vec<ObjectId>)> {
         if let Some(graph) = self.commit_graph() {
@@ -103,7 +109,7 @@ impl Repository {
         }
     }
 
-    fn kind_of(&self, id: &ObjectId) -> Result<ObjectKind> {
+    pub(crate) fn kind_of(&self, id: &ObjectId) -> Result<ObjectKind> {
         Ok(self
             .objects()
             .header(id)?
@@ -205,6 +211,8 @@ impl Repository {
             });
         }
         let (base, suffix) = split_base(rev);
+        // `@` alone is git's shorthand for HEAD (`@~1`, `@^2`); no ref may be named `@`.
+        let base = if base == "@" { "HEAD" } else { base };
         let Some(steps) = parse_steps(suffix) else {
             return Ok(NameMatch::Missing);
         };

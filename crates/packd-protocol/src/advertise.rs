@@ -11,7 +11,7 @@
 //!
 //! v2:        "version 2\n" "agent=packd/0.1.0\n" "ls-refs=unborn\n"
 //!            "fetch=shallow wait-for-done filter ref-in-want\n" "server-option\n"
-//!            "object-format=sha1\n" "0000"
+//!            "object-format=sha1\n" "object-info\n" "0000"
 //! ```
 
 use crate::{pkt_line, Mode, ProtocolError, ProtocolVersion, UploadPack};
@@ -209,6 +209,8 @@ impl UploadPack {
             fetch,
             "server-option".to_string(),
             "object-format=sha1".to_string(),
+            // Always, as git 2.39 (see object_info.rs).
+            "object-info".to_string(),
         ] {
             pkt_line::write_text(out, &format!("{line}\n"))?;
         }

@@ -1,7 +1,7 @@
 //! Protocol v2: the command loop and `fetch`.
 //!
 //! ```text
-//! request:  "command=<ls-refs|fetch>\n" ("<capability>[=<value>]\n")* "0001" (<argument>\n)* "0000"
+//! request:  "command=<ls-refs|fetch|object-info>\n" ("<capability>[=<value>]\n")* "0001" (<argument>\n)* "0000"
 //!           a lone "0000" (or the end of input) ends the conversation
 //! fetch arguments: "want <id>" "want-ref <ref>" "have <id>" "done" "thin-pack" "ofs-delta"
 //!           "no-progress" "include-tag" "wait-for-done" "shallow <id>" "deepen <n>"
@@ -9,18 +9,18 @@
 //! response without done:   "acknowledgments\n" ("NAK\n" | "ACK <id>\n"...) ["ready\n"]
 //!                          then "0000" (not ready: the client sends another round)
 //!                          or "0001" and the sections below (ready)
-//! response with the pack:  ["shallow-info\n" ("shallow <id>\n" | "unshallow <id>\n")... "0001"]
+//! response with the pack:  ["shallow-info\n" ("shallow <id>" | "unshallow <id>", no newline)... "0001"]
 //!                          ["wanted-refs\n" "<id> <ref>\n"... "0001"]
 //!                          "packfile\n" <side-band 1/2/3 packets> "0000"
 //! ```
 
 use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
-use crate::request::{parse_id, Negotiation, RequestBuilder};
+use crate::request::{parse_id, shallow_update_line, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, Served, UploadPack};
 use packd_odb::ObjectId;
-use packd_pack::{PackSink, ShallowUpdate};
+use packd_pack::PackSink;
 use std::sync::atomic::AtomicBool;
 
 /// Most capability lines accepted in one request.
@@ -131,6 +131,10 @@ impl UploadPack {
                 "ls-refs" => {
                     served.stats.command = "ls-refs";
                     self.ls_refs(&command.args, out)?;
+                }
+                "object-info" => {
+                    served.stats.command = "object-info";
+                    self.object_info(&command.args, out)?;
                 }
                 "fetch" => {
                     served.stats.command = "fetch";
@@ -257,11 +261,7 @@ impl UploadPack {
             let updates = self.packs.shallow(&request)?;
             pkt_line::write_text(out, "shallow-info\n")?;
             for update in updates {
-                let line = match update {
-                    ShallowUpdate::Shallow(id) => format!("shallow {id}\n"),
-                    ShallowUpdate::Unshallow(id) => format!("unshallow {id}\n"),
-                };
-                pkt_line::write_text(out, &line)?;
+                pkt_line::write_text(out, &shallow_update_line(&update))?;
             }
             pkt_line::write_delim(out)?;
         }

@@ -26,6 +26,7 @@ pub mod filter;
 pub mod hooks;
 mod ls_refs;
 mod negotiate_v0;
+mod object_info;
 mod pack;
 pub mod pkt_line;
 mod receive_pack;

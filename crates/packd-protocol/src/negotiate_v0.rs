@@ -4,7 +4,7 @@
 //! ```text
 //! client: "want <id> <capabilities>\n" "want <id>\n"... ["shallow <id>\n"] ["deepen <n>\n"]
 //!         ["filter <spec>\n"] "0000"
-//! server: (deepen only) "shallow <id>\n" "unshallow <id>\n"... "0000"
+//! server: (deepen only) "shallow <id>" "unshallow <id>"... "0000" (no newlines, as git)
 //! client: "have <id>\n"... "0000"          one round (stateless: one POST, ending the request)
 //! server: multi_ack_detailed: "ACK <id> common\n" per common have, ["ACK <id> ready\n"], "NAK\n"
 //!         multi_ack:          "ACK <id> continue\n" ... "NAK\n";  neither: "ACK <id>\n" (first) / "NAK\n"
@@ -16,11 +16,11 @@
 use crate::advertise::Advertised;
 use crate::pack::SendOptions;
 use crate::pkt_line::{self, show, Line, PktReader};
-use crate::request::{parse_id, Negotiation, RequestBuilder};
+use crate::request::{parse_id, shallow_update_line, Negotiation, RequestBuilder};
 use crate::sideband::Sideband;
 use crate::{Mode, ProtocolError, Served, UploadPack};
 use packd_odb::ObjectId;
-use packd_pack::{PackSink, ShallowUpdate};
+use packd_pack::PackSink;
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,11 +152,7 @@ impl UploadPack {
         if list.request.deepens() {
             let request = list.request.build(Vec::new())?;
             for update in self.packs.shallow(&request)? {
-                let line = match update {
-                    ShallowUpdate::Shallow(id) => format!("shallow {id}\n"),
-                    ShallowUpdate::Unshallow(id) => format!("unshallow {id}\n"),
-                };
-                pkt_line::write_text(out, &line)?;
+                pkt_line::write_text(out, &shallow_update_line(&update))?;
             }
             pkt_line::write_flush(out)?;
         }

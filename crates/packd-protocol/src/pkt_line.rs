@@ -284,16 +284,16 @@ pub fn write_delim(out: &mut dyn Write) -> std::io::Result<()> {
     out.write_all(b"0001")
 }
 
-/// Writes an `ERR <message>` packet, git's way of telling the client why it is refused.
+/// Writes an `ERR <message>` packet, git's way of telling the client why it is refused: with
+/// no trailing newline, byte for byte as git's `packet_writer_error` writes it.
 pub fn write_err(out: &mut dyn Write, message: &str) -> std::io::Result<()> {
-    let mut text = format!("ERR {message}\n");
+    let mut text = format!("ERR {message}");
     if text.len() > MAX_PAYLOAD {
-        let mut end = MAX_PAYLOAD - 1;
+        let mut end = MAX_PAYLOAD;
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         text.truncate(end);
-        text.push('\n');
     }
     write_text(out, &text)
 }
@@ -400,7 +400,7 @@ mod tests {
         write_delim(&mut out).unwrap();
         write_flush(&mut out).unwrap();
         write_err(&mut out, "no").unwrap();
-        assert_eq!(out, b"000bwant x\n00010000000bERR no\n");
+        assert_eq!(out, b"000bwant x\n00010000000aERR no");
         assert!(write_packet(&mut out, &vec![0; MAX_PAYLOAD + 1]).is_err());
     }
 }

@@ -528,9 +528,15 @@ impl ReceivePack {
             Err(e) => return unpacker(e.to_string()),
         };
         let incoming = if wants_pack {
+            // Appended bases at the level git's index-pack would use for this repository.
+            let thin_base_level = match packd_odb::pack::ingest::thin_base_level(repo.config()) {
+                Ok(level) => level,
+                Err(e) => return unpacker(e.to_string()),
+            };
             let options = IngestOptions {
                 fix_thin: true,
                 limits: self.options.limits,
+                thin_base_level,
             };
             let sent = match quarantine.ingest(
                 input,

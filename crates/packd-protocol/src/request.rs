@@ -16,11 +16,21 @@ use crate::advertise::RefSnapshot;
 use crate::{filter, pkt_line::show, ProtocolError, UploadPack};
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::{IdSet, ObjectId, ObjectKind, Repository};
-use packd_pack::{Deepen, FetchRequest};
+use packd_pack::{Deepen, FetchRequest, ShallowUpdate};
 use packd_reach::walk::{Query, Walker};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The pkt-line payload announcing one shallow update, byte for byte as git's upload-pack
+/// writes it: `shallow <id>` or `unshallow <id>` with no trailing newline (v0 and v2's
+/// `shallow-info` alike). git's client takes either form, but libgit2 only this one.
+pub(crate) fn shallow_update_line(update: &ShallowUpdate) -> String {
+    match update {
+        ShallowUpdate::Shallow(id) => format!("shallow {id}"),
+        ShallowUpdate::Unshallow(id) => format!("unshallow {id}"),
+    }
+}
 
 /// Parses a 40-hex id from the client, naming the line when it is not one.
 pub(crate) fn parse_id(text: &str, line: &str) -> Result<ObjectId, ProtocolError> {

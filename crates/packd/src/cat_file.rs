@@ -55,7 +55,7 @@ pub struct Args {
 pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     if let Some(format) = args.batch.as_deref().or(args.batch_check.as_deref()) {
         if !args.args.is_empty() {
-            bail!("--batch and --batch-check take no object names on the command line");
+            return Ok(usage(Some("batch modes take no arguments")));
         }
         let format = Format::parse(format)?;
         let with_content = args.batch.is_some();
@@ -66,13 +66,34 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
         };
     }
     if args.batch_all_objects {
-        bail!("--batch-all-objects needs --batch or --batch-check");
+        return Ok(usage(Some(
+            "--batch-all-objects needs --batch or --batch-check",
+        )));
     }
     match args.args.as_slice() {
-        [name] if args.show_type || args.show_size || args.exists || args.pretty => single(repo, args, name),
-        [kind, name] if !(args.show_type || args.show_size || args.exists || args.pretty) => typed(repo, kind, name),
-        _ => bail!("usage: packd cat-file (-t | -s | -e | -p) <object> | <type> <object> | (--batch | --batch-check) [--batch-all-objects]"),
+        [name] if args.show_type || args.show_size || args.exists || args.pretty => {
+            single(repo, args, name)
+        }
+        [kind, name] if !(args.show_type || args.show_size || args.exists || args.pretty) => {
+            typed(repo, kind, name)
+        }
+        _ => Ok(usage(None)),
     }
+}
+
+/// A usage error as git reports one: `fatal: <why>` (when there is more to say than the
+/// usage), a blank line and the usage on stderr; exit code 129.
+fn usage(why: Option<&str>) -> ExitCode {
+    let mut text = String::new();
+    if let Some(why) = why {
+        text.push_str(&format!("fatal: {why}\n\n"));
+    }
+    text.push_str(
+        "usage: packd cat-file (-t | -s | -e | -p) <object> | <type> <object>\n   \
+         or: packd cat-file (--batch | --batch-check)[=<format>] [--batch-all-objects] [--unordered]\n",
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+    ExitCode::from(129)
 }
 
 fn resolve_or_die(repo: &Repository, name: &str) -> Result<ObjectId> {

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use packd_odb::pack::data::input::InputLimits;
-use packd_odb::pack::ingest::{index_pack, index_pack_file, IngestOptions};
+use packd_odb::pack::ingest::{index_pack, index_pack_file, thin_base_level, IngestOptions};
 use packd_odb::{Repository, RepositoryOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,9 +36,10 @@ pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
         max_objects: args.max_objects.unwrap_or(u32::MAX),
         ..InputLimits::default()
     };
-    let options = IngestOptions {
+    let mut options = IngestOptions {
         fix_thin: args.fix_thin,
         limits,
+        thin_base_level: None,
     };
     let verbose = args.verbose;
     let mut last = std::time::Instant::now();
@@ -56,6 +57,7 @@ pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
         (None, false) => bail!("nothing to index: give --stdin or a pack file"),
         (None, true) => {
             let repo = Repository::discover(dir, &RepositoryOptions::default())?;
+            options.thin_base_level = thin_base_level(repo.config())?;
             let pack_dir = repo.git_dir().join("objects").join("pack");
             let stdin = std::io::stdin();
             let mut input = stdin.lock();
@@ -109,6 +111,9 @@ fn write_rev(path: &Path, order: &[u32], hex: &str) -> Result<()> {
     let bytes = packd_reach::rev_index::encode(order, &checksum)?;
     let tmp = path.with_extension("rev.tmp");
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    // Read-only, as git writes a reverse index.
+    packd_odb::file_mode::make_read_only(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

@@ -116,9 +116,25 @@ impl Cli {
         };
         match one {
             Some((global, command)) => Cli { global, command },
-            None => Cli::parse_from(argv),
+            None => Cli::try_parse_from(argv).unwrap_or_else(|e| exit_on_usage_error(e)),
         }
     }
+}
+
+/// Prints clap's message for a command line it could not take and exits with git's code for
+/// the case: 0 for `--help` and `--version`, 1 for no command or an unknown one (git's "is not
+/// a git command"), 129 for any other usage error (clap's own would be 2).
+fn exit_on_usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let code = match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        ErrorKind::InvalidSubcommand
+        | ErrorKind::MissingSubcommand
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 1,
+        _ => 129,
+    };
+    let _ = e.print();
+    std::process::exit(code)
 }
 
 impl GlobalArgs {
@@ -214,6 +230,7 @@ fn run() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if writes_for_a_pipe(&cli.command) && is_broken_pipe(&e) => die_of_sigpipe(),
         Err(e) => {
             write_fatal(&one_line(&e));
             ExitCode::from(128)
@@ -221,11 +238,55 @@ fn run() -> ExitCode {
     }
 }
 
+/// Whether `command` prints output a pipe reads (`packd rev-list | head`), where the reader
+/// going away ends the command as it ends git's: silently. The servers' peers hanging up is
+/// an error they report, as git's upload-pack and receive-pack do.
+fn writes_for_a_pipe(command: &Command) -> bool {
+    !matches!(
+        command,
+        Command::Serve(_) | Command::UploadPack(_) | Command::ReceivePack(_)
+    )
+}
+
+/// Whether `e` comes from writing to a pipe whose reader has gone.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Ends the process as git ends when its reader goes away: killed by SIGPIPE, without a word
+/// (a shell sees 141). packd ignores SIGPIPE to see the error first (see start.rs); the
+/// default action is put back and the signal raised. Should it not arrive, 141 all the same.
+fn die_of_sigpipe() -> ExitCode {
+    // SAFETY: restoring a signal's default disposition and raising it touch no memory.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    ExitCode::from(141)
+}
+
 /// Writes `fatal: MESSAGE` to stderr in one write: stderr is unbuffered, and over ssh or
 /// `--upload-pack` it is shared with the client, whose own lines must not land inside this one.
 fn write_fatal(message: &str) {
     let line = format!("fatal: {message}\n");
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
+/// git's `error:` line about each side of `a...b` that is no commit, before it refuses the
+/// range ("Invalid symmetric difference expression").
+fn not_commits(sides: &[(packd_odb::ObjectId, packd_odb::ObjectKind)]) {
+    let mut text = String::new();
+    for (id, kind) in sides {
+        text.push_str(&format!(
+            "error: object {id} is a {}, not a commit\n",
+            kind.name()
+        ));
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
 }
 
 /// `e` and its causes on one line, each said once. The libraries' errors already end their

@@ -3,6 +3,7 @@
 //! its input the way `git pack-objects --revs` does.
 
 use anyhow::{bail, Context, Result};
+use packd_odb::revision_arg::RevisionArgError;
 use packd_odb::{NameMatch, ObjectId, Repository};
 use packd_pack::{Deepen, FetchRequest, Filter, PackServer, ProgressSink};
 use std::io::{BufRead, Write};
@@ -90,15 +91,40 @@ pub fn run(repo: Repository, args: &Args) -> Result<ExitCode> {
     for s in &args.shallow {
         request.client_shallow.push(resolve(&repo, s)?);
     }
+    // As `git pack-objects --revs` reads its stdin: a revision per line (ranges and `^rev`
+    // included), `--not` flipping the sense of the lines after it, `--shallow <id>` lines.
+    let mut negate = false;
     for line in std::io::stdin().lock().lines() {
         let line = line.context("reading revisions from stdin")?;
         let line = line.trim();
-        if line.is_empty() || line == "--not" {
+        if line.is_empty() {
             continue;
         }
-        match line.strip_prefix('^') {
-            Some(rev) => request.haves.push(resolve(&repo, rev)?),
-            None => request.wants.push(resolve(&repo, line)?),
+        if line == "--not" {
+            negate = !negate;
+            continue;
+        }
+        if let Some(id) = line.strip_prefix("--shallow ") {
+            request.client_shallow.push(resolve(&repo, id)?);
+            continue;
+        }
+        if line.starts_with('-') {
+            bail!("not a rev '{line}'");
+        }
+        let tips = match repo.revision_arg(line)? {
+            Ok(tips) => tips,
+            Err(RevisionArgError::NotCommits(sides)) => {
+                crate::not_commits(&sides);
+                bail!("Invalid symmetric difference expression {line}")
+            }
+            Err(_) => bail!("bad revision '{line}'"),
+        };
+        for tip in tips {
+            if tip.exclude != negate {
+                request.haves.push(tip.id);
+            } else {
+                request.wants.push(tip.id);
+            }
         }
     }
     let server = PackServer::open(Arc::new(repo)).for_one_request();

@@ -2,7 +2,8 @@
 //! `git rev-list` lists them.
 
 use anyhow::{bail, Result};
-use packd_odb::{IdMap, NameMatch, ObjectId, ObjectKind, Repository};
+use packd_odb::revision_arg::{RevisionArgError, RevisionTip};
+use packd_odb::{IdMap, ObjectId, ObjectKind, Repository};
 use packd_reach::bitmap_walk::BitmapIndex;
 use packd_reach::walk::{Query, Walker};
 use std::io::Write;
@@ -29,6 +30,9 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     let mut count = false;
     let mut use_bitmaps = false;
     let mut negate = false;
+    // Whether any revision (or --all, --branches, --tags) was given: git shows its usage
+    // otherwise.
+    let mut given = false;
     let mut names: Vec<(ObjectId, String)> = Vec::new();
     // Annotated tags among the tips and what packed-refs says they peel to: the bitmap walk
     // can then skip reading them.
@@ -47,6 +51,7 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
             "--use-bitmap-index" => use_bitmaps = true,
             "--not" => negate = !negate,
             "--all" | "--branches" | "--tags" => {
+                given = true;
                 let prefix = match arg.as_str() {
                     "--branches" => "refs/heads/",
                     "--tags" => "refs/tags/",
@@ -65,22 +70,21 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
                     }
                 }
             }
-            flag if flag.starts_with("--") => bail!("rev-list: unsupported option {flag}"),
+            flag if flag.starts_with('-') && flag.len() > 1 => return Ok(usage()),
             rev => {
-                let (exclude, rev) = match rev.strip_prefix('^') {
-                    Some(r) => (!negate, r),
-                    None => (negate, rev),
-                };
-                match repo.resolve_revision(rev)? {
-                    NameMatch::Found(id) => {
-                        names.push((id, rev.to_string()));
-                        add(&mut query, id, exclude);
+                given = true;
+                for tip in resolve_arg(repo, rev)? {
+                    if !tip.exclude && !negate {
+                        names.push((tip.id, tip.name));
                     }
-                    NameMatch::Ambiguous => bail!("ambiguous argument '{rev}'"),
-                    NameMatch::Missing => bail!("bad revision '{rev}'"),
+                    add(&mut query, tip.id, tip.exclude != negate);
                 }
             }
         }
+    }
+    // (With --objects git lists nothing rather than show its usage.)
+    if !given && !query.objects {
+        return Ok(usage());
     }
     // Git answers with the exact set difference when it uses bitmaps, and it uses them when
     // asked and a pack has one (but see below); so does packd. When the bitmap cannot answer
@@ -171,6 +175,44 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What packd rev-list takes, shown (as git shows its own) when no revision is given or an
+/// option is unknown.
+const USAGE: &str = "usage: packd rev-list [<options>] <commit>... [--not <commit>...]
+
+  limiting output:
+    --all
+    --branches
+    --tags
+    --not
+  formatting output:
+    --objects
+    --count
+    --use-bitmap-index
+";
+
+/// Prints [`USAGE`] on stderr; the exit code git gives a usage error (129).
+fn usage() -> ExitCode {
+    let _ = std::io::stderr().write_all(USAGE.as_bytes());
+    ExitCode::from(129)
+}
+
+/// The tips of one revision argument, or git rev-list's error for one that names nothing.
+fn resolve_arg(repo: &Repository, rev: &str) -> Result<Vec<RevisionTip>> {
+    match repo.revision_arg(rev)? {
+        Ok(tips) => Ok(tips),
+        Err(_) if rev.starts_with('^') => bail!("bad revision '{rev}'"),
+        Err(RevisionArgError::NotCommits(sides)) => {
+            crate::not_commits(&sides);
+            bail!("Invalid symmetric difference expression {rev}")
+        }
+        Err(_) => bail!(
+            "ambiguous argument '{rev}': unknown revision or path not in the working tree.\n\
+             Use '--' to separate paths from revisions, like this:\n\
+             'git <command> [<revision>...] -- [<file>...]'"
+        ),
+    }
 }
 
 /// A ref's name as git prints it for a tip given by `--all`, `--branches` or `--tags`: without

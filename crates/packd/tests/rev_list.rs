@@ -309,9 +309,18 @@ fn bad_revisions_fail_clearly() {
     let sb = Sandbox::new();
     let repo = history(&sb);
     let run = repo.packd(&["rev-list", "no-such-branch"], None);
-    assert!(!run.success());
+    assert_eq!(run.code(), Some(128));
+    // git's words (tests/cli_parity.rs compares them with git's own).
     assert!(
-        run.err().contains("bad revision 'no-such-branch'"),
+        run.err()
+            .contains("ambiguous argument 'no-such-branch': unknown revision"),
+        "{}",
+        run.err()
+    );
+    let run = repo.packd(&["rev-list", "^no-such-branch"], None);
+    assert_eq!(run.code(), Some(128));
+    assert!(
+        run.err().contains("bad revision '^no-such-branch'"),
         "{}",
         run.err()
     );

@@ -7,6 +7,7 @@
 //! `.idx` last, so a reader that sees the index sees a complete pack. Anything that fails leaves
 //! no file behind.
 
+use crate::file_mode::make_read_only;
 use crate::pack::data::input::{read_pack, InputLimits};
 use crate::pack::data::{encode_type_and_size, EntryKind};
 use crate::pack::index::resolve::{resolve, ExternalBase};
@@ -25,6 +26,36 @@ pub struct IngestOptions {
     pub fix_thin: bool,
     /// Bounds on what the stream may declare.
     pub limits: InputLimits,
+    /// The zlib level (0-9) of the bases appended to a thin pack; `None`: git's default,
+    /// [`DEFAULT_THIN_BASE_LEVEL`]. See [`thin_base_level`] for the repository's.
+    pub thin_base_level: Option<u32>,
+}
+
+/// The level git's index-pack compresses the bases it appends to a thin pack at when nothing
+/// is configured: `Z_BEST_SPEED` (git's `zlib_compression_level`, not `pack.compression`).
+pub const DEFAULT_THIN_BASE_LEVEL: u32 = 1;
+
+/// The zlib level the repository configures for the bases appended to a thin pack, as git's
+/// index-pack reads it: `core.loosecompression`, else `core.compression` (-1 meaning zlib's
+/// default, 6); `pack.compression` does not count. `None` when neither is set. A value git
+/// refuses is refused with git's words.
+pub fn thin_base_level(config: &crate::config::Config) -> Result<Option<u32>> {
+    for key in ["core.loosecompression", "core.compression"] {
+        let Some(value) = config.get(key) else {
+            continue;
+        };
+        let level = crate::config::parse_int(value).ok_or_else(|| {
+            Error::BadName(format!("bad numeric config value '{value}' for '{key}'"))
+        })?;
+        return match level {
+            -1 => Ok(Some(6)),
+            0..=9 => Ok(Some(level as u32)),
+            _ => Err(Error::BadName(format!(
+                "bad zlib compression level {level}"
+            ))),
+        };
+    }
+    Ok(None)
 }
 
 /// A pack taken in.
@@ -138,11 +169,14 @@ fn resolve_and_list(
     Ok((resolved, index))
 }
 
-/// Creates `path` holding `bytes`, on disk (synced) before it returns.
+/// Creates `path` holding `bytes`, on disk (synced) and read-only (git's mode for an index)
+/// before it returns.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = File::create(path).map_err(io(path))?;
     f.write_all(bytes).map_err(io(path))?;
-    f.sync_all().map_err(io(path))
+    f.sync_all().map_err(io(path))?;
+    drop(f);
+    make_read_only(path).map_err(io(path))
 }
 
 /// How many of a pack's entries are deltas.
@@ -275,6 +309,7 @@ fn ingest(
             parsed.entries.len(),
             &resolved.external_bases,
             odb,
+            options.thin_base_level.unwrap_or(DEFAULT_THIN_BASE_LEVEL),
         )?;
         checksum = sum;
         appended = added.len() as u32;
@@ -282,6 +317,8 @@ fn ingest(
     }
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;
+    // Whole (bases appended): read-only from here on, as git leaves a pack.
+    make_read_only(&tmp_path).map_err(io(&tmp_path))?;
 
     let hex = crate::hex(&checksum);
     let idx_bytes = encode_v2(&mut index, &checksum);
@@ -399,6 +436,7 @@ fn append_bases(
     count: usize,
     bases: &[ObjectId],
     odb: &ObjectDb,
+    level: u32,
 ) -> Result<([u8; 20], Vec<IndexEntry>)> {
     let e = io(path);
     let mut file = OpenOptions::new()
@@ -410,9 +448,11 @@ fn append_bases(
     file.seek(SeekFrom::End(0)).map_err(&e)?;
     let mut offset = len - 20;
     let mut added = Vec::with_capacity(bases.len());
-    // The fastest level: a push waits on this, and a later repack compresses again (level 6
-    // took a fifth of the receiver's CPU on a 128-day push of git/git).
-    let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::fastest());
+    // git's level (1 unless configured): libdeflate's levels 0-9 compress about as zlib's.
+    // (Level 0, libdeflate's "fastest", stores the bases uncompressed.)
+    let level = libdeflater::CompressionLvl::new(level.min(9) as i32)
+        .unwrap_or_else(|_| libdeflater::CompressionLvl::default());
+    let mut compressor = libdeflater::Compressor::new(level);
     {
         let mut out = BufWriter::new(&mut file);
         for id in bases {

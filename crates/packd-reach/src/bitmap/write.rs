@@ -18,7 +18,8 @@
 //! before it (git's search, git's order: newest commit first, so that the newest bitmaps, where
 //! most queries start, sit at the short ends of the XOR chains); serialize; and replace the files
 //! atomically: each is written to a temporary file in the pack directory, synced, made read-only
-//! (0444, as git makes them) and renamed over the old one, then the directory is synced. On any
+//! (0444 less the umask, as git makes them; the multi-pack-index itself stays writable, as
+//! git's) and renamed over the old one, then the directory is synced. On any
 //! error the temporary files are removed and the old files stay as they were.
 //!
 //! Over several packs ([`write_midx_bitmap`]): the multi-pack-index is planned first
@@ -744,9 +745,9 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
     }
 }
 
-/// Replaces each `(path, bytes)` atomically: all are written to temporary files beside their
-/// targets and synced first; only then are they renamed into place, in order, and the
-/// directories synced. If anything fails before the renames, no target is touched.
+/// Replaces each `(path, bytes)` atomically, with git's mode (read-only, but for the
+/// `multi-pack-index`): all are written to temporary files beside their targets and synced
+/// first; only then are they renamed into place, in order, and the directories synced. If anything fails before the renames, no target is touched.
 pub fn replace_files(files: &[(PathBuf, Vec<u8>)]) -> Result<(), WriteError> {
     let mut temps = TempFiles(Vec::new());
     for (path, bytes) in files {
@@ -760,7 +761,9 @@ pub fn replace_files(files: &[(PathBuf, Vec<u8>)]) -> Result<(), WriteError> {
         file.write_all(bytes).map_err(io_error(&tmp))?;
         file.sync_all().map_err(io_error(&tmp))?;
         drop(file);
-        set_read_only(&tmp)?;
+        if is_read_only_in_git(path) {
+            packd_odb::file_mode::make_read_only(&tmp).map_err(io_error(&tmp))?;
+        }
     }
     for ((path, _), tmp) in files.iter().zip(&temps.0) {
         std::fs::rename(tmp, path).map_err(io_error(path))?;
@@ -798,19 +801,11 @@ fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, std::fs::File), Write
     })
 }
 
-#[cfg(unix)]
-fn set_read_only(path: &Path) -> Result<(), WriteError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).map_err(io_error(path))
-}
-
-#[cfg(not(unix))]
-fn set_read_only(path: &Path) -> Result<(), WriteError> {
-    let mut perms = std::fs::metadata(path)
-        .map_err(io_error(path))?
-        .permissions();
-    perms.set_readonly(true);
-    std::fs::set_permissions(path, perms).map_err(io_error(path))
+/// Whether git writes the file at `path` read-only: every pack file (bitmaps, reverse indexes,
+/// a multi-pack-index's bitmap) but the `multi-pack-index` itself, which git writes through a
+/// lock file and leaves 0666 less the umask.
+fn is_read_only_in_git(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n != "multi-pack-index")
 }
 
 #[cfg(unix)]
