@@ -28,11 +28,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Whether pygit2's shallow clone is expected to fail: libgit2 accepts only `shallow <id>` without
-/// a newline, as git writes it, and packd adds one (issue 32, point 3). The shallow case then
-/// asserts that failure, so that the fix shows up here: set this to `false` when it lands.
-const PYGIT2_SHALLOW_FAILS: bool = true;
-
 /// How long one client operation may take.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -482,31 +477,17 @@ fn matrix_case(f: &Fixture, server: &Server, client: Client, transport: Transpor
 
     let shallow = f.sandbox.path().join(format!("{name}-shallow"));
     let run = client.run(f, Op::Shallow(&url, &shallow));
-    if client == Client::Pygit2 && PYGIT2_SHALLOW_FAILS {
-        // libgit2 reads packd's `shallow <id>\n` as a bad line (issue 32, point 3).
-        assert!(
-            !run.success() && run.err().contains("invalid packet line"),
-            "pygit2's shallow clone over {transport:?} was expected to fail with libgit2's \
-             \"invalid packet line\" on packd's `shallow <id>` line with a newline (issue 32, \
-             point 3), and it did not: if packd now sends git's form, set \
-             PYGIT2_SHALLOW_FAILS to false in crates/packd/tests/clients.rs. \
-             status {}, stderr:\n{}",
-            run.status,
-            run.err()
-        );
-    } else {
-        assert!(
-            run.success(),
-            "{} shallow clone over {transport:?} failed:\n{}",
-            client.name(),
-            run.err()
-        );
-        check(
-            check_shallow(f, &server_repo, &shallow),
-            client,
-            &what("shallow clone"),
-        );
-    }
+    assert!(
+        run.success(),
+        "{} shallow clone over {transport:?} failed:\n{}",
+        client.name(),
+        run.err()
+    );
+    check(
+        check_shallow(f, &server_repo, &shallow),
+        client,
+        &what("shallow clone"),
+    );
 
     server_gains_commit(&server_repo, &name);
     run_ok(f, client, Op::Fetch(&full), &what("fetch"));
