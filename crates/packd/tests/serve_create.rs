@@ -38,9 +38,18 @@ fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.symlink_metadata().unwrap().is_dir() {
+        // The server may be removing what a refused push made while this walks: what is gone
+        // by the time it is looked at is left out (the callers poll until the tree settles).
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries {
+            let Ok(entry) = entry else { continue };
+            let path = entry.path();
+            let Ok(meta) = path.symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
                 todo.push(path.clone());
             }
             out.push(path.strip_prefix(dir).unwrap().display().to_string());
