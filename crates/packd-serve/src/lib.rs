@@ -234,6 +234,7 @@ impl Server {
         let shared = self.shared.clone();
         stopping::take_signals(move |name| {
             tracing::info!(
+                target: LIFECYCLE,
                 "{name}: stopping; no new connections, waiting up to {:?} for {} in flight",
                 shared.limits.shutdown_grace,
                 shared.slots.in_use()
@@ -278,6 +279,7 @@ impl Server {
         runtime.shutdown_background();
         if result.is_ok() {
             tracing::info!(
+                target: LIFECYCLE,
                 "stopped ({} connections were cut off)",
                 shared.slots.in_use()
             );
@@ -285,6 +287,10 @@ impl Server {
         result
     }
 }
+
+/// The tracing target of the server's start and stop lines, which `packd serve` shows by
+/// default (as the access log's), so that a stop is always logged.
+pub const LIFECYCLE: &str = "packd_serve::lifecycle";
 
 /// Once the listeners are closed: waits for the connections in flight to end, at most the
 /// shutdown grace, then cuts those left and gives them a moment to clean up (a cut push removes

@@ -20,7 +20,7 @@ use std::time::Duration;
     refused. Clone with: git clone http://ADDR/NAME.git. Dumb HTTP is refused, and pushes unless --allow-push is given \
     (or --auth-file, to users with a write right). \
     One access log line per request goes to stderr, stamped with its RFC 3339 UTC time \
-    (PACKD_LOG sets the filter; default warn,packd_serve::access=info)."
+    (PACKD_LOG sets the filter; default warn,packd_serve::access=info,packd_serve::lifecycle=info)."
 )]
 pub struct Args {
     /// Directory whose repositories are served.

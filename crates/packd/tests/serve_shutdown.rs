@@ -27,7 +27,8 @@ fn ls_refs_request() -> (String, Vec<u8>) {
 #[test]
 fn sigterm_lets_a_request_in_flight_finish_then_exits_0() {
     let f = Fixture::new();
-    let mut server = Server::start(&f.sandbox, &f.root, &["--shutdown-grace", "20"]);
+    // The default log filter: the stop is logged without PACKD_LOG.
+    let mut server = Server::start_logging(&f.sandbox, &f.root, &["--shutdown-grace", "20"], "");
     let (head, body) = ls_refs_request();
     let mut s = TcpStream::connect(&server.http).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -29,7 +29,8 @@ impl Server {
         Server::start_logging(sandbox, root, extra, "info")
     }
 
-    /// [`Server::start`] with `PACKD_LOG=FILTER` (the access log is at info).
+    /// [`Server::start`] with `PACKD_LOG=FILTER` (the access log is at info); an empty FILTER
+    /// leaves `PACKD_LOG` unset, for the default filter.
     pub fn start_logging(sandbox: &Sandbox, root: &Path, extra: &[&str], filter: &str) -> Server {
         let log = sandbox.path().join(format!(
             "serve-{}.log",
@@ -40,7 +41,11 @@ impl Server {
         ));
         let mut cmd = Command::new(common::PACKD);
         common::apply_env(&mut cmd, &sandbox.home);
-        cmd.env("PACKD_LOG", filter);
+        if filter.is_empty() {
+            cmd.env_remove("PACKD_LOG");
+        } else {
+            cmd.env("PACKD_LOG", filter);
+        }
         cmd.args(["serve", "--root"]).arg(root);
         cmd.args(["--listen", "127.0.0.1:0", "--git-daemon", "127.0.0.1:0"]);
         cmd.args(extra);
