@@ -153,3 +153,38 @@ fn a_push_of_too_many_commands_is_refused() {
         .git_str(&["for-each-ref", "refs/heads/b0"])
         .is_empty());
 }
+
+/// `packd receive-pack` (git's `--receive-pack`, ssh) holds a push's commands up to 8 MiB of
+/// ref names (and 40 bytes a command) too: past that it refuses the push, and nothing moves.
+#[test]
+fn receive_pack_refuses_too_many_commands() {
+    let f = Fixture::new();
+    let tip = f.repo.git_str(&["rev-parse", "main"]);
+    let zero = "0".repeat(40);
+    let mut body = pkt(&format!("{zero} {tip} refs/heads/b0\0report-status\n"));
+    let mut i = 1;
+    while body.len() < 12 << 20 {
+        body.extend_from_slice(&pkt(&format!(
+            "{zero} {tip} refs/heads/{}{i}\n",
+            "x".repeat(100)
+        )));
+        i += 1;
+    }
+    body.extend_from_slice(b"0000");
+    let run = f.repo.packd(&["receive-pack", "."], Some(&body));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let start: String = out.chars().take(2000).collect();
+    assert!(!run.success(), "{start}");
+    assert!(
+        out.contains("push commands larger than 8388608 bytes in all"),
+        "{start}"
+    );
+    assert!(f
+        .repo
+        .git_str(&["for-each-ref", "refs/heads/b0"])
+        .is_empty());
+}
