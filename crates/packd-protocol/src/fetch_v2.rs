@@ -254,8 +254,9 @@ impl UploadPack {
             if neg.common.is_empty() {
                 pkt_line::write_text(out, "NAK\n")?;
             }
-            // Each common object once, in the order first named (git acknowledges a repeated
-            // have again; its client takes one acknowledgement as well as two).
+            // Each common object once, in the order first named, as git's upload-pack does since
+            // it takes haves as they arrive (2.39 kept every line and acknowledged a repeat
+            // again; its client takes one acknowledgement as well as two).
             for id in &neg.common {
                 pkt_line::write_text(out, &format!("ACK {id}\n"))?;
             }
