@@ -3,6 +3,10 @@
 
 - peak RSS of the server under 24 and 256 concurrent 1 MB gzip bodies (each inflating to
   about 1 GB of zeros), against the target of 64 MB + 1 MB per connection;
+- peak RSS of the server under one request of each argument flood inflating to just under
+  --max-request-bytes 100m (v2 ls-refs `peel` and `ref-prefix` lines, a v2 fetch of one
+  repeated `have` and one repeated `want`, a v2 fetch of distinct missing wants, a v0 want
+  flood): what upload-pack keeps of a request;
 - peak RSS under 48 clients (one loopback address each) sending bad credentials, and a good
   user's `git ls-remote` latency meanwhile and with no attack (target: at most 2x);
 - whether git from 127.0.0.1 is served, within 2 s, while silent or trickling sockets from
@@ -10,7 +14,7 @@
   and without it for comparison).
 
 Targets are figures to read, not pass/fail. Every phase is bounded in time; the whole run
-stops by itself (about a minute).
+stops by itself (about two minutes).
 """
 
 import gzip
@@ -115,7 +119,10 @@ def post(addr, body, headers=""):
         s.sendall((f"POST /repo.git/git-upload-pack HTTP/1.1\r\nHost: x\r\n"
                    f"Content-Type: application/x-git-upload-pack-request\r\n{headers}"
                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode())
-        s.sendall(body)
+        try:
+            s.sendall(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the whole body was read: the answer may still be there
         data = b""
         while True:
             chunk = s.recv(65536)
@@ -172,6 +179,62 @@ def phase_v2_arguments(root):
         srv.stop()
         print(f"  --max-request-bytes {limit}: {len(gz) / 1e6:.2f} MB of gzip, answer {status}, "
               f"peak RSS {peak:.1f} MB (idle {base:.1f} MB)")
+
+
+def pkt(text):
+    return b"%04x" % (len(text) + 4) + text
+
+
+def flood(head, line, fill=99_000_000, tail=b"0000"):
+    """`head`, then `line` as a pkt-line repeated up to about `fill` bytes, then `tail`."""
+    one = pkt(line)
+    return head + one * ((fill - len(head)) // len(one)) + tail
+
+
+def phase_request_floods(root):
+    print("== 1 request of each flood inflating to just under --max-request-bytes 100m "
+          "(default): what one request costs, transport and upload-pack together")
+    repo = os.path.join(root, "repo.git")
+    tip = git("-C", repo, "rev-parse", "main").stdout.strip().decode()
+    old = git("-C", repo, "rev-parse", "main~40").stdout.strip().decode()
+    v2 = lambda command: pkt(b"command=%s\n" % command) + pkt(b"agent=git/2.39.5\n") + b"0001"
+    cases = [
+        ("v2 ls-refs: 'peel' lines", v2(b"ls-refs"), b"peel\n", b"0000"),
+        ("v2 ls-refs: 65,536+ 1.4 KB 'ref-prefix' lines", v2(b"ls-refs"),
+         b"ref-prefix refs/heads/" + b"x" * 1400 + b"\n", b"0000"),
+        ("v2 fetch: 1 want, the same 'have' 990,000 times, done",
+         v2(b"fetch") + pkt(b"want %s\n" % tip.encode()),
+         b"have %s\n" % old.encode(), None),
+        ("v2 fetch: the same 'want' ~1.8 million times", v2(b"fetch"),
+         b"want %s\n" % tip.encode(), pkt(b"done\n") + b"0000"),
+        ("v2 fetch: distinct wants of missing objects", v2(b"fetch"), None, None),
+        ("v0 fetch: the same 'want' ~1.8 million times",
+         pkt(b"want %s side-band-64k\n" % tip.encode()), b"want %s\n" % tip.encode(),
+         b"0000" + pkt(b"done\n")),
+    ]
+    for label, head, line, tail in cases:
+        if line is None and tail is None:
+            # Distinct ids: none of them in the repository.
+            one = lambda i: pkt(b"want %040x\n" % (i + 1))
+            body = head + b"".join(one(i) for i in range(1_800_000)) + pkt(b"done\n") + b"0000"
+        elif tail is None:
+            have = pkt(line)
+            body = head + have * 990_000 + pkt(b"done\n") + b"0000"
+        else:
+            body = flood(head, line, tail=tail)
+        gz = gzip.compress(body, 6)
+        headers = "Content-Encoding: gzip\r\n"
+        if head[4:12] == b"command=":
+            headers += "Git-Protocol: version=2\r\n"
+        srv = Server(root)
+        base = srv.rss_kib() / 1024
+        start = time.time()
+        status = post(srv.http, gz, headers)
+        took = time.time() - start
+        peak = srv.hwm_mb()
+        srv.stop()
+        print(f"  {label}: {len(body) / 1e6:.0f} MB ({len(gz) / 1e6:.2f} MB gzip), answer "
+              f"{status} in {took:.1f} s, peak RSS {peak:.1f} MB (idle {base:.1f} MB)")
 
 
 def ls_remote_time(url):
@@ -282,13 +345,14 @@ def phase_slots(root, per_address):
 
 
 def main():
-    deadline = threading.Timer(240, lambda: os._exit(2))
+    deadline = threading.Timer(290, lambda: os._exit(2))
     deadline.daemon = True
     deadline.start()
     try:
         root = make_root()
         phase_gzip(root, gzip_bodies())
         phase_v2_arguments(root)
+        phase_request_floods(root)
         phase_auth(root)
         phase_slots(root, 4)
         phase_slots(root, 0)

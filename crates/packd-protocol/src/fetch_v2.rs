@@ -26,21 +26,71 @@ use std::sync::atomic::AtomicBool;
 /// Most capability lines accepted in one request.
 const MAX_CAPABILITY_LINES: usize = 1000;
 
-/// One v2 request, read whole.
+/// The head of one v2 request: its command's name; its arguments are read after it, one line
+/// at a time, by [`Args`].
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Command {
+pub(crate) struct CommandHead {
     /// `ls-refs` or `fetch` (or whatever the client named).
     pub name: String,
-    /// The argument lines, newlines removed.
-    pub args: Vec<String>,
+    /// Whether a delimiter packet opened an argument section.
+    pub has_args: bool,
+}
+
+/// The argument lines of one v2 command, handed out one at a time (newline removed) up to the
+/// flush that ends them, so that a request's memory is what its command keeps of each line,
+/// never the lines themselves: a flood of a million repeated `peel` lines costs one boolean.
+pub(crate) struct Args<'r, 'i> {
+    reader: &'r mut PktReader<'i>,
+    command: &'r str,
+    ended: bool,
+}
+
+impl<'r, 'i> Args<'r, 'i> {
+    /// The arguments of `head`, read from `reader` (none when it had no delimiter).
+    pub fn new(reader: &'r mut PktReader<'i>, head: &'r CommandHead) -> Args<'r, 'i> {
+        Args {
+            reader,
+            command: &head.name,
+            ended: !head.has_args,
+        }
+    }
+}
+
+impl Iterator for Args<'_, '_> {
+    type Item = Result<String, ProtocolError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.ended {
+            return None;
+        }
+        match self.reader.read_line() {
+            Ok(Line::Text(t)) => Some(Ok(t)),
+            Ok(Line::Flush) => {
+                self.ended = true;
+                None
+            }
+            Ok(other) => {
+                self.ended = true;
+                Some(Err(ProtocolError::Invalid(format!(
+                    "expected a flush after the arguments of '{}', got a {other:?} packet",
+                    self.command
+                ))))
+            }
+            Err(e) => {
+                self.ended = true;
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 impl UploadPack {
-    /// Reads one v2 request; `Ok(None)` when the client ends the conversation.
+    /// Reads the head of one v2 request (its command and capabilities, up to the delimiter or
+    /// flush); `Ok(None)` when the client ends the conversation.
     pub(crate) fn read_command(
         &self,
         reader: &mut PktReader<'_>,
-    ) -> Result<Option<Command>, ProtocolError> {
+    ) -> Result<Option<CommandHead>, ProtocolError> {
         let name = match reader.read_line()? {
             Line::Eof | Line::Flush => return Ok(None),
             Line::Text(t) => match t.strip_prefix("command=") {
@@ -84,33 +134,7 @@ impl UploadPack {
                 }
             }
         };
-        let mut args = Vec::new();
-        let max_args = self
-            .options
-            .max_wants
-            .saturating_add(self.options.max_haves)
-            .saturating_add(100_000);
-        if has_args {
-            loop {
-                match reader.read_line()? {
-                    Line::Text(t) => {
-                        if args.len() >= max_args {
-                            return Err(ProtocolError::Refused(format!(
-                                "upload-pack: too many arguments to '{name}'"
-                            )));
-                        }
-                        args.push(t);
-                    }
-                    Line::Flush => break,
-                    other => {
-                        return Err(ProtocolError::Invalid(format!(
-                        "expected a flush after the arguments of '{name}', got a {other:?} packet"
-                    )))
-                    }
-                }
-            }
-        }
-        Ok(Some(Command { name, args }))
+        Ok(Some(CommandHead { name, has_args }))
     }
 
     /// Serves v2 commands: all of them until the client ends ([`Mode::Stateful`]), or one.
@@ -124,22 +148,23 @@ impl UploadPack {
     ) -> Result<(), ProtocolError> {
         loop {
             out.flush()?;
-            let Some(command) = self.read_command(reader)? else {
+            let Some(head) = self.read_command(reader)? else {
                 return Ok(());
             };
-            match command.name.as_str() {
+            let mut args = Args::new(reader, &head);
+            match head.name.as_str() {
                 "ls-refs" => {
                     served.stats.command = "ls-refs";
-                    self.ls_refs(&command.args, out)?;
+                    self.ls_refs(&mut args, out)?;
                 }
                 "object-info" => {
                     served.stats.command = "object-info";
-                    self.object_info(&command.args, out)?;
+                    self.object_info(&mut args, out)?;
                 }
                 "fetch" => {
                     served.stats.command = "fetch";
                     served.stats.objects +=
-                        self.fetch(&command.args, out, cancel, &mut served.err_band)?;
+                        self.fetch(&mut args, out, cancel, &mut served.err_band)?;
                     // The pack is over: an error from here is an ERR packet again.
                     served.err_band = Sideband::None;
                 }
@@ -160,19 +185,22 @@ impl UploadPack {
     /// Serves one `fetch`; returns the number of objects sent.
     fn fetch(
         &self,
-        args: &[String],
+        args: &mut Args<'_, '_>,
         out: &mut dyn PackSink,
         cancel: &AtomicBool,
         err_band: &mut Sideband,
     ) -> Result<u64, ProtocolError> {
         let repo = self.packs.repository();
         let mut req = RequestBuilder::default();
-        let mut haves: Vec<ObjectId> = Vec::new();
-        let mut wanted_refs: Vec<(String, ObjectId)> = Vec::new();
+        // Haves are looked up as they arrive: only the common ones are kept (once each).
+        let mut neg = Negotiation::default();
+        let mut wanted_refs = WantedRefs::default();
         let (mut done, mut wait_for_done, mut no_progress) = (false, false, false);
         for line in args {
+            let line = line?;
+            let line = &line;
             if let Some(hex) = line.strip_prefix("want ") {
-                req.want(parse_id(hex, line)?, self.options.max_wants)?;
+                req.want(repo, parse_id(hex, line)?, self.options.max_wants)?;
             } else if let Some(name) = line.strip_prefix("want-ref ") {
                 // A hidden ref, or a broken one, is as unknown as a missing one (as in git).
                 let shown =
@@ -188,16 +216,10 @@ impl UploadPack {
                     None
                 };
                 let id = id.ok_or_else(|| ProtocolError::Refused(format!("unknown ref {name}")))?;
-                wanted_refs.push((name.to_string(), id));
-                req.want(id, self.options.max_wants)?;
+                wanted_refs.add(name, id)?;
+                req.want(repo, id, self.options.max_wants)?;
             } else if let Some(hex) = line.strip_prefix("have ") {
-                if haves.len() >= self.options.max_haves {
-                    return Err(ProtocolError::Refused(format!(
-                        "upload-pack: too many haves (the limit is {})",
-                        self.options.max_haves
-                    )));
-                }
-                haves.push(parse_id(hex, line)?);
+                neg.have(repo, parse_id(hex, line)?, self.options.max_haves)?;
             } else if let Some(spec) = line.strip_prefix("filter ") {
                 req.filter_line(self.options.allow_filter, spec)?;
             } else if req.shallow_line(repo, line)? {
@@ -227,19 +249,15 @@ impl UploadPack {
         // requires every want to be a ref's tip (hidden ones included) or reached by one.
         self.check_wants_against_refs(&req.wants, None, true, true, cancel)?;
 
-        let mut neg = Negotiation::default();
-        let mut acks = Vec::new();
-        for id in &haves {
-            if neg.have(repo, *id, self.options.max_haves)? {
-                acks.push(*id);
-            }
-        }
-        if !haves.is_empty() && !done {
+        if neg.haves_read > 0 && !done {
             pkt_line::write_text(out, "acknowledgments\n")?;
-            if acks.is_empty() {
+            if neg.common.is_empty() {
                 pkt_line::write_text(out, "NAK\n")?;
             }
-            for id in &acks {
+            // Each common object once, in the order first named, as git's upload-pack does since
+            // it takes haves as they arrive (2.39 kept every line and acknowledged a repeat
+            // again; its client takes one acknowledgement as well as two).
+            for id in &neg.common {
                 pkt_line::write_text(out, &format!("ACK {id}\n"))?;
             }
             if !wait_for_done && !req.wants.is_empty() && neg.ready(repo, &req.wants) {
@@ -265,9 +283,9 @@ impl UploadPack {
             }
             pkt_line::write_delim(out)?;
         }
-        if !wanted_refs.is_empty() {
+        if !wanted_refs.list.is_empty() {
             pkt_line::write_text(out, "wanted-refs\n")?;
-            for (name, id) in &wanted_refs {
+            for (name, id) in &wanted_refs.list {
                 pkt_line::write_text(out, &format!("{id} {name}\n"))?;
             }
             pkt_line::write_delim(out)?;
@@ -279,6 +297,40 @@ impl UploadPack {
         };
         *err_band = send.sideband;
         self.send_pack(&request, send, out, cancel)
+    }
+}
+
+/// Most distinct `want-ref` lines in one fetch (git has no limit; git's client sends one per
+/// ref its refspecs name, and a name is at most a pkt-line long): 100,000 of them, and 16 MiB
+/// of names in all.
+const MAX_WANTED_REFS: usize = 100_000;
+const MAX_WANTED_REF_BYTES: usize = 16 << 20;
+
+/// The refs a fetch named with `want-ref`, each once, in the order first named.
+#[derive(Default)]
+struct WantedRefs {
+    list: Vec<(String, ObjectId)>,
+    seen: std::collections::HashSet<String>,
+    bytes: usize,
+}
+
+impl WantedRefs {
+    /// Records `name` (resolved to `id`), refusing past the limits.
+    fn add(&mut self, name: &str, id: ObjectId) -> Result<(), ProtocolError> {
+        if self.seen.contains(name) {
+            return Ok(());
+        }
+        self.bytes += name.len();
+        if self.list.len() >= MAX_WANTED_REFS || self.bytes > MAX_WANTED_REF_BYTES {
+            return Err(ProtocolError::Refused(format!(
+                "upload-pack: too many want-ref lines (the limit is {MAX_WANTED_REFS} refs, \
+                 {} MiB of names)",
+                MAX_WANTED_REF_BYTES >> 20
+            )));
+        }
+        self.seen.insert(name.to_string());
+        self.list.push((name.to_string(), id));
+        Ok(())
     }
 }
 

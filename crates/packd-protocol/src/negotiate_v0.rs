@@ -113,7 +113,7 @@ impl UploadPack {
                     list.features.insert(f.to_string());
                 }
             }
-            list.request.want(id, self.options.max_wants)?;
+            list.request.want(repo, id, self.options.max_wants)?;
         }
         if list.request.wants.is_empty() {
             return Ok(None);
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn bad_want_lists_are_refused_naming_the_line() {
-        let (_dir, up, tip, _) = fixture(UploadPackOptions {
+        let (_dir, up, tip, parent) = fixture(UploadPackOptions {
             max_wants: 1,
             ..UploadPackOptions::default()
         });
@@ -397,11 +397,16 @@ mod tests {
             (
                 [
                     pkt(&format!("want {tip}\n")),
-                    pkt(&format!("want {}\n", "1".repeat(40))),
+                    pkt(&format!("want {parent}\n")),
                     b"0000".to_vec(),
                 ]
                 .concat(),
                 "too many wants",
+            ),
+            (
+                // As git, a want of an object the repository lacks is refused as it arrives.
+                [pkt(&format!("want {}\n", "1".repeat(40))), b"0000".to_vec()].concat(),
+                "not our ref 1111111111111111111111111111111111111111",
             ),
             (pkt(&format!("want {tip}\n")), "ended inside the want list"),
         ];

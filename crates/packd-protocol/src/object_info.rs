@@ -14,11 +14,16 @@
 //! newline. As in git, any object in the repository may be asked for, reachable or not: only
 //! its size is told, never its content.
 
+use crate::fetch_v2::Args;
 use crate::pkt_line::{self, show};
 use crate::request::parse_id;
 use crate::{ProtocolError, UploadPack};
 use packd_odb::ObjectId;
 use std::io::Write;
+
+/// Most `oid` lines in one `object-info` (git has no limit, and keeps repeats; its client asks
+/// about the few objects one command needs): 100,000 ids, 2 MB.
+const MAX_OBJECT_INFO_IDS: usize = 100_000;
 
 /// The arguments of one `object-info`.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -32,9 +37,12 @@ pub(crate) struct ObjectInfoArgs {
 impl ObjectInfoArgs {
     /// Parses the argument lines; a line git does not know, or an id that is not 40 hex
     /// digits, is refused with git's message for it.
-    pub fn parse(args: &[String]) -> Result<ObjectInfoArgs, ProtocolError> {
+    pub fn parse(
+        args: impl Iterator<Item = Result<String, ProtocolError>>,
+    ) -> Result<ObjectInfoArgs, ProtocolError> {
         let mut parsed = ObjectInfoArgs::default();
         for arg in args {
+            let arg = &arg?;
             if arg == "size" {
                 parsed.size = true;
             } else if let Some(hex) = arg.strip_prefix("oid ") {
@@ -44,6 +52,11 @@ impl ObjectInfoArgs {
                         show(hex.as_bytes())
                     ))
                 })?;
+                if parsed.ids.len() >= MAX_OBJECT_INFO_IDS {
+                    return Err(ProtocolError::Refused(format!(
+                        "object-info: too many oid lines (the limit is {MAX_OBJECT_INFO_IDS})"
+                    )));
+                }
                 parsed.ids.push(id);
             } else {
                 return Err(ProtocolError::Refused(format!(
@@ -58,10 +71,10 @@ impl ObjectInfoArgs {
 
 impl UploadPack {
     /// Serves one `object-info`: each id's size (when asked) in the client's order, then a
-    /// flush. The argument count is already bounded by [`UploadPack::read_command`].
+    /// flush.
     pub(crate) fn object_info(
         &self,
-        args: &[String],
+        args: &mut Args<'_, '_>,
         out: &mut dyn Write,
     ) -> Result<(), ProtocolError> {
         let args = ObjectInfoArgs::parse(args)?;
@@ -92,8 +105,8 @@ impl UploadPack {
 mod tests {
     use super::*;
 
-    fn args(lines: &[&str]) -> Vec<String> {
-        lines.iter().map(|l| l.to_string()).collect()
+    fn args<'a>(lines: &'a [&str]) -> impl Iterator<Item = Result<String, ProtocolError>> + 'a {
+        lines.iter().map(|l| Ok(l.to_string()))
     }
 
     #[test]
@@ -101,7 +114,7 @@ mod tests {
         let a = "a".repeat(40);
         let b = "b".repeat(40);
         let parsed =
-            ObjectInfoArgs::parse(&args(&[&format!("oid {b}"), "size", &format!("oid {a}")]))
+            ObjectInfoArgs::parse(args(&[&format!("oid {b}"), "size", &format!("oid {a}")]))
                 .unwrap();
         assert!(parsed.size);
         let hex: Vec<String> = parsed.ids.iter().map(|i| i.to_string()).collect();
@@ -110,9 +123,9 @@ mod tests {
 
     #[test]
     fn refuses_what_git_refuses_with_its_words() {
-        let e = ObjectInfoArgs::parse(&args(&["type"])).unwrap_err();
+        let e = ObjectInfoArgs::parse(args(&["type"])).unwrap_err();
         assert_eq!(e.to_string(), "object-info: unexpected line: 'type'");
-        let e = ObjectInfoArgs::parse(&args(&["oid 1234"])).unwrap_err();
+        let e = ObjectInfoArgs::parse(args(&["oid 1234"])).unwrap_err();
         assert_eq!(
             e.to_string(),
             "object-info: protocol error, expected to get oid, not '1234'"

@@ -112,6 +112,12 @@ struct Asked {
 /// variables, which the system bounds (Linux: 128 KiB each, about 2 MiB in all).
 const MAX_PUSH_OPTION_BYTES: usize = 256 * 1024;
 
+/// Most bytes of ref names (plus 40 for each command's ids) in one push, whatever the
+/// transport let through: the commands are held until the push ends. git has no limit; a
+/// mirror push of git/git's 4,300 refs is about 300 KB of them. (Over `packd serve` the
+/// transport stops a push's commands at 8 MiB already.)
+const MAX_COMMAND_BYTES: usize = 8 << 20;
+
 /// git's reason for the other refs of an atomic push when one was refused before the
 /// transaction (by the repository's rules or a hook); [`ATOMIC_FAILED`] is its reason when the
 /// transaction itself failed.
@@ -230,6 +236,7 @@ impl ReceivePack {
     ) -> Result<(Vec<RefUpdate>, Asked), ProtocolError> {
         let mut commands = Vec::new();
         let mut asked = Asked::default();
+        let mut command_bytes = 0usize;
         loop {
             let line = match reader.read_line()? {
                 pkt_line::Line::Text(t) => t,
@@ -285,6 +292,12 @@ impl ReceivePack {
                 return Err(ProtocolError::Refused(format!(
                     "too many ref updates in one push (at most {})",
                     self.options.max_commands
+                )));
+            }
+            command_bytes += name.len() + 40;
+            if command_bytes > MAX_COMMAND_BYTES {
+                return Err(ProtocolError::Refused(format!(
+                    "push commands larger than {MAX_COMMAND_BYTES} bytes in all"
                 )));
             }
             commands.push(RefUpdate {

@@ -63,8 +63,23 @@ pub(crate) struct RequestBuilder {
 }
 
 impl RequestBuilder {
-    /// Adds a want (duplicates are dropped), refusing more than `max`.
-    pub fn want(&mut self, id: ObjectId, max: usize) -> Result<(), ProtocolError> {
+    /// Adds a want (duplicates are dropped), refusing more than `max` and, as git does as each
+    /// line arrives, an object the repository does not have: the wants kept are distinct
+    /// objects of the repository, whatever the request.
+    pub fn want(
+        &mut self,
+        repo: &Repository,
+        id: ObjectId,
+        max: usize,
+    ) -> Result<(), ProtocolError> {
+        if self.want_set.contains(&id) {
+            return Ok(());
+        }
+        if !repo.objects().contains(&id)? {
+            return Err(ProtocolError::Refused(format!(
+                "upload-pack: not our ref {id}"
+            )));
+        }
         if self.want_set.insert(id) {
             if self.wants.len() >= max {
                 return Err(ProtocolError::Refused(format!(

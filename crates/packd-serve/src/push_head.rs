@@ -14,6 +14,11 @@
 use packd_protocol::pkt_line;
 use std::io::Read;
 
+/// Most bytes of commands and options one push may send, whatever `--max-request-bytes` says:
+/// they are held whole, then parsed, until the push ends. git's receive-pack has no limit; a
+/// mirror push of git/git (4,300 refs) sends about 450 KB, so 8 MiB is some 80,000 ref updates.
+pub const MAX_PUSH_HEAD_BYTES: u64 = 8 << 20;
+
 /// Why the part of a push body before the pack was not taken.
 #[derive(Debug)]
 pub enum HeadError {
@@ -38,10 +43,12 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Reads the pkt-lines that open a push body — the command list and, when its first line asks
-/// for `push-options`, the options — through their flush packets, at most `limit` bytes.
+/// for `push-options`, the options — through their flush packets, at most `limit` bytes (and
+/// never more than [`MAX_PUSH_HEAD_BYTES`]).
 /// They are returned as read, for receive-pack to parse; what follows is the pack. Anything
 /// that is not a well-formed pkt-line stops the scan early (receive-pack reports it).
 pub fn read_head(input: &mut dyn Read, limit: u64) -> Result<Vec<u8>, HeadError> {
+    let limit = limit.min(MAX_PUSH_HEAD_BYTES);
     let mut head = Vec::new();
     let mut sections = 1;
     let mut first = true;

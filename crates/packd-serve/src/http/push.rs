@@ -32,7 +32,7 @@ use crate::access_log::{self, LogLine};
 use crate::conn::BusyGuard;
 use crate::create::PushTarget;
 use crate::paths::PathError;
-use crate::push_head::{read_head, HeadError};
+use crate::push_head::{read_head, HeadError, MAX_PUSH_HEAD_BYTES};
 use crate::Shared;
 
 /// Batches of receive-pack's reply (flushed progress lines, then the report) queued for the
@@ -123,7 +123,7 @@ pub(super) async fn receive_pack(
     mut log: LogLine,
     guard: BusyGuard,
 ) -> Result<Response<Body>, (Response<Body>, LogLine)> {
-    let head_limit = shared.limits.max_request_bytes;
+    let head_limit = shared.limits.max_request_bytes.min(MAX_PUSH_HEAD_BYTES);
     let pack_limit = shared.limits.max_push_bytes;
     let gzip = match super::request_encoding(&req, REQUEST) {
         Ok(gzip) => gzip,
