@@ -207,7 +207,7 @@ pub fn check_incoming(
     // Links are looked up in a map of the pack's ids: a lookup through the pack index clones
     // (and drops) the pack's `Arc`, whose count every thread then fights over; a full clone's
     // trees have millions of links (git/git: that was a fifth of the receiver's CPU).
-    let in_pack = pack_kinds(incoming, &ids, small)?;
+    let in_pack = pack_kinds(incoming, small)?;
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
         Ok(in_pack.contains_key(id) || in_repo.contains(id)?)
     };
@@ -330,29 +330,29 @@ struct Packed {
 }
 
 /// The kinds of the pack's objects, from their entries' headers (a delta's, from its chain's
-/// headers): nothing is inflated.
-fn pack_kinds(
-    incoming: &ObjectDb,
-    ids: &[ObjectId],
-    small: bool,
-) -> Result<IdMap<Packed>, CheckError> {
-    let kind_of = |id: &ObjectId| -> Result<(ObjectId, Packed), CheckError> {
-        match incoming.locate_packed(id)? {
-            Some(packd_odb::Location::Packed { pack, offset }) => Ok((
-                *id,
-                Packed {
-                    kind: pack.object_kind(offset)?,
-                    offset,
-                },
-            )),
-            _ => Err(malformed(id, "listed in the pack index but unreadable")),
-        }
-    };
-    if small {
-        ids.iter().map(kind_of).collect()
-    } else {
-        ids.par_iter().map(kind_of).collect()
+/// headers): nothing is inflated. Read by index position from the quarantine's pack, not
+/// looked up by id.
+fn pack_kinds(incoming: &ObjectDb, small: bool) -> Result<IdMap<Packed>, CheckError> {
+    let mut kinds = IdMap::default();
+    for pack in incoming.packs() {
+        let pack: &packd_odb::pack::Pack = pack;
+        let kind_of = |i: u32| -> Result<(ObjectId, Packed), CheckError> {
+            let offset = pack.index().offset(i)?;
+            let kind = pack.object_kind(offset)?;
+            Ok((pack.index().id(i), Packed { kind, offset }))
+        };
+        let found: Vec<(ObjectId, Packed)> = if small {
+            (0..pack.len()).map(kind_of).collect::<Result<_, _>>()?
+        } else {
+            (0..pack.len())
+                .into_par_iter()
+                .map(kind_of)
+                .collect::<Result<_, _>>()?
+        };
+        kinds.reserve(found.len());
+        kinds.extend(found);
     }
+    Ok(kinds)
 }
 
 /// What one new object links to (with the kind each link says, when it says one), with its
