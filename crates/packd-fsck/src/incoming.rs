@@ -173,6 +173,9 @@ fn malformed(id: &ObjectId, why: impl Into<String>) -> CheckError {
 struct Gathered {
     warnings: Vec<String>,
     marked: Vec<(ObjectId, Special)>,
+    /// The kinds of the repository's objects linked so far (the trees of a push name the
+    /// same objects over and over): a cache, dropped when results merge.
+    repo_kinds: IdMap<ObjectKind>,
 }
 
 impl Gathered {
@@ -207,12 +210,15 @@ pub fn check_incoming(
     // Links are looked up in a map of the pack's ids: a lookup through the pack index clones
     // (and drops) the pack's `Arc`, whose count every thread then fights over; a full clone's
     // trees have millions of links (git/git: that was a fifth of the receiver's CPU).
-    let in_pack = pack_kinds(incoming, small)?;
+    let in_pack = pack_kinds(incoming)?;
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
         Ok(in_pack.contains_key(id) || in_repo.contains(id)?)
     };
     // A link's target: its kind and where it is (`None`: absent).
-    let target = |id: &ObjectId, from_offset: u64| -> Result<_, CheckError> {
+    let target = |id: &ObjectId,
+                  from_offset: u64,
+                  repo_kinds: &mut IdMap<ObjectKind>|
+     -> Result<_, CheckError> {
         if let Some(packed) = in_pack.get(id) {
             let place = if packed.offset > from_offset {
                 TargetPlace::PackAfter
@@ -221,10 +227,17 @@ pub fn check_incoming(
             };
             return Ok(Some((packed.kind, place)));
         }
+        if let Some(kind) = repo_kinds.get(id) {
+            return Ok(Some((*kind, TargetPlace::Repository)));
+        }
         if !in_repo.contains(id)? {
             return Ok(None);
         }
-        Ok(repo.header(id)?.map(|h| (h.kind, TargetPlace::Repository)))
+        let kind = repo_kind(repo, id)?;
+        if let Some(kind) = kind {
+            repo_kinds.insert(*id, kind);
+        }
+        Ok(kind.map(|kind| (kind, TargetPlace::Repository)))
     };
     let check = |mut gathered: Gathered, id: &ObjectId| -> Result<Gathered, CheckError> {
         let at = incoming
@@ -261,7 +274,7 @@ pub fn check_incoming(
         let offset = in_pack.get(id).map_or(0, |p| p.offset);
         let answered_as = options.enabled.then_some(unpacker);
         for (link, expected) in &links.links {
-            let Some((found, place)) = target(link, offset)? else {
+            let Some((found, place)) = target(link, offset, &mut gathered.repo_kinds)? else {
                 return Err(CheckError::Missing {
                     missing: *link,
                     from: *id,
@@ -329,30 +342,48 @@ struct Packed {
     offset: u64,
 }
 
-/// The kinds of the pack's objects, from their entries' headers (a delta's, from its chain's
-/// headers): nothing is inflated. Read by index position from the quarantine's pack, not
-/// looked up by id.
-fn pack_kinds(incoming: &ObjectDb, small: bool) -> Result<IdMap<Packed>, CheckError> {
+/// The kinds of the pack's objects, from their entries' headers: read in the pack's order,
+/// a delta takes the kind of its base, which an offset delta has before it (a reference delta's
+/// base may follow: its chain's headers are read). Nothing is inflated; one header per entry.
+fn pack_kinds(incoming: &ObjectDb) -> Result<IdMap<Packed>, CheckError> {
+    use packd_odb::pack::data::EntryKind;
     let mut kinds = IdMap::default();
     for pack in incoming.packs() {
-        let pack: &packd_odb::pack::Pack = pack;
-        let kind_of = |i: u32| -> Result<(ObjectId, Packed), CheckError> {
+        let order = pack.positions_in_pack_order()?;
+        // (offset, kind) of the entries read so far, by rising offset.
+        let mut read: Vec<(u64, ObjectKind)> = Vec::with_capacity(order.len());
+        kinds.reserve(order.len());
+        for &i in order {
             let offset = pack.index().offset(i)?;
-            let kind = pack.object_kind(offset)?;
-            Ok((pack.index().id(i), Packed { kind, offset }))
-        };
-        let found: Vec<(ObjectId, Packed)> = if small {
-            (0..pack.len()).map(kind_of).collect::<Result<_, _>>()?
-        } else {
-            (0..pack.len())
-                .into_par_iter()
-                .map(kind_of)
-                .collect::<Result<_, _>>()?
-        };
-        kinds.reserve(found.len());
-        kinds.extend(found);
+            let header = pack.entry_header(offset)?;
+            let kind = match header.kind {
+                EntryKind::Base(kind) => kind,
+                _ => {
+                    let base = pack
+                        .delta_base_offset(offset, &header)?
+                        .ok_or_else(|| malformed(&pack.index().id(i), "a delta without a base"))?;
+                    match read.binary_search_by_key(&base, |(o, _)| *o) {
+                        Ok(at) => read[at].1,
+                        Err(_) => pack.object_kind(base)?,
+                    }
+                }
+            };
+            read.push((offset, kind));
+            kinds.insert(pack.index().id(i), Packed { kind, offset });
+        }
     }
     Ok(kinds)
+}
+
+/// The kind of the repository's object `id`: for a packed one from its entries' headers only
+/// (its header would inflate a delta's first bytes for its size, which tripled the checks of
+/// an ordinary push, whose trees name many of the repository's objects).
+fn repo_kind(repo: &ObjectDb, id: &ObjectId) -> Result<Option<ObjectKind>, CheckError> {
+    Ok(match repo.locate(id)? {
+        None => None,
+        Some(packd_odb::Location::Packed { pack, offset }) => Some(pack.object_kind(offset)?),
+        Some(loose) => Some(repo.header_at(id, &loose)?.kind),
+    })
 }
 
 /// What one new object links to (with the kind each link says, when it says one), with its
