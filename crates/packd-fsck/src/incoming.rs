@@ -8,7 +8,8 @@
 //! pass 2              every marked object, from the pack or the repository: checked as such
 //!                     a blob (gitmodules*, gitattributes*)
 //! tips                each new ref tip in the pack or the repository
-//! links               commit -> tree + parents; tree -> trees and blobs (no gitlinks); tag -> object
+//! links               commit -> tree + parents; tree -> trees and blobs (no gitlinks); tag -> object,
+//!                     each of the kind the link says (see `link_kinds`)
 //! ```
 //!
 //! # The invariant
@@ -28,6 +29,7 @@ use crate::commit::check_commit;
 use crate::dotgit::Special;
 use crate::gitattributes::{check_gitattributes, GITATTRIBUTES_MAX};
 use crate::gitmodules::{check_gitmodules, GITMODULES_MAX};
+use crate::link_kinds::{tag_type, KindMismatch, TargetPlace};
 use crate::msg_id::{MsgId, Severity};
 use crate::options::{FsckOptions, Report, Unpacker};
 use crate::parsed::git_parse;
@@ -35,7 +37,7 @@ use crate::tag::check_tag;
 use crate::tree::{check_tree, tree_links, TreeLinks};
 use packd_odb::existence::ExistenceCheck;
 use packd_odb::parse::{parse_commit, tag_target};
-use packd_odb::{IdSet, ObjectDb, ObjectId, ObjectKind};
+use packd_odb::{IdMap, ObjectDb, ObjectId, ObjectKind};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -79,6 +81,14 @@ pub enum CheckError {
         /// With the fsck checks on, the git unpacker whose words answer it.
         answered_as: Option<Unpacker>,
     },
+    /// An object links to one of another kind than the link says.
+    #[error("{mismatch}")]
+    WrongKind {
+        /// The link and what it found.
+        mismatch: KindMismatch,
+        /// With the fsck checks on, the git unpacker whose words answer it.
+        answered_as: Option<Unpacker>,
+    },
     /// A new ref tip is neither received nor in the repository.
     #[error("missing object {0} for the new ref tip")]
     MissingTip(ObjectId),
@@ -117,6 +127,10 @@ impl CheckError {
                 Unpacker::IndexPack => format!("fatal: did not receive expected object {missing}"),
                 Unpacker::UnpackObjects => "fatal: object of unexpected type".to_string(),
             }],
+            CheckError::WrongKind {
+                mismatch,
+                answered_as: Some(unpacker),
+            } => mismatch.remote_lines(*unpacker),
             _ => Vec::new(),
         }
     }
@@ -126,6 +140,10 @@ impl CheckError {
         match self {
             CheckError::Fsck { unpacker, .. }
             | CheckError::Missing {
+                answered_as: Some(unpacker),
+                ..
+            }
+            | CheckError::WrongKind {
                 answered_as: Some(unpacker),
                 ..
             } => unpacker.abnormal_exit().to_string(),
@@ -155,6 +173,9 @@ fn malformed(id: &ObjectId, why: impl Into<String>) -> CheckError {
 struct Gathered {
     warnings: Vec<String>,
     marked: Vec<(ObjectId, Special)>,
+    /// The kinds of the repository's objects linked so far (the trees of a push name the
+    /// same objects over and over): a cache, dropped when results merge.
+    repo_kinds: IdMap<ObjectKind>,
 }
 
 impl Gathered {
@@ -186,12 +207,37 @@ pub fn check_incoming(
     } else {
         ExistenceCheck::new(repo)
     };
-    // Links are looked up in a set of the pack's ids: a lookup through the pack index clones
+    // Links are looked up in a map of the pack's ids: a lookup through the pack index clones
     // (and drops) the pack's `Arc`, whose count every thread then fights over; a full clone's
     // trees have millions of links (git/git: that was a fifth of the receiver's CPU).
-    let in_pack: IdSet = ids.iter().copied().collect();
+    let in_pack = pack_kinds(incoming)?;
     let present = |id: &ObjectId| -> Result<bool, CheckError> {
-        Ok(in_pack.contains(id) || in_repo.contains(id)?)
+        Ok(in_pack.contains_key(id) || in_repo.contains(id)?)
+    };
+    // A link's target: its kind and where it is (`None`: absent).
+    let target = |id: &ObjectId,
+                  from_offset: u64,
+                  repo_kinds: &mut IdMap<ObjectKind>|
+     -> Result<_, CheckError> {
+        if let Some(packed) = in_pack.get(id) {
+            let place = if packed.offset > from_offset {
+                TargetPlace::PackAfter
+            } else {
+                TargetPlace::PackBefore
+            };
+            return Ok(Some((packed.kind, place)));
+        }
+        if let Some(kind) = repo_kinds.get(id) {
+            return Ok(Some((*kind, TargetPlace::Repository)));
+        }
+        if !in_repo.contains(id)? {
+            return Ok(None);
+        }
+        let kind = repo_kind(repo, id)?;
+        if let Some(kind) = kind {
+            repo_kinds.insert(*id, kind);
+        }
+        Ok(kind.map(|kind| (kind, TargetPlace::Repository)))
     };
     let check = |mut gathered: Gathered, id: &ObjectId| -> Result<Gathered, CheckError> {
         let at = incoming
@@ -225,12 +271,28 @@ pub fn check_incoming(
             return Ok(gathered);
         }
         let links = object_links(id, object.kind, &object.data, options, unpacker)?;
-        for (link, _) in &links.links {
-            if !present(link)? {
+        let offset = in_pack.get(id).map_or(0, |p| p.offset);
+        let answered_as = options.enabled.then_some(unpacker);
+        for (link, expected) in &links.links {
+            let Some((found, place)) = target(link, offset, &mut gathered.repo_kinds)? else {
                 return Err(CheckError::Missing {
                     missing: *link,
                     from: *id,
-                    answered_as: options.enabled.then_some(unpacker),
+                    answered_as,
+                });
+            };
+            if let Some(expected) = expected.filter(|e| *e != found) {
+                let mismatch = KindMismatch {
+                    target: *link,
+                    expected,
+                    found,
+                    from: *id,
+                    from_kind: object.kind,
+                    place,
+                };
+                return Err(CheckError::WrongKind {
+                    mismatch,
+                    answered_as,
                 });
             }
         }
@@ -272,10 +334,63 @@ pub fn check_incoming(
     })
 }
 
-/// What one new object links to, with its warnings and marked blobs.
+/// The kind of each object of the received pack and its offset there (git's unpackers read
+/// a pack in the order of its entries, which decides how they word a link's wrong kind).
+#[derive(Clone, Copy)]
+struct Packed {
+    kind: ObjectKind,
+    offset: u64,
+}
+
+/// The kinds of the pack's objects, from their entries' headers: read in the pack's order,
+/// a delta takes the kind of its base, which an offset delta has before it (a reference delta's
+/// base may follow: its chain's headers are read). Nothing is inflated; one header per entry.
+fn pack_kinds(incoming: &ObjectDb) -> Result<IdMap<Packed>, CheckError> {
+    use packd_odb::pack::data::EntryKind;
+    let mut kinds = IdMap::default();
+    for pack in incoming.packs() {
+        let order = pack.positions_in_pack_order()?;
+        // (offset, kind) of the entries read so far, by rising offset.
+        let mut read: Vec<(u64, ObjectKind)> = Vec::with_capacity(order.len());
+        kinds.reserve(order.len());
+        for &i in order {
+            let offset = pack.index().offset(i)?;
+            let header = pack.entry_header(offset)?;
+            let kind = match header.kind {
+                EntryKind::Base(kind) => kind,
+                _ => {
+                    let base = pack
+                        .delta_base_offset(offset, &header)?
+                        .ok_or_else(|| malformed(&pack.index().id(i), "a delta without a base"))?;
+                    match read.binary_search_by_key(&base, |(o, _)| *o) {
+                        Ok(at) => read[at].1,
+                        Err(_) => pack.object_kind(base)?,
+                    }
+                }
+            };
+            read.push((offset, kind));
+            kinds.insert(pack.index().id(i), Packed { kind, offset });
+        }
+    }
+    Ok(kinds)
+}
+
+/// The kind of the repository's object `id`: for a packed one from its entries' headers only
+/// (its header would inflate a delta's first bytes for its size, which tripled the checks of
+/// an ordinary push, whose trees name many of the repository's objects).
+fn repo_kind(repo: &ObjectDb, id: &ObjectId) -> Result<Option<ObjectKind>, CheckError> {
+    Ok(match repo.locate(id)? {
+        None => None,
+        Some(packd_odb::Location::Packed { pack, offset }) => Some(pack.object_kind(offset)?),
+        Some(loose) => Some(repo.header_at(id, &loose)?.kind),
+    })
+}
+
+/// What one new object links to (with the kind each link says, when it says one), with its
+/// warnings and marked blobs.
 #[derive(Default)]
 struct ObjectLinks {
-    links: Vec<(ObjectId, ObjectKind)>,
+    links: Vec<(ObjectId, Option<ObjectKind>)>,
     marked: Vec<(ObjectId, Special)>,
     warnings: Vec<String>,
 }
@@ -323,14 +438,16 @@ fn object_links(
     match kind {
         ObjectKind::Commit => {
             let info = parse_commit(id, data).map_err(|e| malformed(id, e.to_string()))?;
-            found.links.push((info.tree, ObjectKind::Tree));
-            found
-                .links
-                .extend(info.parents.into_iter().map(|p| (p, ObjectKind::Commit)));
+            found.links.push((info.tree, Some(ObjectKind::Tree)));
+            found.links.extend(
+                info.parents
+                    .into_iter()
+                    .map(|p| (p, Some(ObjectKind::Commit))),
+            );
         }
         ObjectKind::Tag => {
             let target = tag_target(id, data).map_err(|e| malformed(id, e.to_string()))?;
-            found.links.push((target, ObjectKind::Blob));
+            found.links.push((target, tag_type(data)));
         }
         ObjectKind::Tree => {
             if !options.enabled {
@@ -339,7 +456,7 @@ fn object_links(
             if !tree.complete {
                 return Err(malformed(id, "the tree cannot be parsed"));
             }
-            found.links = tree.links;
+            found.links = tree.links.into_iter().map(|(l, k)| (l, Some(k))).collect();
             found.marked = tree.marked;
         }
         ObjectKind::Blob => {}
@@ -538,6 +655,58 @@ mod tests {
         // Its own content: no collision.
         write_loose(&objects, &id, b"blob 6\0hello\n");
         assert_eq!(check(&objects, &pack, &[id], &options).unwrap().objects, 1);
+    }
+
+    #[test]
+    fn links_to_objects_of_the_wrong_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        let blob = ObjectId::compute(ObjectKind::Blob, b"f\n").unwrap();
+        let mut sub = b"100644 f\0".to_vec();
+        sub.extend_from_slice(blob.as_bytes());
+        let sub_id = ObjectId::compute(ObjectKind::Tree, &sub).unwrap();
+        // A blob-mode entry naming the tree, which follows it in the pack.
+        let mut root = b"100644 a\0".to_vec();
+        root.extend_from_slice(sub_id.as_bytes());
+        let root_id = ObjectId::compute(ObjectKind::Tree, &root).unwrap();
+        let pack = pack_of(&[(2, &root), (2, &sub), (3, b"f\n")]);
+        for (options, unpacker, lines) in [
+            (
+                FsckOptions::strict(),
+                Unpacker::UnpackObjects,
+                vec![
+                    format!("error: object {sub_id} is a tree, not a blob"),
+                    format!("fatal: Error on reachable objects of {root_id}"),
+                ],
+            ),
+            (FsckOptions::disabled(), Unpacker::UnpackObjects, vec![]),
+        ] {
+            let err = check(&objects, &pack, &[root_id], &options).unwrap_err();
+            let CheckError::WrongKind { mismatch, .. } = &err else {
+                panic!("{err:?}");
+            };
+            assert_eq!(mismatch.place, TargetPlace::PackAfter);
+            assert_eq!(err.remote_lines(), lines);
+            assert_eq!(
+                mismatch.remote_lines(Unpacker::IndexPack)[1],
+                "fatal: invalid tree"
+            );
+            if options.enabled {
+                assert_eq!(err.unpack_status(), unpacker.abnormal_exit());
+            } else {
+                assert_eq!(
+                    err.unpack_status(),
+                    format!("object {sub_id} is a tree, not a blob (linked from tree {root_id})")
+                );
+            }
+        }
+        // The same tree with the entry of tree mode: accepted.
+        let mut root = b"40000 a\0".to_vec();
+        root.extend_from_slice(sub_id.as_bytes());
+        let root_id = ObjectId::compute(ObjectKind::Tree, &root).unwrap();
+        let pack = pack_of(&[(2, &root), (2, &sub), (3, b"f\n")]);
+        assert!(check(&objects, &pack, &[root_id], &FsckOptions::strict()).is_ok());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! check_incoming ── incoming.rs: pass over the pack (all cores), then marked blobs, then tips
+//!    ├─ link_kinds.rs                          each link of the kind it says
 //!    ├─ commit.rs, tag.rs ── ident.rs          header, ids, identities
 //!    ├─ tree.rs ── dotgit.rs                   modes, names, order, .git aliases, marks
 //!    ├─ gitmodules.rs, gitattributes.rs        the marked blobs
@@ -17,6 +18,7 @@ mod gitattributes;
 pub mod gitmodules;
 mod ident;
 pub mod incoming;
+pub mod link_kinds;
 pub mod msg_id;
 pub mod options;
 mod parsed;

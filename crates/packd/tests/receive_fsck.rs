@@ -515,3 +515,300 @@ fn objects_git_push_cannot_send_are_answered_as_git_answers_them() {
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
+
+/// Hex of an id.
+fn hex(id: &[u8; 20]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One hand-made push of links to objects of the wrong kind: the pack's objects in order
+/// (kind, content); the first commit or tag is the ref's new tip.
+struct KindCase {
+    name: &'static str,
+    objects: Vec<(u8, Vec<u8>)>,
+}
+
+fn kind_cases(corpus: &Corpus) -> Vec<KindCase> {
+    let base = corpus.base.clone();
+    let base_tree = corpus
+        .client
+        .git_str(&["rev-parse", &format!("{base}^{{tree}}")]);
+    let base_blob = corpus.client.git_str(&["rev-parse", &format!("{base}:f")]);
+    let id = |kind: u8, data: &[u8]| {
+        let mut w = common::PackWriter::new();
+        hex(&w.object(kind, data).0)
+    };
+    let commit = |tree: &str, parents: &[&str]| {
+        let mut text = format!("tree {tree}\n");
+        for p in parents {
+            text.push_str(&format!("parent {p}\n"));
+        }
+        text.push_str(&format!("author {WHO}\ncommitter {WHO}\n\nm\n"));
+        text.into_bytes()
+    };
+    let tag = |object: &str, kind: &str| {
+        format!("object {object}\ntype {kind}\ntag t\ntagger {WHO}\n\nm\n").into_bytes()
+    };
+    // New objects of each kind: a blob, a tree of it, a commit of that tree.
+    let blob = b"new blob\n".to_vec();
+    let nb = id(3, &blob);
+    let tree = raw_tree(&[("100644", b"x", &nb)]);
+    let nt = id(2, &tree);
+    let new_commit = commit(&nt, &[&base]);
+    let nc = id(1, &new_commit);
+    let b = || (3u8, blob.clone());
+    let t = || (2u8, tree.clone());
+    let c = || (1u8, new_commit.clone());
+    // A commit of a one-entry root tree (mode, target), then that tree.
+    let with_named = |mode: &str, name: &[u8], target: &str, parents: &[&str]| {
+        let root = raw_tree(&[(mode, name, target)]);
+        vec![(1u8, commit(&id(2, &root), parents)), (2u8, root)]
+    };
+    let with_entry =
+        |mode: &str, target: &str, parents: &[&str]| with_named(mode, b"a", target, parents);
+    let cat = |parts: Vec<Vec<(u8, Vec<u8>)>>| parts.concat();
+    let tagged = tag(&nb, "blob");
+    vec![
+        // The target in the pack, after the object naming it.
+        KindCase {
+            name: "commit-tree-is-new-blob",
+            objects: vec![(1, commit(&nb, &[&base])), b()],
+        },
+        KindCase {
+            name: "commit-parent-is-new-tree",
+            objects: vec![(1, commit(&base_tree, &[&nt])), t(), b()],
+        },
+        KindCase {
+            name: "blob-mode-is-new-tree",
+            objects: cat(vec![with_entry("100644", &nt, &[&base]), vec![t(), b()]]),
+        },
+        KindCase {
+            name: "symlink-mode-is-new-commit",
+            objects: cat(vec![
+                with_entry("120000", &nc, &[&base]),
+                vec![c(), t(), b()],
+            ]),
+        },
+        KindCase {
+            name: "tree-mode-is-new-blob",
+            objects: cat(vec![with_entry("40000", &nb, &[&base]), vec![b()]]),
+        },
+        KindCase {
+            name: "tag-commit-is-new-blob",
+            objects: vec![(4, tag(&nb, "commit")), b()],
+        },
+        KindCase {
+            name: "tag-blob-is-new-commit",
+            objects: vec![(4, tag(&nc, "blob")), c(), t(), b()],
+        },
+        KindCase {
+            name: "tag-commit-is-new-tag",
+            objects: vec![
+                (4, tag(&id(4, &tagged), "commit")),
+                (4, tagged.clone()),
+                b(),
+            ],
+        },
+        // The target in the pack, before the object naming it.
+        KindCase {
+            name: "before-commit-tree-is-new-blob",
+            objects: vec![b(), (1, commit(&nb, &[&base]))],
+        },
+        KindCase {
+            name: "before-commit-parent-is-new-tree",
+            objects: vec![t(), b(), (1, commit(&base_tree, &[&nt]))],
+        },
+        KindCase {
+            name: "before-blob-mode-is-new-tree",
+            objects: cat(vec![vec![t(), b()], with_entry("100644", &nt, &[&base])]),
+        },
+        KindCase {
+            name: "before-tree-mode-is-new-blob",
+            objects: cat(vec![vec![b()], with_entry("40000", &nb, &[&base])]),
+        },
+        KindCase {
+            name: "before-tag-commit-is-new-blob",
+            objects: vec![b(), (4, tag(&nb, "commit"))],
+        },
+        // The target in the repository.
+        KindCase {
+            name: "commit-tree-is-old-blob",
+            objects: vec![(1, commit(&base_blob, &[&base]))],
+        },
+        KindCase {
+            name: "commit-tree-is-old-commit",
+            objects: vec![(1, commit(&base, &[]))],
+        },
+        KindCase {
+            name: "commit-parent-is-old-blob",
+            objects: vec![(1, commit(&base_tree, &[&base_blob]))],
+        },
+        KindCase {
+            name: "blob-mode-is-old-tree",
+            objects: with_entry("100644", &base_tree, &[&base]),
+        },
+        KindCase {
+            name: "executable-mode-is-old-commit",
+            objects: with_entry("100755", &base, &[]),
+        },
+        KindCase {
+            name: "tree-mode-is-old-blob",
+            objects: with_entry("40000", &base_blob, &[&base]),
+        },
+        KindCase {
+            name: "tag-blob-is-old-commit",
+            objects: vec![(4, tag(&base, "blob"))],
+        },
+        KindCase {
+            name: "tag-commit-is-old-tree",
+            objects: vec![(4, tag(&base_tree, "commit"))],
+        },
+        // A .gitmodules entry naming a tree (the fsck checks would refuse it too).
+        KindCase {
+            name: "gitmodules-is-new-tree",
+            objects: cat(vec![
+                with_named("100644", b".gitmodules", &nt, &[&base]),
+                vec![t(), b()],
+            ]),
+        },
+        KindCase {
+            name: "gitmodules-is-old-tree",
+            objects: with_named("100644", b".gitmodules", &base_tree, &[&base]),
+        },
+        // Right kinds: accepted.
+        KindCase {
+            name: "ok-tag-tree-is-new-tree",
+            objects: vec![(4, tag(&nt, "tree")), t(), b()],
+        },
+        KindCase {
+            name: "ok-gitlink-is-old-blob",
+            objects: with_entry("160000", &base_blob, &[&base]),
+        },
+    ]
+}
+
+/// Sends `case` as a hand-made push to `server` (git's receive-pack or packd's); returns the
+/// answer (see [`raw_answer`]) and whether the ref was created.
+fn push_kind_case(server: &Repo, by_git: bool, case: &KindCase) -> (Vec<String>, bool) {
+    let mut w = common::PackWriter::new();
+    let mut tip = None;
+    for (kind, data) in &case.objects {
+        let (id, _) = w.object(*kind, data);
+        if matches!(kind, 1 | 4) && tip.is_none() {
+            tip = Some((hex(&id), *kind));
+        }
+    }
+    let (tip, kind) = tip.unwrap();
+    let pack = w.finish().0;
+    let reference = match kind {
+        4 => format!("refs/tags/{}", case.name),
+        _ => format!("refs/heads/{}", case.name),
+    };
+    let mut input =
+        pkt(format!("{ZERO} {tip} {reference}\0report-status side-band-64k quiet\n").as_bytes());
+    input.extend_from_slice(b"0000");
+    input.extend_from_slice(&pack);
+    let stdout = if by_git {
+        server.git_run(&["receive-pack", "."], Some(&input)).stdout
+    } else {
+        let run = server.packd(&["receive-pack", "."], Some(&input));
+        run.assert_no_crash();
+        run.stdout
+    };
+    let answer = raw_answer(&stdout)
+        .into_iter()
+        .map(|l| l.replace(&tip, "<tip>"))
+        .collect();
+    let created = show_ref(server).contains(&reference);
+    (answer, created)
+}
+
+#[test]
+fn links_to_objects_of_the_wrong_kind_are_refused_as_git_refuses_them() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    let cases = kind_cases(&corpus);
+    let mut differences = Vec::new();
+    for (tag, limit) in [("kinds-unpack-objects", "100"), ("kinds-index-pack", "1")] {
+        let servers = servers(
+            &sb,
+            &corpus,
+            tag,
+            &[
+                ("receive.fsckObjects", "true"),
+                ("receive.unpackLimit", limit),
+            ],
+        );
+        for case in &cases {
+            let (by_git, git_created) = push_kind_case(&servers.git, true, case);
+            let (by_packd, packd_created) = push_kind_case(&servers.packd, false, case);
+            if by_git != by_packd || git_created != packd_created {
+                differences.push(format!(
+                    "{tag} {}:\n  git:   {by_git:?}\n  packd: {by_packd:?}",
+                    case.name
+                ));
+            }
+            let right = case.name.starts_with("ok-");
+            assert_eq!(git_created, right, "{tag} {}: {by_git:?}", case.name);
+            assert_eq!(by_git[0] == "unpack ok", right, "{tag} {}", case.name);
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn with_fsck_off_links_of_the_wrong_kind_are_refused_where_git_breaks_the_repository() {
+    let sb = Sandbox::new();
+    let corpus = corpus(&sb);
+    let cases = kind_cases(&corpus);
+    for (tag, limit) in [
+        ("kinds-off-unpack-objects", "100"),
+        ("kinds-off-index-pack", "1"),
+    ] {
+        let servers = servers(
+            &sb,
+            &corpus,
+            tag,
+            &[
+                ("receive.fsckObjects", "false"),
+                ("receive.unpackLimit", limit),
+            ],
+        );
+        for case in &cases {
+            let (by_git, git_created) = push_kind_case(&servers.git, true, case);
+            let (by_packd, packd_created) = push_kind_case(&servers.packd, false, case);
+            let right = case.name.starts_with("ok-");
+            assert_eq!(packd_created, right, "{tag} {}: {by_packd:?}", case.name);
+            // git's connectivity check (rev-list --objects) reads the trees and commits a
+            // link names, never a blob: a blob-mode entry naming a new tree or commit gets
+            // through, and git's own fsck then finds the repository broken.
+            let git_lets_through = matches!(
+                case.name,
+                "blob-mode-is-new-tree"
+                    | "symlink-mode-is-new-commit"
+                    | "before-blob-mode-is-new-tree"
+                    | "gitmodules-is-new-tree"
+            );
+            assert_eq!(
+                git_created,
+                right || git_lets_through,
+                "{tag} {}: {by_git:?}",
+                case.name
+            );
+            assert_eq!(by_git[0], "unpack ok", "{tag} {}", case.name);
+            if !right {
+                assert_ne!(by_packd[0], "unpack ok", "{tag} {}", case.name);
+            }
+        }
+        // git's fsck finds its repository broken (an object of one kind named as another).
+        let fsck = servers.git.git_run(&["fsck"], None);
+        assert!(!fsck.success(), "{tag}: git's repository is not broken");
+        assert!(
+            fsck.err().contains(", not a "),
+            "{tag}: {}{}",
+            fsck.out(),
+            fsck.err()
+        );
+        assert!(servers.packd.git_run(&["fsck"], None).success());
+    }
+}

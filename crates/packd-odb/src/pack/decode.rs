@@ -199,6 +199,12 @@ impl Pack {
         Err(self.corrupt(offset, "the delta chain is a cycle"))
     }
 
+    /// The kind of the object at `offset`, reading entry headers only: a delta's kind is that
+    /// of the whole object its chain starts from.
+    pub fn object_kind(&self, offset: u64) -> Result<ObjectKind> {
+        self.chain_kind(offset)
+    }
+
     /// The kind and size of the object at `offset`, inflating at most a delta's first bytes.
     pub fn object_header(&self, offset: u64) -> Result<ObjectHeader> {
         let header = self.entry_header(offset)?;
