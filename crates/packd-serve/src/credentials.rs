@@ -6,7 +6,9 @@
 //!   the user and token (a key drawn at start, never written anywhere; the plain token is
 //!   never kept), so a user's next requests cost no Argon2 at all;
 //! - at most [`Verifier::argon2_at_once`] verifications run at once (half the CPUs, at
-//!   least one); the others wait their turn without holding a thread;
+//!   least one); the others wait their turn without holding a thread. They run on threads of
+//!   their own at a lower scheduling priority ([`ARGON2_NICE`]), so that on a busy machine a
+//!   flood of verifications takes only CPU that serving does not want;
 //! - each client address (an IPv6 /64 counts as one) may fail [`FAILURE_BURST`] times, then
 //!   once per [`FAILURE_REFILL`]; past that its requests are answered 429 without any
 //!   verification. A success gives its attempt back.
@@ -23,6 +25,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+
+/// The `nice` increment of the threads that run Argon2: a verification yields the CPU to
+/// requests being served (a good user's fetch) rather than sharing it evenly with them.
+pub const ARGON2_NICE: i32 = 10;
 
 /// How long a verified credential is taken without running Argon2 again.
 pub const CACHE_TTL: Duration = Duration::from_secs(60);
@@ -132,6 +138,8 @@ pub struct Verifier {
     cache: Mutex<HashMap<[u8; 32], (String, Instant)>>,
     argon2: Arc<Semaphore>,
     argon2_at_once: usize,
+    /// Where verifications run.
+    argon2_threads: Argon2Threads,
     /// Argon2 verifications run so far.
     argon2_runs: std::sync::atomic::AtomicU64,
     failures: FailureTable,
@@ -159,6 +167,7 @@ impl Verifier {
             cache: Mutex::new(HashMap::new()),
             argon2: Arc::new(Semaphore::new(at_once)),
             argon2_at_once: at_once,
+            argon2_threads: Argon2Threads::start(at_once),
             argon2_runs: Default::default(),
             failures: FailureTable::default(),
         }
@@ -237,20 +246,75 @@ impl Verifier {
         self.argon2_runs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let users = self.users.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            users
-                .authenticate(&name, &token)
-                .map(|u| u.name().to_string())
-        })
-        .await;
+        let checked = self
+            .argon2_threads
+            .run(move || {
+                users
+                    .authenticate(&name, &token)
+                    .map(|u| u.name().to_string())
+            })
+            .await;
         match checked {
-            Ok(Some(user)) => {
+            Some(Some(user)) => {
                 self.failures.give_back(address, Instant::now());
                 self.remember(key, &user, Instant::now());
                 Verdict::User(user)
             }
             _ => Verdict::Wrong,
         }
+    }
+}
+
+/// A verification for one of [`Argon2Threads`]' threads.
+type Argon2Job = Box<dyn FnOnce() + Send>;
+
+/// The threads that run Argon2, each at [`ARGON2_NICE`]: as many as may run at once (the
+/// verifier's semaphore admits no more), started with the verifier.
+struct Argon2Threads {
+    jobs: Mutex<std::sync::mpsc::Sender<Argon2Job>>,
+}
+
+impl Argon2Threads {
+    fn start(count: usize) -> Argon2Threads {
+        let (tx, rx) = std::sync::mpsc::channel::<Argon2Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..count {
+            let rx = rx.clone();
+            let started = std::thread::Builder::new()
+                .name(format!("packd-argon2-{n}"))
+                .spawn(move || {
+                    // Linux applies a thread's own id to that thread alone. A failure leaves
+                    // it at the server's priority, as before.
+                    // SAFETY: plain system calls on this thread's own id.
+                    unsafe {
+                        let tid = libc::gettid() as libc::id_t;
+                        libc::setpriority(libc::PRIO_PROCESS, tid, ARGON2_NICE);
+                    }
+                    loop {
+                        let job = rx.lock().recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => break,
+                        }
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!("cannot start an Argon2 thread: {e}");
+            }
+        }
+        Argon2Threads {
+            jobs: Mutex::new(tx),
+        }
+    }
+
+    /// Runs `work` on one of the threads; `None` if it could not run.
+    async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Argon2Job = Box::new(move || {
+            let _ = tx.send(work());
+        });
+        self.jobs.lock().send(job).ok()?;
+        rx.await.ok()
     }
 }
 
