@@ -26,6 +26,7 @@
 
 use crate::commit::check_commit;
 use crate::dotgit::Special;
+use crate::early::EarlyFound;
 use crate::gitattributes::{check_gitattributes, GITATTRIBUTES_MAX};
 use crate::gitmodules::{check_gitmodules, GITMODULES_MAX};
 use crate::msg_id::{MsgId, Severity};
@@ -176,6 +177,21 @@ pub fn check_incoming(
     options: &FsckOptions,
     sent: u64,
 ) -> Result<Checked, CheckError> {
+    check_incoming_with(incoming, repo, tips, options, sent, None)
+}
+
+/// [`check_incoming`], given what [`crate::early::EarlyChecks`] found while the pack was
+/// indexed (with the same `options`): an object it checked is not read again, and its links
+/// are looked up once each after the pass. Should a link be missing, the checks run again
+/// without `early`, so that the refusal is the one [`check_incoming`] gives.
+pub fn check_incoming_with(
+    incoming: &ObjectDb,
+    repo: &ObjectDb,
+    tips: &[ObjectId],
+    options: &FsckOptions,
+    sent: u64,
+    early: Option<EarlyFound>,
+) -> Result<Checked, CheckError> {
     let unpacker = options.unpacker(sent);
     let ids = incoming.all_ids(packd_odb::IdOrder::Storage)?;
     // The quarantine holds one pack and no loose objects: its lookups never touch the disk.
@@ -194,14 +210,24 @@ pub fn check_incoming(
         Ok(in_pack.contains(id) || in_repo.contains(id)?)
     };
     let check = |mut gathered: Gathered, id: &ObjectId| -> Result<Gathered, CheckError> {
-        let at = incoming
-            .locate_packed(id)?
-            .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
         let existing = if in_repo.contains(id)? {
             repo.read(id)?
         } else {
             None
         };
+        // Checked while the pack was indexed: its links are looked up below.
+        if let (None, Some(early)) = (&existing, &early) {
+            if early.checked(id) {
+                if let Some(extra) = early.extra(id) {
+                    gathered.warnings.extend(extra.warnings.iter().cloned());
+                    gathered.marked.extend(extra.marked.iter().cloned());
+                }
+                return Ok(gathered);
+            }
+        }
+        let at = incoming
+            .locate_packed(id)?
+            .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
         // A new blob stored whole has no format to check and no links: not inflated again
         // (index-pack inflated and hashed it already). Its entry's header tells, where a
         // delta's kind would take its chain.
@@ -245,6 +271,15 @@ pub fn check_incoming(
             .try_fold(Gathered::default, check)
             .try_reduce(Gathered::default, |a, b| Ok(a.merge(b)))?
     };
+    if let Some(early) = &early {
+        for (link, _) in early.links() {
+            if !present(&link)? {
+                // Which object links to it, and what else fails first: as without `early`.
+                drop(gathered);
+                return check_incoming_with(incoming, repo, tips, options, sent, None);
+            }
+        }
+    }
     let mut messages = gathered.warnings;
     if options.enabled {
         check_marked(
@@ -274,14 +309,14 @@ pub fn check_incoming(
 
 /// What one new object links to, with its warnings and marked blobs.
 #[derive(Default)]
-struct ObjectLinks {
-    links: Vec<(ObjectId, ObjectKind)>,
-    marked: Vec<(ObjectId, Special)>,
-    warnings: Vec<String>,
+pub(crate) struct ObjectLinks {
+    pub links: Vec<(ObjectId, ObjectKind)>,
+    pub marked: Vec<(ObjectId, Special)>,
+    pub warnings: Vec<String>,
 }
 
 /// Checks one new object (when the checks are on) and finds its links.
-fn object_links(
+pub(crate) fn object_links(
     id: &ObjectId,
     kind: ObjectKind,
     data: &[u8],

@@ -26,6 +26,15 @@ pub struct Resolved {
 /// Looks up an object outside the pack: its kind and content.
 pub type ExternalBase<'a> = dyn Fn(&ObjectId) -> Result<Option<(ObjectKind, Vec<u8>)>> + Sync + 'a;
 
+/// Sees each object whose content resolving has in memory anyway (every delta's result and
+/// every whole object that is a base), from the resolving threads, so that checks on the
+/// content need not read those objects again: `(id, kind, content)`. A whole object that is
+/// no delta's base is not shown (its content was only streamed through a hash).
+pub trait ObjectObserver: Sync {
+    /// Called once for each such object, from any thread.
+    fn observe(&self, id: &ObjectId, kind: ObjectKind, data: &[u8]);
+}
+
 /// An entry resolved: its position, id and kind.
 type Done = (u32, ObjectId, ObjectKind);
 
@@ -73,6 +82,7 @@ fn resolve_tree(
     entries: &[InputEntry],
     children: &Children,
     root: (Option<u64>, ObjectId, ObjectKind, Vec<u8>),
+    observer: Option<&dyn ObjectObserver>,
 ) -> Result<Vec<Done>> {
     let mut out = Vec::new();
     // Frames of the depth-first walk: a resolved object and the children still to do.
@@ -100,6 +110,9 @@ fn resolve_tree(
         })?;
         let result_id = ObjectId::compute(kind, &result)
             .map_err(|e| Error::corrupt(pack.name(), entry.offset, e.to_string()))?;
+        if let Some(observer) = observer {
+            observer.observe(&result_id, kind, &result);
+        }
         out.push((child, result_id, kind));
         let grandchildren = kids(Some(entry.offset), &result_id);
         stack.push((kind, data, todo));
@@ -111,11 +124,14 @@ fn resolve_tree(
 }
 
 /// Resolves the `entries` of `pack` (see the module documentation). `external` finds bases
-/// outside the pack; without it, a thin pack is an error.
+/// outside the pack; without it, a thin pack is an error. `observer` sees the objects
+/// resolving has in memory (see [`ObjectObserver`]; a base read from outside the pack is not
+/// shown, the deltas under it are).
 pub fn resolve(
     pack: &dyn Blob,
     entries: &[InputEntry],
     external: Option<&ExternalBase>,
+    observer: Option<&dyn ObjectObserver>,
 ) -> Result<Resolved> {
     let mut by_offset = Vec::new();
     let mut by_id = Vec::new();
@@ -148,11 +164,15 @@ pub fn resolve(
         let mut out = vec![(r, id, kind)];
         if has_children {
             let data = inflate(pack, entry)?;
+            if let Some(observer) = observer {
+                observer.observe(&id, kind, &data);
+            }
             out.extend(resolve_tree(
                 pack,
                 entries,
                 &children,
                 (Some(entry.offset), id, kind, data),
+                observer,
             )?);
         }
         Ok(out)
@@ -181,7 +201,13 @@ pub fn resolve(
             let Some((kind, data)) = external(base)? else {
                 return Ok(None);
             };
-            let tree = resolve_tree(pack, entries, &children, (None, *base, kind, data))?;
+            let tree = resolve_tree(
+                pack,
+                entries,
+                &children,
+                (None, *base, kind, data),
+                observer,
+            )?;
             Ok(Some((*base, tree)))
         };
         let found: Vec<Option<(ObjectId, Vec<Done>)>> = if small {
