@@ -4,7 +4,8 @@
 //! on a full clone of git/git).
 //!
 //! ```text
-//! index-pack's resolving threads ── EarlyChecks::observe(id, kind, content)
+//! index-pack's hashing and resolving threads ── EarlyChecks::observe(id, kind, content)
+//!    (whole objects as they are read and hashed, deltas as they are resolved)
 //!    commit, tree, tag   object_links: git's parse + fsck checks, links, marked blobs
 //!                        kept: the id (seen), each link once (id, kinds wanted),
 //!                        warnings and marked blobs by object (few)
@@ -75,7 +76,8 @@ pub struct EarlyChecks<'o> {
 impl<'o> EarlyChecks<'o> {
     /// Early checks with the `options` the checks after index-pack will use.
     pub fn new(options: &'o FsckOptions) -> EarlyChecks<'o> {
-        // Observers run on rayon's threads, or on the caller's for a small pack.
+        // Observers run on rayon's threads (resolving) and on read_pack's own (reading and
+        // hashing: slot 0, shared with the caller's).
         let shards = (0..rayon::current_num_threads() + 1)
             .map(|_| Mutex::new(Shard::default()))
             .collect();

@@ -8,7 +8,7 @@
 //! no file behind.
 
 use crate::file_mode::make_read_only;
-use crate::pack::data::input::{read_pack, InputLimits};
+use crate::pack::data::input::{read_pack, read_pack_observed, InputLimits};
 use crate::pack::data::{encode_type_and_size, EntryKind};
 use crate::pack::index::resolve::{resolve, ExternalBase, ObjectObserver};
 use crate::pack::index::write::{encode_v2, IndexEntry};
@@ -29,8 +29,9 @@ pub struct IngestOptions<'a> {
     /// The zlib level (0-9) of the bases appended to a thin pack; `None`: git's default,
     /// [`DEFAULT_THIN_BASE_LEVEL`]. See [`thin_base_level`] for the repository's.
     pub thin_base_level: Option<u32>,
-    /// Shown the objects resolving the deltas has in memory (see [`ObjectObserver`]): checks
-    /// that would otherwise read them all again afterwards (receive-pack's fsck checks).
+    /// Shown the objects index-pack has in memory as it hashes and resolves them (see
+    /// [`ObjectObserver`]): for checks that would otherwise read them all again afterwards
+    /// (receive-pack's fsck checks).
     pub observer: Option<&'a dyn ObjectObserver>,
 }
 
@@ -267,12 +268,13 @@ fn ingest(
         copy: Some(Vec::new()),
     };
     let display = tmp_path.display().to_string();
-    let parsed = read_pack(
+    let parsed = read_pack_observed(
         input,
         &mut out,
         &display,
         &options.limits,
         &mut |n, total| progress("Receiving objects", n as u64, total as u64),
+        options.observer,
     )?;
     let Tee { out, copy } = out;
     let file = out

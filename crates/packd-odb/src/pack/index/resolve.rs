@@ -8,7 +8,7 @@
 //! A delta left unresolved has a missing base or sits on a cycle of ref-deltas; either is an
 //! error naming its offset, never a loop.
 
-use crate::pack::data::input::InputEntry;
+use crate::pack::data::input::{InputEntry, BATCH};
 use crate::pack::data::EntryKind;
 use crate::{delta, zlib, Error, ObjectId, ObjectKind, Result};
 use packd_storage::Blob;
@@ -26,10 +26,13 @@ pub struct Resolved {
 /// Looks up an object outside the pack: its kind and content.
 pub type ExternalBase<'a> = dyn Fn(&ObjectId) -> Result<Option<(ObjectKind, Vec<u8>)>> + Sync + 'a;
 
-/// Sees each object whose content resolving has in memory anyway (every delta's result and
-/// every whole object that is a base), from the resolving threads, so that checks on the
-/// content need not read those objects again: `(id, kind, content)`. A whole object that is
-/// no delta's base is not shown (its content was only streamed through a hash).
+/// Sees each object whose content index-pack has in memory anyway, from the threads that
+/// have it, so that checks on the content need not read those objects again: `(id, kind,
+/// content)`. Shown once each: every delta's result as it is resolved; every whole object that
+/// is not a blob, of up to 1 MiB, as it is read and hashed
+/// ([`crate::pack::data::input::read_pack_observed`]); a larger whole object when it is a
+/// delta's base. A larger whole object that is no delta's base, and a whole blob, are not
+/// shown.
 pub trait ObjectObserver: Sync {
     /// Called once for each such object, from any thread.
     fn observe(&self, id: &ObjectId, kind: ObjectKind, data: &[u8]);
@@ -124,9 +127,9 @@ fn resolve_tree(
 }
 
 /// Resolves the `entries` of `pack` (see the module documentation). `external` finds bases
-/// outside the pack; without it, a thin pack is an error. `observer` sees the objects
-/// resolving has in memory (see [`ObjectObserver`]; a base read from outside the pack is not
-/// shown, the deltas under it are).
+/// outside the pack; without it, a thin pack is an error. `observer` sees the deltas'
+/// results and the whole bases over 1 MiB (see [`ObjectObserver`]; a base read from outside
+/// the pack is not shown, the deltas under it are).
 pub fn resolve(
     pack: &dyn Blob,
     entries: &[InputEntry],
@@ -164,7 +167,8 @@ pub fn resolve(
         let mut out = vec![(r, id, kind)];
         if has_children {
             let data = inflate(pack, entry)?;
-            if let Some(observer) = observer {
+            // One of at most BATCH bytes was shown as it was read.
+            if let (Some(observer), true) = (observer, entry.size > BATCH as u64) {
                 observer.observe(&id, kind, &data);
             }
             out.extend(resolve_tree(
