@@ -26,8 +26,9 @@ use packd_odb::{IdMap, IdSet, ObjectId, ObjectKind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// At most this many ids (objects seen plus distinct links) are kept, about 40 bytes each;
-/// past it the early results are given up. A full clone of git/git holds about 800,000.
+/// At most this many ids (objects seen, distinct links, objects with warnings or marked
+/// blobs and those blobs) are kept, about 40 bytes each; past it the early results are given
+/// up. A full clone of git/git holds about 800,000.
 pub const HELD_MAX: usize = 3_000_000;
 
 /// What one object's checks found beyond its links, kept only when there is something.
@@ -148,6 +149,7 @@ impl ObjectObserver for EarlyChecks<'_> {
                 *bits |= kind_bit(kind);
             }
             if !links.warnings.is_empty() || !links.marked.is_empty() {
+                added += 1 + links.marked.len();
                 shard.extras.insert(
                     *id,
                     Extra {
