@@ -27,6 +27,7 @@
 
 use crate::commit::check_commit;
 use crate::dotgit::Special;
+use crate::early::EarlyFound;
 use crate::gitattributes::{check_gitattributes, GITATTRIBUTES_MAX};
 use crate::gitmodules::{check_gitmodules, GITMODULES_MAX};
 use crate::link_kinds::{tag_type, KindMismatch, TargetPlace};
@@ -197,6 +198,21 @@ pub fn check_incoming(
     options: &FsckOptions,
     sent: u64,
 ) -> Result<Checked, CheckError> {
+    check_incoming_with(incoming, repo, tips, options, sent, None)
+}
+
+/// [`check_incoming`], given what [`crate::early::EarlyChecks`] found while the pack was
+/// indexed (with the same `options`): an object it checked is not read again, and its links
+/// are looked up once each after the pass. Should a link be missing, the checks run again
+/// without `early`, so that the refusal is the one [`check_incoming`] gives.
+pub fn check_incoming_with(
+    incoming: &ObjectDb,
+    repo: &ObjectDb,
+    tips: &[ObjectId],
+    options: &FsckOptions,
+    sent: u64,
+    early: Option<EarlyFound>,
+) -> Result<Checked, CheckError> {
     let unpacker = options.unpacker(sent);
     let ids = incoming.all_ids(packd_odb::IdOrder::Storage)?;
     // The quarantine holds one pack and no loose objects: its lookups never touch the disk.
@@ -240,14 +256,24 @@ pub fn check_incoming(
         Ok(kind.map(|kind| (kind, TargetPlace::Repository)))
     };
     let check = |mut gathered: Gathered, id: &ObjectId| -> Result<Gathered, CheckError> {
-        let at = incoming
-            .locate_packed(id)?
-            .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
         let existing = if in_repo.contains(id)? {
             repo.read(id)?
         } else {
             None
         };
+        // Checked while the pack was indexed: its links are looked up below.
+        if let (None, Some(early)) = (&existing, &early) {
+            if early.checked(id) {
+                if let Some(extra) = early.extra(id) {
+                    gathered.warnings.extend(extra.warnings.iter().cloned());
+                    gathered.marked.extend(extra.marked.iter().cloned());
+                }
+                return Ok(gathered);
+            }
+        }
+        let at = incoming
+            .locate_packed(id)?
+            .ok_or_else(|| malformed(id, "listed in the pack index but unreadable"))?;
         // A new blob stored whole has no format to check and no links: not inflated again
         // (index-pack inflated and hashed it already). Its entry's header tells, where a
         // delta's kind would take its chain.
@@ -307,6 +333,24 @@ pub fn check_incoming(
             .try_fold(Gathered::default, check)
             .try_reduce(Gathered::default, |a, b| Ok(a.merge(b)))?
     };
+    if let Some(early) = &early {
+        // Each distinct link once, with each kind it was named as: absent, or of another
+        // kind than one of its names says, and the checks run again without `early`, for the
+        // object that names it and git's words for that (as without `early`).
+        let mut repo_kinds = IdMap::default();
+        for (link, expected) in early.links() {
+            let found = target(&link, 0, &mut repo_kinds)?.map(|(kind, _)| kind);
+            let fine = match (found, expected) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(found), Some(expected)) => found == expected,
+            };
+            if !fine {
+                drop(gathered);
+                return check_incoming_with(incoming, repo, tips, options, sent, None);
+            }
+        }
+    }
     let mut messages = gathered.warnings;
     if options.enabled {
         check_marked(
@@ -389,14 +433,14 @@ fn repo_kind(repo: &ObjectDb, id: &ObjectId) -> Result<Option<ObjectKind>, Check
 /// What one new object links to (with the kind each link says, when it says one), with its
 /// warnings and marked blobs.
 #[derive(Default)]
-struct ObjectLinks {
-    links: Vec<(ObjectId, Option<ObjectKind>)>,
-    marked: Vec<(ObjectId, Special)>,
-    warnings: Vec<String>,
+pub(crate) struct ObjectLinks {
+    pub links: Vec<(ObjectId, Option<ObjectKind>)>,
+    pub marked: Vec<(ObjectId, Special)>,
+    pub warnings: Vec<String>,
 }
 
 /// Checks one new object (when the checks are on) and finds its links.
-fn object_links(
+pub(crate) fn object_links(
     id: &ObjectId,
     kind: ObjectKind,
     data: &[u8],

@@ -4,6 +4,8 @@
 //! ```text
 //! check_incoming ── incoming.rs: pass over the pack (all cores), then marked blobs, then tips
 //!    ├─ link_kinds.rs                          each link of the kind it says
+//!    ├─ early.rs                               the same per-object checks, run as index-pack
+//!    │                                         resolves (content in memory), for the pass
 //!    ├─ commit.rs, tag.rs ── ident.rs          header, ids, identities
 //!    ├─ tree.rs ── dotgit.rs                   modes, names, order, .git aliases, marks
 //!    ├─ gitmodules.rs, gitattributes.rs        the marked blobs
@@ -14,6 +16,7 @@
 
 mod commit;
 pub mod dotgit;
+pub mod early;
 mod gitattributes;
 pub mod gitmodules;
 mod ident;
@@ -25,6 +28,7 @@ mod parsed;
 mod tag;
 mod tree;
 
-pub use incoming::{check_incoming, CheckError, Checked};
+pub use early::{EarlyChecks, EarlyFound};
+pub use incoming::{check_incoming, check_incoming_with, CheckError, Checked};
 pub use msg_id::{MsgId, Severity};
 pub use options::{FsckError, FsckOptions, Unpacker};

@@ -36,7 +36,7 @@ use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_progress::Progress;
 use crate::receive_rules::{commits_among, Rules};
 use crate::{agent, pkt_line, sideband, ProtocolError};
-use packd_fsck::{check_incoming, FsckOptions};
+use packd_fsck::{check_incoming_with, EarlyChecks, EarlyFound, FsckOptions};
 use packd_odb::hide_refs::HiddenRefs;
 use packd_odb::pack::data::input::InputLimits;
 use packd_odb::pack::ingest::IngestOptions;
@@ -546,10 +546,15 @@ impl ReceivePack {
                 Ok(level) => level,
                 Err(e) => return unpacker(e.to_string()),
             };
+            // The per-object checks run as the deltas are resolved (see packd_fsck::early);
+            // options git refuses are refused after the pack, by check_received.
+            let fsck_options = FsckOptions::for_receive(repo).ok();
+            let early = fsck_options.as_ref().map(EarlyChecks::new);
             let options = IngestOptions {
                 fix_thin: true,
                 limits: self.options.limits,
                 thin_base_level,
+                observer: early.as_ref().map(|e| e as _),
             };
             let sent = match quarantine.ingest(
                 input,
@@ -568,7 +573,8 @@ impl ReceivePack {
                 Err(e) => return unpacker(e.to_string()),
             };
             let tips: Vec<ObjectId> = commands.iter().filter_map(|c| c.new).collect();
-            if let Err(status) = check_received(repo, &incoming, &tips, sent, progress) {
+            let early = early.and_then(EarlyChecks::finish);
+            if let Err(status) = check_received(repo, &incoming, &tips, sent, early, progress) {
                 return unpacker(status);
             }
             Some(incoming)
@@ -849,6 +855,7 @@ fn check_received(
     incoming: &packd_odb::ObjectDb,
     tips: &[ObjectId],
     sent: u64,
+    early: Option<EarlyFound>,
     progress: &mut Progress<'_>,
 ) -> Result<(), String> {
     let relay = |progress: &mut Progress<'_>, lines: &[String]| {
@@ -860,7 +867,7 @@ fn check_received(
         relay(progress, &[format!("fatal: {e}")]);
         e.to_string()
     })?;
-    match check_incoming(incoming, repo.objects(), tips, &options, sent) {
+    match check_incoming_with(incoming, repo.objects(), tips, &options, sent, early) {
         Ok(checked) => {
             relay(progress, &checked.messages);
             progress.finished("Checking connectivity", checked.objects);

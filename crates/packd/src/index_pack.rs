@@ -40,6 +40,7 @@ pub fn run(dir: &Path, args: &Args) -> Result<ExitCode> {
         fix_thin: args.fix_thin,
         limits,
         thin_base_level: None,
+        observer: None,
     };
     let verbose = args.verbose;
     let mut last = std::time::Instant::now();

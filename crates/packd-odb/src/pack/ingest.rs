@@ -8,9 +8,9 @@
 //! no file behind.
 
 use crate::file_mode::make_read_only;
-use crate::pack::data::input::{read_pack, InputLimits};
+use crate::pack::data::input::{read_pack, read_pack_observed, InputLimits};
 use crate::pack::data::{encode_type_and_size, EntryKind};
-use crate::pack::index::resolve::{resolve, ExternalBase};
+use crate::pack::index::resolve::{resolve, ExternalBase, ObjectObserver};
 use crate::pack::index::write::{encode_v2, IndexEntry};
 use crate::{Error, ObjectDb, ObjectId, ObjectKind, Result};
 use packd_storage::{LocalStorage, MemoryBlob, Storage};
@@ -20,8 +20,8 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// How to take a pack in.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct IngestOptions {
+#[derive(Clone, Copy, Default)]
+pub struct IngestOptions<'a> {
     /// Complete a thin pack with the bases it lacks, read from the repository (`--fix-thin`).
     pub fix_thin: bool,
     /// Bounds on what the stream may declare.
@@ -29,6 +29,21 @@ pub struct IngestOptions {
     /// The zlib level (0-9) of the bases appended to a thin pack; `None`: git's default,
     /// [`DEFAULT_THIN_BASE_LEVEL`]. See [`thin_base_level`] for the repository's.
     pub thin_base_level: Option<u32>,
+    /// Shown the objects index-pack has in memory as it hashes and resolves them (see
+    /// [`ObjectObserver`]): for checks that would otherwise read them all again afterwards
+    /// (receive-pack's fsck checks).
+    pub observer: Option<&'a dyn ObjectObserver>,
+}
+
+impl std::fmt::Debug for IngestOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngestOptions")
+            .field("fix_thin", &self.fix_thin)
+            .field("limits", &self.limits)
+            .field("thin_base_level", &self.thin_base_level)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 /// The level git's index-pack compresses the bases it appends to a thin pack at when nothing
@@ -151,11 +166,12 @@ fn resolve_and_list(
     blob: &dyn packd_storage::Blob,
     entries: &[crate::pack::data::input::InputEntry],
     external: Option<&ExternalBase>,
+    observer: Option<&dyn ObjectObserver>,
     progress: &mut dyn FnMut(&str, u64, u64),
 ) -> Result<(crate::pack::index::resolve::Resolved, Vec<IndexEntry>)> {
     let total = entries.len() as u64;
     progress("Resolving deltas", 0, total);
-    let resolved = resolve(blob, entries, external)?;
+    let resolved = resolve(blob, entries, external, observer)?;
     progress("Resolving deltas", total, total);
     let index = entries
         .iter()
@@ -252,12 +268,13 @@ fn ingest(
         copy: Some(Vec::new()),
     };
     let display = tmp_path.display().to_string();
-    let parsed = read_pack(
+    let parsed = read_pack_observed(
         input,
         &mut out,
         &display,
         &options.limits,
         &mut |n, total| progress("Receiving objects", n as u64, total as u64),
+        options.observer,
     )?;
     let Tee { out, copy } = out;
     let file = out
@@ -279,8 +296,13 @@ fn ingest(
         }
     };
     let external: Option<&ExternalBase> = if odb.is_some() { Some(&lookup) } else { None };
-    let (resolved, mut index) =
-        resolve_and_list(blob.as_ref(), &parsed.entries, external, progress)?;
+    let (resolved, mut index) = resolve_and_list(
+        blob.as_ref(),
+        &parsed.entries,
+        external,
+        options.observer,
+        progress,
+    )?;
     // Kept for the checks of a quarantined pack, unless completing it changes the file.
     let pack_bytes = if quarantine.is_some() && resolved.external_bases.is_empty() {
         Some(blob.read_all()?)
@@ -402,7 +424,13 @@ pub fn index_pack_file(
         dir
     });
     let blob = storage.open(file_name)?;
-    let (_, mut index) = resolve_and_list(blob.as_ref(), &parsed.entries, None, progress)?;
+    let (_, mut index) = resolve_and_list(
+        blob.as_ref(),
+        &parsed.entries,
+        None,
+        options.observer,
+        progress,
+    )?;
     drop(blob);
     let objects = u32::try_from(index.len())
         .map_err(|_| Error::BadName("more than 2^32 objects in one pack".into()))?;

@@ -10,6 +10,7 @@
 
 use super::EntryKind;
 use crate::hash::ObjectId;
+use crate::pack::index::resolve::ObjectObserver;
 use crate::{Error, ObjectKind, Result};
 use sha1::Digest;
 use std::io::{Read, Write};
@@ -291,7 +292,7 @@ impl Stream<'_> {
 
 /// Most inflated bytes gathered into one batch of whole objects for a hashing thread; an object
 /// declaring more is streamed to one thread in chunks of this size instead.
-const BATCH: usize = 1 << 20;
+pub(crate) const BATCH: usize = 1 << 20;
 
 /// Messages a hashing thread's queue holds. With [`BATCH`], this bounds the inflated bytes in
 /// flight whatever the pack's size: about `(QUEUE + 2) * 2 * BATCH` per hashing thread.
@@ -337,13 +338,18 @@ fn digest(hasher: sha1dc::Hasher) -> Option<ObjectId> {
 }
 
 /// Hashes the objects of a batch into `out`, then hands its buffer back to `pool`.
-fn hash_batch(batch: Batch, out: &mut Hashed, pool: &Sender<Vec<u8>>) {
-    hash_objects(&batch, out);
+fn hash_batch(
+    batch: Batch,
+    out: &mut Hashed,
+    pool: &Sender<Vec<u8>>,
+    observer: Option<&dyn ObjectObserver>,
+) {
+    hash_objects(&batch, out, observer);
     let _ = pool.send(batch.data);
 }
 
-/// Hashes the objects of a batch into `out`.
-fn hash_objects(batch: &Batch, out: &mut Hashed) {
+/// Hashes the objects of a batch into `out`, showing those that are not blobs to `observer`.
+fn hash_objects(batch: &Batch, out: &mut Hashed, observer: Option<&dyn ObjectObserver>) {
     let mut start = 0;
     for &(entry, kind, end) in &batch.objects {
         let data = &batch.data[start..end];
@@ -351,17 +357,25 @@ fn hash_objects(batch: &Batch, out: &mut Hashed) {
         let mut h = sha1dc::Hasher::new();
         h.update(&object_header(kind, data.len() as u64));
         h.update(data);
-        out.push((entry, digest(h)));
+        let id = digest(h);
+        if let (Some(observer), Some(id), false) = (observer, &id, kind == ObjectKind::Blob) {
+            observer.observe(id, kind, data);
+        }
+        out.push((entry, id));
     }
 }
 
 /// A hashing thread: computes the ids of the whole objects it is sent until its queue closes.
-fn hash_worker(jobs: Receiver<Job>, pool: Sender<Vec<u8>>) -> Hashed {
+fn hash_worker(
+    jobs: Receiver<Job>,
+    pool: Sender<Vec<u8>>,
+    observer: Option<&dyn ObjectObserver>,
+) -> Hashed {
     let mut out = Vec::new();
     let mut current: Option<(u32, sha1dc::Hasher)> = None;
     for job in jobs {
         match job {
-            Job::Batch(batch) => hash_batch(batch, &mut out, &pool),
+            Job::Batch(batch) => hash_batch(batch, &mut out, &pool, observer),
             Job::Begin { entry, kind, size } => {
                 let mut h = sha1dc::Hasher::new();
                 h.update(&object_header(kind, size));
@@ -386,7 +400,7 @@ fn hash_worker(jobs: Receiver<Job>, pool: Sender<Vec<u8>>) -> Hashed {
 /// The parse thread's side of the hashing threads: gathers whole objects into batches and hands
 /// them out in turn. When every queue is full, the parse thread hashes a batch itself rather than
 /// wait, so no core idles whichever of inflating and hashing is slower.
-struct Hashers {
+struct Hashers<'o> {
     queues: Vec<SyncSender<Job>>,
     /// The queue the next batch or large object goes to.
     next: usize,
@@ -401,9 +415,11 @@ struct Hashers {
     broken: bool,
     /// Without hashing threads (no queues): the large object being hashed here.
     current: Option<(u32, sha1dc::Hasher)>,
+    /// Shown the whole objects of the batches (see [`read_pack_observed`]).
+    observer: Option<&'o dyn ObjectObserver>,
 }
 
-impl Hashers {
+impl Hashers<'_> {
     fn buffer(&mut self) -> Vec<u8> {
         match self.pool.try_recv() {
             Ok(mut b) => {
@@ -450,7 +466,7 @@ impl Hashers {
         }
         if self.queues.is_empty() {
             // No hashing threads: hashed here, the buffer kept for the next batch.
-            hash_objects(&self.batch, &mut self.own);
+            hash_objects(&self.batch, &mut self.own, self.observer);
             self.batch.data.clear();
             self.batch.objects.clear();
             return;
@@ -465,7 +481,7 @@ impl Hashers {
         );
         if let Some(Job::Batch(batch)) = self.send(Job::Batch(batch), false) {
             let pool = self.pool_back.clone();
-            hash_batch(batch, &mut self.own, &pool);
+            hash_batch(batch, &mut self.own, &pool, self.observer);
         }
     }
 
@@ -501,7 +517,7 @@ impl Hashers {
                 }
                 Job::Batch(batch) => {
                     let pool = self.pool_back.clone();
-                    hash_batch(batch, &mut self.own, &pool);
+                    hash_batch(batch, &mut self.own, &pool, self.observer);
                 }
                 Job::Begin { entry, kind, size } => {
                     self.begin(entry, kind, size);
@@ -528,6 +544,20 @@ pub fn read_pack(
     name: &str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
+) -> Result<InputPack> {
+    read_pack_observed(input, out, name, limits, progress, None)
+}
+
+/// [`read_pack`], showing `observer` each whole object that is not a blob, of at most
+/// [`BATCH`] bytes (those are inflated whole; larger ones are hashed as they stream), from the
+/// hashing threads: checks on their content need not read them again.
+pub fn read_pack_observed(
+    input: &mut dyn Read,
+    out: &mut (dyn Write + Send),
+    name: &str,
+    limits: &InputLimits,
+    progress: &mut dyn FnMut(u32, u32),
+    observer: Option<&dyn ObjectObserver>,
 ) -> Result<InputPack> {
     // The header tells the object count: a small pack is read on this thread alone, as git's
     // index-pack reads every pack (threads would cost more than its few objects).
@@ -564,6 +594,7 @@ pub fn read_pack(
             own: Vec::new(),
             broken: false,
             current: None,
+            observer,
         };
         let output = Output::Inline {
             out,
@@ -598,7 +629,7 @@ pub fn read_pack(
             let (tx, rx) = sync_channel(QUEUE);
             let back = pool_back.clone();
             queues.push(tx);
-            workers.push(scope.spawn(move || hash_worker(rx, back)));
+            workers.push(scope.spawn(move || hash_worker(rx, back, observer)));
         }
         let mut hashers = Hashers {
             queues,
@@ -612,6 +643,7 @@ pub fn read_pack(
             own: Vec::new(),
             broken: false,
             current: None,
+            observer,
         };
         let (writes, write_jobs) = sync_channel(QUEUE);
         let (spare_back, spare) = channel();
@@ -732,7 +764,7 @@ fn parse<'a>(
     name: &'a str,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
-    hashers: &mut Hashers,
+    hashers: &mut Hashers<'_>,
 ) -> (Parsed, std::io::Result<()>) {
     let size = match output {
         Output::Thread { .. } => BUFFER,
@@ -771,7 +803,7 @@ fn parse_into(
     s: &mut Stream<'_>,
     limits: &InputLimits,
     progress: &mut dyn FnMut(u32, u32),
-    hashers: &mut Hashers,
+    hashers: &mut Hashers<'_>,
     entries: &mut Vec<InputEntry>,
 ) -> Result<(u32, [u8; 20], u64)> {
     let magic: [u8; 4] = s.bytes("the header")?;

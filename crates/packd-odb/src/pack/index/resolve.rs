@@ -8,7 +8,7 @@
 //! A delta left unresolved has a missing base or sits on a cycle of ref-deltas; either is an
 //! error naming its offset, never a loop.
 
-use crate::pack::data::input::InputEntry;
+use crate::pack::data::input::{InputEntry, BATCH};
 use crate::pack::data::EntryKind;
 use crate::{delta, zlib, Error, ObjectId, ObjectKind, Result};
 use packd_storage::Blob;
@@ -25,6 +25,18 @@ pub struct Resolved {
 
 /// Looks up an object outside the pack: its kind and content.
 pub type ExternalBase<'a> = dyn Fn(&ObjectId) -> Result<Option<(ObjectKind, Vec<u8>)>> + Sync + 'a;
+
+/// Sees each object whose content index-pack has in memory anyway, from the threads that
+/// have it, so that checks on the content need not read those objects again: `(id, kind,
+/// content)`. Shown once each: every delta's result as it is resolved; every whole object that
+/// is not a blob, of up to 1 MiB, as it is read and hashed
+/// ([`crate::pack::data::input::read_pack_observed`]); a larger whole object when it is a
+/// delta's base. A larger whole object that is no delta's base, and a whole blob, are not
+/// shown.
+pub trait ObjectObserver: Sync {
+    /// Called once for each such object, from any thread.
+    fn observe(&self, id: &ObjectId, kind: ObjectKind, data: &[u8]);
+}
 
 /// An entry resolved: its position, id and kind.
 type Done = (u32, ObjectId, ObjectKind);
@@ -73,6 +85,7 @@ fn resolve_tree(
     entries: &[InputEntry],
     children: &Children,
     root: (Option<u64>, ObjectId, ObjectKind, Vec<u8>),
+    observer: Option<&dyn ObjectObserver>,
 ) -> Result<Vec<Done>> {
     let mut out = Vec::new();
     // Frames of the depth-first walk: a resolved object and the children still to do.
@@ -100,6 +113,9 @@ fn resolve_tree(
         })?;
         let result_id = ObjectId::compute(kind, &result)
             .map_err(|e| Error::corrupt(pack.name(), entry.offset, e.to_string()))?;
+        if let Some(observer) = observer {
+            observer.observe(&result_id, kind, &result);
+        }
         out.push((child, result_id, kind));
         let grandchildren = kids(Some(entry.offset), &result_id);
         stack.push((kind, data, todo));
@@ -111,11 +127,14 @@ fn resolve_tree(
 }
 
 /// Resolves the `entries` of `pack` (see the module documentation). `external` finds bases
-/// outside the pack; without it, a thin pack is an error.
+/// outside the pack; without it, a thin pack is an error. `observer` sees the deltas'
+/// results and the whole bases over 1 MiB (see [`ObjectObserver`]; a base read from outside
+/// the pack is not shown, the deltas under it are).
 pub fn resolve(
     pack: &dyn Blob,
     entries: &[InputEntry],
     external: Option<&ExternalBase>,
+    observer: Option<&dyn ObjectObserver>,
 ) -> Result<Resolved> {
     let mut by_offset = Vec::new();
     let mut by_id = Vec::new();
@@ -148,11 +167,16 @@ pub fn resolve(
         let mut out = vec![(r, id, kind)];
         if has_children {
             let data = inflate(pack, entry)?;
+            // One of at most BATCH bytes was shown as it was read.
+            if let (Some(observer), true) = (observer, entry.size > BATCH as u64) {
+                observer.observe(&id, kind, &data);
+            }
             out.extend(resolve_tree(
                 pack,
                 entries,
                 &children,
                 (Some(entry.offset), id, kind, data),
+                observer,
             )?);
         }
         Ok(out)
@@ -181,7 +205,13 @@ pub fn resolve(
             let Some((kind, data)) = external(base)? else {
                 return Ok(None);
             };
-            let tree = resolve_tree(pack, entries, &children, (None, *base, kind, data))?;
+            let tree = resolve_tree(
+                pack,
+                entries,
+                &children,
+                (None, *base, kind, data),
+                observer,
+            )?;
             Ok(Some((*base, tree)))
         };
         let found: Vec<Option<(ObjectId, Vec<Done>)>> = if small {
