@@ -332,12 +332,7 @@ impl Creations {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bare(dir: &Path) {
-        std::fs::create_dir_all(dir.join("objects/pack")).unwrap();
-        std::fs::create_dir_all(dir.join("refs/heads")).unwrap();
-        std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-    }
+    use crate::paths::tests::bare;
 
     /// Every path under `dir`, sorted.
     fn tree(dir: &Path) -> Vec<PathBuf> {

@@ -183,10 +183,11 @@ impl Root {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn bare(dir: &Path) {
+    /// A bare repository's bones at `dir` (what makes a git directory).
+    pub(crate) fn bare(dir: &Path) {
         std::fs::create_dir_all(dir.join("objects/pack")).unwrap();
         std::fs::create_dir_all(dir.join("refs/heads")).unwrap();
         std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();

@@ -11,16 +11,6 @@ use std::time::{Duration, Instant};
 
 const GET_REFS: &str = "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1";
 
-/// The server's peak resident memory so far (VmHWM), in KiB.
-fn peak_rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
 /// `n` MiB of zeros, gzipped (about 1 KiB of gzip per MiB).
 fn gzip_zeros(mib: usize) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -37,7 +27,7 @@ fn gzip_zeros(mib: usize) -> Vec<u8> {
 fn a_gzip_bomb_costs_no_more_than_a_buffer() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &["--max-request-bytes", "200m"]);
-    let before = peak_rss_kib(&server);
+    let before = server.peak_rss_kib();
     let bomb = gzip_zeros(256);
     for _ in 0..2 {
         let head = "POST /repo.git/git-upload-pack HTTP/1.1\r\n\
@@ -48,7 +38,7 @@ fn a_gzip_bomb_costs_no_more_than_a_buffer() {
         // limit; either way it is refused.
         assert!(r.status == 200 || r.status >= 400, "{}", r.status);
     }
-    let after = peak_rss_kib(&server);
+    let after = server.peak_rss_kib();
     assert!(
         after < before + 64 * 1024,
         "peak RSS went from {before} KiB to {after} KiB"

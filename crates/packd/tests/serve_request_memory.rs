@@ -8,16 +8,6 @@ mod serve_support;
 
 use serve_support::{http, pkt, Fixture, Server};
 
-/// The server's peak resident memory so far (VmHWM), in KiB.
-fn peak_rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
 /// A protocol v2 request for `command`, with `args` repeated `times` each, in order.
 fn v2_request(command: &str, args: &[(&str, usize)]) -> Vec<u8> {
     let mut body = pkt(&format!("command={command}\n"));
@@ -51,7 +41,7 @@ fn an_ls_refs_flood_costs_a_few_buffers() {
     let f = Fixture::new();
     let server = Server::start(&f.sandbox, &f.root, &["--max-request-bytes", "100m"]);
     f.ls_remote("2", &server.http_url("repo.git"));
-    let before = peak_rss_kib(&server);
+    let before = server.peak_rss_kib();
     let prefix = format!("ref-prefix refs/heads/{}", "x".repeat(200));
     let body = v2_request(
         "ls-refs",
@@ -67,7 +57,7 @@ fn an_ls_refs_flood_costs_a_few_buffers() {
     let text = r.text();
     assert!(text.contains(" refs/heads/main\n"), "every ref: {text}");
     assert!(text.contains(" refs/tags/v1.0 peeled:"), "peeled: {text}");
-    let after = peak_rss_kib(&server);
+    let after = server.peak_rss_kib();
     assert!(
         after < before + BOUND_KIB,
         "peak RSS went from {before} KiB to {after} KiB"
@@ -83,7 +73,7 @@ fn a_fetch_of_repeated_wants_and_haves_costs_a_few_buffers() {
     f.ls_remote("2", &server.http_url("repo.git"));
     let tip = f.repo.git_str(&["rev-parse", "main"]);
     let base = f.repo.git_str(&["rev-parse", "main~5"]);
-    let before = peak_rss_kib(&server);
+    let before = server.peak_rss_kib();
     let (want, have) = (format!("want {tip}"), format!("have {base}"));
     let body = v2_request(
         "fetch",
@@ -102,7 +92,7 @@ fn a_fetch_of_repeated_wants_and_haves_costs_a_few_buffers() {
         "{text}"
     );
     assert_eq!(text.matches("ACK ").count(), 1, "one ACK: {text}");
-    let after = peak_rss_kib(&server);
+    let after = server.peak_rss_kib();
     assert!(
         after < before + BOUND_KIB,
         "peak RSS went from {before} KiB to {after} KiB"

@@ -24,6 +24,16 @@ pub struct Server {
 }
 
 impl Server {
+    /// The server's peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
     /// Starts `packd serve --root ROOT --listen 127.0.0.1:0 --git-daemon 127.0.0.1:0 EXTRA...`.
     pub fn start(sandbox: &Sandbox, root: &Path, extra: &[&str]) -> Server {
         Server::start_logging(sandbox, root, extra, "info")
