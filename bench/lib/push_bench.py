@@ -73,6 +73,20 @@ class Server:
             git(self.path, "update-ref", "--stdin", input=("\n".join(lines) + "\n").encode())
 
 
+def write_wrapper(work):
+    """Writes `work/rp-wrap.sh`, which runs the receiver and records its user and system CPU
+    (microseconds, from wait4; GNU time would round to 10 ms) in $RP_TIME, for [`push`]."""
+    wrap = os.path.join(work, "rp-wrap.sh")
+    with open(wrap, "w") as f:
+        f.write("#!/usr/bin/env python3\n"
+                "import os, subprocess, sys\n"
+                "p = subprocess.Popen(sys.argv[1:])\n"
+                "_, status, ru = os.wait4(p.pid, 0)\n"
+                "open(os.environ['RP_TIME'], 'w').write(f'{ru.ru_utime:.6f} {ru.ru_stime:.6f}')\n"
+                "sys.exit(os.waitstatus_to_exitcode(status))\n")
+    os.chmod(wrap, 0o755)
+
+
 def push(work, client, server, refspec, receiver):
     """One push; returns the receiver's CPU seconds."""
     timing = os.path.join(work, "rp-time")
@@ -89,9 +103,11 @@ def push(work, client, server, refspec, receiver):
     return float(user) + float(sys_)
 
 
-def measure(work, client, server, refspec, packd):
+def measure(work, client, server, refspec, packd, runs=RUNS):
+    """Median receiver CPU of `runs` pushes by git and by packd, alternating, the server put
+    back after each."""
     g, p = [], []
-    for _ in range(RUNS):
+    for _ in range(runs):
         g.append(push(work, client, server, refspec, "git-receive-pack"))
         server.restore()
         p.append(push(work, client, server, refspec, f"{packd} receive-pack"))
@@ -229,17 +245,7 @@ def main():
                                     for a in sys.argv[1:5])
     cases = os.environ.get("CASES", "a b c").split()
     os.makedirs(work, exist_ok=True)
-    wrap = os.path.join(work, "rp-wrap.sh")
-    # Runs the receiver and records its user and system CPU (microseconds, from wait4; GNU
-    # time would round to 10 ms).
-    with open(wrap, "w") as f:
-        f.write("#!/usr/bin/env python3\n"
-                "import os, subprocess, sys\n"
-                "p = subprocess.Popen(sys.argv[1:])\n"
-                "_, status, ru = os.wait4(p.pid, 0)\n"
-                "open(os.environ['RP_TIME'], 'w').write(f'{ru.ru_utime:.6f} {ru.ru_stime:.6f}')\n"
-                "sys.exit(os.waitstatus_to_exitcode(status))\n")
-    os.chmod(wrap, 0o755)
+    write_wrapper(work)
     version = git(".", "version")
     print(f"packd push benchmark, {version}, median of {RUNS} (receiver CPU, user+sys s)")
     if "a" in cases:

@@ -13,25 +13,14 @@ full pack: RUNS_FULL). Target: packd <= 0.5x git's CPU.
 """
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from push_bench import Server, git, push, row  # noqa: E402
+from push_bench import Server, git, measure, row, write_wrapper  # noqa: E402
 
 RUNS = int(os.environ.get("RUNS", "5"))
 RUNS_FULL = int(os.environ.get("RUNS_FULL", "1"))
-
-
-def measure(work, client, server, refspec, packd, runs):
-    g, p = [], []
-    for _ in range(runs):
-        g.append(push(work, client, server, refspec, "git-receive-pack"))
-        server.restore()
-        p.append(push(work, client, server, refspec, f"{packd} receive-pack"))
-        server.restore()
-    return statistics.median(g), statistics.median(p)
 
 
 def server_at(real, work, name, have, head_ref, packd):
@@ -57,16 +46,7 @@ def server_at(real, work, name, have, head_ref, packd):
 def main():
     packd, real, work = (os.path.abspath(a) if os.sep in a else a for a in sys.argv[1:4])
     os.makedirs(work, exist_ok=True)
-    # push_bench's main writes the wrapper; write it the same way here.
-    wrap = os.path.join(work, "rp-wrap.sh")
-    with open(wrap, "w") as f:
-        f.write("#!/usr/bin/env python3\n"
-                "import os, subprocess, sys\n"
-                "p = subprocess.Popen(sys.argv[1:])\n"
-                "_, status, ru = os.wait4(p.pid, 0)\n"
-                "open(os.environ['RP_TIME'], 'w').write(f'{ru.ru_utime:.6f} {ru.ru_stime:.6f}')\n"
-                "sys.exit(os.waitstatus_to_exitcode(status))\n")
-    os.chmod(wrap, 0o755)
+    write_wrapper(work)
     print(f"packd push benchmark, fsck on, {git('.', 'version')}, median of {RUNS} "
           f"({RUNS_FULL} for the full pack), receiver CPU user+sys s")
     print(f"   {'push':<34} {'git cpu':>9} {'packd':>9} {'ratio':>6}")
