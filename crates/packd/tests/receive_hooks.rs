@@ -265,13 +265,7 @@ fn printed_raw(run: &Run) -> Vec<String> {
 
 /// A client work tree with two commits on main.
 fn client(sb: &Sandbox) -> Repo {
-    let client = sb.init("client");
-    std::fs::write(client.path.join("f"), "one\n").unwrap();
-    client.git(&["add", "f"]);
-    client.git(&["commit", "-q", "-m", "one"]);
-    std::fs::write(client.path.join("f"), "two\n").unwrap();
-    client.git(&["commit", "-q", "-am", "two"]);
-    client
+    sb.client_with_two_commits("client")
 }
 
 /// The three targets (git, packd receive-pack, packd serve) with the same configuration and

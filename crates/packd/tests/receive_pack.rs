@@ -16,14 +16,10 @@ const ZERO: &str = "0000000000000000000000000000000000000000";
 
 /// A server repository and a client work tree with two commits on main.
 fn setup(sb: &Sandbox) -> (Repo, Repo) {
-    let server = sb.init_bare("srv.git");
-    let client = sb.init("client");
-    std::fs::write(client.path.join("f"), "one\n").unwrap();
-    client.git(&["add", "f"]);
-    client.git(&["commit", "-q", "-m", "one"]);
-    std::fs::write(client.path.join("f"), "two\n").unwrap();
-    client.git(&["commit", "-q", "-am", "two"]);
-    (server, client)
+    (
+        sb.init_bare("srv.git"),
+        sb.client_with_two_commits("client"),
+    )
 }
 
 /// `git push --receive-pack='packd receive-pack' <server> ARGS...` from the client.

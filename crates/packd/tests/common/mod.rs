@@ -279,6 +279,18 @@ impl Sandbox {
             home: self.home.clone(),
         }
     }
+
+    /// `git init NAME` with two commits on main, `f` holding "one\n" then "two\n": the client
+    /// of the push tests.
+    pub fn client_with_two_commits(&self, name: &str) -> Repo {
+        let client = self.init(name);
+        std::fs::write(client.path.join("f"), "one\n").unwrap();
+        client.git(&["add", "f"]);
+        client.git(&["commit", "-q", "-m", "one"]);
+        std::fs::write(client.path.join("f"), "two\n").unwrap();
+        client.git(&["commit", "-q", "-am", "two"]);
+        client
+    }
 }
 
 /// A repository in a sandbox. `path` is what `-C` gets (the work tree, or the bare repository).
