@@ -10,6 +10,9 @@ mod local;
 mod memory;
 
 pub use local::LocalStorage;
+pub mod write;
+pub use write::{NewBlob, Version};
+mod local_write;
 pub use memory::MemoryBlob;
 
 use bytes::Bytes;
@@ -31,6 +34,19 @@ pub enum StorageError {
         end: u64,
         len: u64,
     },
+    /// A blob created with [`Storage::create`] was published under a name that exists.
+    #[error("{name}: already exists")]
+    AlreadyExists { name: String },
+    /// A [`Storage::replace`] found the blob changed since it was read (or present when it
+    /// was to be created, or gone when it was to be replaced): the caller reads it again.
+    #[error("{name}: changed since it was read")]
+    Conflict { name: String },
+    /// Another writer holds the blob's lock (`NAME.lock` on a local disk).
+    #[error("{name}: locked by another writer ({lock} exists)")]
+    Locked { name: String, lock: String },
+    /// This storage takes no writes.
+    #[error("{name}: this storage is read-only")]
+    ReadOnly { name: String },
     /// The operating system (or, later, the object store) refused the read.
     #[error("{name}: {source}")]
     Io {
@@ -246,6 +262,50 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// A human-readable description of where blob `name` lives (a full path), for messages.
     fn describe(&self, name: &str) -> String;
+
+    /// Starts writing an immutable blob `name` (see [`write`]): nothing appears until it is
+    /// published, and publishing fails if the name exists.
+    fn create(&self, name: &str) -> Result<Box<dyn NewBlob>, StorageError> {
+        Err(StorageError::ReadOnly {
+            name: self.describe(name),
+        })
+    }
+
+    /// A small mutable blob's bytes and their [`Version`], for a later [`Storage::replace`];
+    /// `None` when it does not exist.
+    fn read_versioned(&self, name: &str) -> Result<Option<(Bytes, Version)>, StorageError> {
+        match self.open(name) {
+            Ok(blob) => {
+                let bytes = blob.read_all()?;
+                let version = write::local_version(&bytes);
+                Ok(Some((bytes, version)))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the small mutable blob `name` with `bytes` if it is still at `expected`
+    /// (`None`: only if it does not exist), durably; [`StorageError::Conflict`] otherwise.
+    /// Returns the new version.
+    fn replace(
+        &self,
+        name: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<Version, StorageError> {
+        let _ = (expected, bytes);
+        Err(StorageError::ReadOnly {
+            name: self.describe(name),
+        })
+    }
+
+    /// Deletes blob `name`; `false` when it did not exist.
+    fn delete(&self, name: &str) -> Result<bool, StorageError> {
+        Err(StorageError::ReadOnly {
+            name: self.describe(name),
+        })
+    }
 }
 
 /// Checks that `range` lies inside a blob of `len` bytes, naming the blob if not.

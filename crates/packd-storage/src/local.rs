@@ -179,6 +179,26 @@ impl Storage for LocalStorage {
     fn describe(&self, name: &str) -> String {
         self.path(name).display().to_string()
     }
+
+    fn create(&self, name: &str) -> Result<Box<dyn crate::NewBlob>, StorageError> {
+        Ok(Box::new(crate::local_write::LocalNewBlob::start(
+            name,
+            self.path(name),
+        )?))
+    }
+
+    fn replace(
+        &self,
+        name: &str,
+        expected: Option<&crate::Version>,
+        bytes: &[u8],
+    ) -> Result<crate::Version, StorageError> {
+        crate::local_write::replace(&self.path(name), expected, bytes)
+    }
+
+    fn delete(&self, name: &str) -> Result<bool, StorageError> {
+        crate::local_write::delete(&self.path(name))
+    }
 }
 
 /// A local file's bytes, mapped or read whole.
