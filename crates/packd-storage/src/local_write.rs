@@ -84,6 +84,20 @@ impl NewBlob for LocalNewBlob {
         &self.name
     }
 
+    fn rename(&mut self, name: &str) -> Result<(), StorageError> {
+        let old_dir = Path::new(&self.name).parent();
+        if Path::new(name).parent() != old_dir {
+            return Err(io_error(
+                &self.path,
+                std::io::Error::other(format!("cannot be renamed to {name}: another directory")),
+            ));
+        }
+        let file_name = Path::new(name).file_name().unwrap_or_default();
+        self.path = self.path.with_file_name(file_name);
+        self.name = name.to_string();
+        Ok(())
+    }
+
     fn publish(mut self: Box<Self>) -> Result<(), StorageError> {
         let file = self.file.take().expect("a blob is published once");
         file.sync_all().map_err(|e| io_error(&self.temp, e))?;
@@ -227,7 +241,16 @@ mod tests {
             b"first"
         );
         drop(s.create("pack/pack-2.pack").unwrap());
-        assert_eq!(s.list("pack").unwrap(), vec!["pack-1.pack".to_string()]);
+        let mut named = s.create("pack/tmp.pack").unwrap();
+        named.write_all(b"third").unwrap();
+        named.rename("pack/pack-3.pack").unwrap();
+        assert!(named.rename("other/pack-3.pack").is_err());
+        named.publish().unwrap();
+        assert_eq!(
+            &s.open("pack/pack-3.pack").unwrap().read_all().unwrap()[..],
+            b"third"
+        );
+        assert_eq!(s.list("pack").unwrap(), vec!["pack-1.pack", "pack-3.pack"]);
     }
 
     #[test]

@@ -27,6 +27,11 @@ pub trait NewBlob: std::io::Write + Send {
     /// The name the blob will have.
     fn name(&self) -> &str;
 
+    /// Gives the blob another name before it is published: for files named by a checksum of
+    /// their own bytes (`pack-<checksum>.pack`), known only once they are written. The new
+    /// name must be in the same directory.
+    fn rename(&mut self, name: &str) -> Result<(), StorageError>;
+
     /// Makes the bytes durable and visible under the name, if no blob has that name yet;
     /// otherwise [`StorageError::AlreadyExists`] and the bytes are dropped. Blobs named by
     /// their content (packs, indexes) then simply exist already.
