@@ -20,10 +20,12 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum GraphCommand {
     /// Write objects/info/commit-graph (one file; a split chain is removed).
-    #[command(after_help = "Writes the commit-graph git 2.39 writes by default: OIDF, OIDL, \
+    #[command(
+        after_help = "Writes the commit-graph git 2.39 writes by default: OIDF, OIDL, \
 CDAT (topological levels), GDA2/GDO2 (corrected commit dates; commitGraph.generationVersion=1 \
 leaves them out), EDGE for octopus merges, no Bloom filters. The file is written to a temporary \
-file, synced and renamed into place.")]
+file, synced and renamed into place."
+    )]
     Write(WriteArgs),
 }
 

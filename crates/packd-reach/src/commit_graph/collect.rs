@@ -193,11 +193,13 @@ fn peel_to_commit(objects: &ObjectDb, id: &ObjectId) -> Result<Option<ObjectId>,
         match header.kind {
             ObjectKind::Commit => return Ok(Some(at)),
             ObjectKind::Tag => {
-                let tag = objects.read(&at)?.ok_or_else(|| CommitGraphError::BadCommit {
-                    id: at,
-                    child: None,
-                    what: "a tag that cannot be read".into(),
-                })?;
+                let tag = objects
+                    .read(&at)?
+                    .ok_or_else(|| CommitGraphError::BadCommit {
+                        id: at,
+                        child: None,
+                        what: "a tag that cannot be read".into(),
+                    })?;
                 at = packd_odb::parse::tag_target(&at, &tag.data)?;
             }
             _ => return Ok(None),
@@ -233,7 +235,8 @@ pub(super) fn parse(data: &[u8]) -> Result<Parsed, &'static str> {
         if data.len() <= at + PARENT_LINE + 1 || data[at + PARENT_LINE] != b'\n' {
             return Err("bad parents");
         }
-        parents.push(ObjectId::from_hex_bytes(&data[at + 7..at + PARENT_LINE]).ok_or("bad parents")?);
+        parents
+            .push(ObjectId::from_hex_bytes(&data[at + 7..at + PARENT_LINE]).ok_or("bad parents")?);
         at += PARENT_LINE + 1;
     }
     Ok(Parsed {
@@ -253,12 +256,18 @@ fn commit_date(buf: &[u8]) -> u64 {
     if at + 9 >= end || !buf[at..].starts_with(b"committer") {
         return 0;
     }
-    at = buf[at..].iter().position(|&b| b == b'>').map_or(end, |n| at + n + 1);
+    at = buf[at..]
+        .iter()
+        .position(|&b| b == b'>')
+        .map_or(end, |n| at + n + 1);
     if at >= end {
         return 0;
     }
     let date_at = at;
-    let line_end = buf[at..].iter().position(|&b| b == b'\n').map_or(end, |n| at + n + 1);
+    let line_end = buf[at..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(end, |n| at + n + 1);
     if line_end >= end {
         return 0;
     }
@@ -328,7 +337,10 @@ mod tests {
         let no_author = format!("tree {TREE}\ncommitter C <c@d> 9 +0000\n\n");
         assert_eq!(parse(no_author.as_bytes()).unwrap().date, 0);
         let negative = format!("tree {TREE}\nauthor A <a> 1 +0000\ncommitter C <c> -2 +0000\n\n");
-        assert_eq!(parse(negative.as_bytes()).unwrap().date, 2u64.wrapping_neg());
+        assert_eq!(
+            parse(negative.as_bytes()).unwrap().date,
+            2u64.wrapping_neg()
+        );
         let huge = format!(
             "tree {TREE}\nauthor A <a> 1 +0000\ncommitter C <c> 99999999999999999999999 +0000\n\n"
         );
@@ -337,7 +349,10 @@ mod tests {
         let last = format!("tree {TREE}\nauthor A <a> 1 +0000\ncommitter C <c> 3 +0000\n");
         assert_eq!(parse(last.as_bytes()).unwrap().date, 0);
         assert!(parse(b"tree 1234\n").is_err());
-        let bad_parent = format!("tree {TREE}\nparent {}\nauthor A <a> 1 +0000\n", &PARENT[..39]);
+        let bad_parent = format!(
+            "tree {TREE}\nparent {}\nauthor A <a> 1 +0000\n",
+            &PARENT[..39]
+        );
         assert!(parse(bad_parent.as_bytes()).is_err());
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Both are computed parents first with an explicit stack (no recursion: histories are deep).
 
-use super::{Commits, CommitGraphError};
+use super::{CommitGraphError, Commits};
 
 /// git's largest topological level.
 pub const MAX_TOPO_LEVEL: u32 = 0x3fff_ffff;
@@ -65,7 +65,11 @@ impl Generations {
                 }
                 stack.pop();
                 state[pos] = 2;
-                let max_level = parents.iter().map(|&p| levels[p as usize]).max().unwrap_or(0);
+                let max_level = parents
+                    .iter()
+                    .map(|&p| levels[p as usize])
+                    .max()
+                    .unwrap_or(0);
                 levels[pos] = max_level.min(MAX_TOPO_LEVEL - 1) + 1;
                 if v2 {
                     let mut max = parents

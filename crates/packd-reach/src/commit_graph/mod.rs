@@ -274,4 +274,3 @@ fn check_compatible(repo: &Repository) -> Result<(), CommitGraphError> {
     }
     Ok(())
 }
-

@@ -168,7 +168,9 @@ pub fn install(objects_dir: &Path, encoded: Encoded) -> Result<WrittenGraph, Com
     let path = info.join("commit-graph");
     let bytes = encoded.bytes.len() as u64;
     crate::bitmap::write::replace_files(&[(path.clone(), encoded.bytes)]).map_err(|e| match e {
-        crate::bitmap::write::WriteError::Io { path, source } => CommitGraphError::Io { path, source },
+        crate::bitmap::write::WriteError::Io { path, source } => {
+            CommitGraphError::Io { path, source }
+        }
         other => CommitGraphError::Io {
             path: path.display().to_string(),
             source: std::io::Error::other(other.to_string()),
