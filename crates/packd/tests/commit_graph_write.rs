@@ -352,7 +352,7 @@ fn a_bad_commit_is_named_and_nothing_is_written() {
 }
 
 #[test]
-fn a_shallow_repository_gets_no_graph_as_in_git() {
+fn a_shallow_or_graphless_repository_gets_no_graph_as_in_git() {
     let sb = Sandbox::new();
     let repo = awkward_history(&sb);
     let main = repo.git_str(&["rev-parse", "main"]);
@@ -360,6 +360,13 @@ fn a_shallow_repository_gets_no_graph_as_in_git() {
     let run = repo.packd(&["commit-graph", "write"], None);
     assert!(run.success());
     assert!(run.err().contains("shallow"), "{}", run.err());
+    assert!(!graph_path(&repo).exists());
+
+    std::fs::remove_file(repo.git_dir.join("shallow")).unwrap();
+    repo.git(&["config", "core.commitGraph", "false"]);
+    let run = repo.packd(&["commit-graph", "write"], None);
+    assert!(run.success());
+    assert!(run.err().contains("core.commitGraph"), "{}", run.err());
     assert!(!graph_path(&repo).exists());
 }
 

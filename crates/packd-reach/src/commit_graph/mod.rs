@@ -70,14 +70,23 @@ pub trait Progress: Sync {
     fn update(&self, done: u64);
 }
 
-/// How to write a commit-graph.
-#[derive(Clone, Copy, Default)]
+/// How to write a commit-graph. The default is git 2.39's: generation v2, no progress.
+#[derive(Clone, Copy)]
 pub struct GraphOptions<'a> {
     /// Write corrected commit dates (GDA2, and GDO2 when needed), as git 2.39 does by default
     /// (`commitGraph.generationVersion=2`); false writes topological levels alone (version 1).
     pub generation_v2: bool,
     /// Progress reports, if any.
     pub progress: Option<&'a dyn Progress>,
+}
+
+impl Default for GraphOptions<'_> {
+    fn default() -> Self {
+        GraphOptions {
+            generation_v2: true,
+            progress: None,
+        }
+    }
 }
 
 impl<'a> GraphOptions<'a> {
