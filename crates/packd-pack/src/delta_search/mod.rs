@@ -162,3 +162,6 @@ pub fn search<E: Send>(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod quality;

@@ -139,7 +139,7 @@ fn depth_is_respected() {
 #[test]
 fn the_answer_is_the_same_on_any_number_of_threads() {
     // Enough objects for several chunks.
-    let objects = objects(90, 50);
+    let objects = objects(60, 40);
     let one = run(
         &objects,
         &SearchOptions {
@@ -152,7 +152,7 @@ fn the_answer_is_the_same_on_any_number_of_threads() {
         one.iter()
             .filter(|c| matches!(c, Choice::Delta { .. }))
             .count()
-            > 4000
+            > 2000
     );
     for threads in [2, 3] {
         let many = run(
