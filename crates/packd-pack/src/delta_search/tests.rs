@@ -306,3 +306,27 @@ fn a_load_error_ends_the_search() {
     );
     assert_eq!(result.unwrap_err(), 3);
 }
+
+#[test]
+fn a_writers_order_is_kept() {
+    // Only earlier candidates may be bases: every delta's base comes before it.
+    let objects = objects(4, 10);
+    let load = |i: u32| Ok::<_, ()>(objects.data[i as usize].clone());
+    let choices = search_where(
+        &objects.candidates,
+        &SearchOptions::default(),
+        &load,
+        &|_| {},
+        &|target, base| base < target,
+    )
+    .unwrap();
+    check(&objects, &choices, 50);
+    let mut deltas = 0;
+    for (i, choice) in choices.iter().enumerate() {
+        if let Choice::Delta { base, .. } = choice {
+            assert!((*base as usize) < i, "{i} against {base}");
+            deltas += 1;
+        }
+    }
+    assert!(deltas > 20, "{deltas} deltas");
+}

@@ -76,6 +76,7 @@ pub(super) fn search_chunk<E>(
     chunk: &[u32],
     options: &SearchOptions,
     load: &(dyn Fn(u32) -> Result<Bytes, E> + Sync),
+    may_base: &(dyn Fn(u32, u32) -> bool + Sync),
     progress: &dyn Fn(u64),
 ) -> Result<Vec<(u32, Choice)>, E> {
     let level = if options.compression_level < 0 {
@@ -106,6 +107,9 @@ pub(super) fn search_chunk<E>(
         let mut best: Option<Best> = None;
         if !candidates[target as usize].base_only {
             for position in (0..window.len()).rev() {
+                if !may_base(target, window[position].idx) {
+                    continue;
+                }
                 let tried = try_delta(
                     candidates,
                     &mut slot,
