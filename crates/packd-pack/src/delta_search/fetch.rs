@@ -10,19 +10,27 @@
 //!            ──> by plan position: base (an item, or one the client has), compressed delta
 //! ```
 //!
-//! Whole objects are searched only when the client has something (a fetch): a clone's whole
-//! objects are the bases of the pack's chains, with nothing to be a delta against. The bitmap
-//! gives the name-hashes; without one (a walked plan) nothing is searched here and the walk's
-//! path bases serve (`write.rs`, `delta_against_path_base`).
+//! Only fetches are searched (the client has something): a clone's whole objects are the bases
+//! of the pack's chains, and a clone's deltas have their bases in the pack, but for those of
+//! a shallow or filtered clone, which go whole. The bitmap gives the name-hashes; without one
+//! (a walked plan) nothing is searched here and the walk's path bases serve (`write.rs`,
+//! `delta_against_path_base`).
 
 use super::{search_where, Candidate, Choice, SearchOptions};
 use crate::count::{Had, Planned, LOOSE};
 use crate::write::{NameScans, Send};
 use crate::{PackError, PackServer, ProgressSink};
-use packd_odb::ObjectId;
+use packd_odb::pack::data::decode_entry_header;
+use packd_odb::{HashKind, ObjectId};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Enough bytes for any entry header.
+const HEADER_BYTES: u64 = 64;
+
+/// Bytes of a pack read at once for the entry headers.
+const HEADER_WINDOW: u64 = 64 << 10;
 
 /// The search's time for any fetch that has objects to search.
 const BUDGET_BASE: Duration = Duration::from_millis(100);
@@ -65,7 +73,7 @@ pub(crate) struct NewDelta {
 impl PackServer {
     /// The new deltas of `plan`'s objects, by place in the plan (see the module documentation).
     /// Empty, at the cost of nothing but a look at each entry's header, when nothing needs a
-    /// search or there is no bitmap.
+    /// search; at no cost for a clone or without a bitmap.
     pub(crate) fn new_deltas(
         &self,
         plan: &Planned,
@@ -77,12 +85,21 @@ impl PackServer {
         let (Some(index), Had::Bits(had)) = (self.loaded_bitmap(), &plan.had) else {
             return Ok(HashMap::new());
         };
-        let fetch = !had.is_empty();
-        // The objects to search, by stored form.
+        // A clone's whole objects are its chains' bases, and its deltas' bases are sent.
+        if had.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // The objects to search, by stored form. Headers are read by copy, a window at a time,
+        // as the writer reads (mapping them would leave every touched page of the pack
+        // resident: 160 MB more for a clone of git/git's v2.39.0 when this read them mapped).
         let mut searched: Vec<u32> = Vec::new();
         let offsets = vec![0u64; plan.items.len()];
         let mut header = Vec::new();
+        let mut window: (u32, u64, Vec<u8>) = (LOOSE, 0, Vec::new());
         for (i, item) in plan.items.iter().enumerate() {
+            if i % 4096 == 0 && cancel.load(Ordering::Relaxed) {
+                return Err(PackError::Cancelled);
+            }
             if searched.len() >= MAX_SEARCHED {
                 break;
             }
@@ -91,7 +108,20 @@ impl PackServer {
                 continue;
             }
             let pack = &plan.packs[item.rank as usize];
-            let entry = pack.entry_header(item.offset)?;
+            let head_end = (item.offset + HEADER_BYTES).min(pack.entries_end());
+            let (rank, start, bytes) = &mut window;
+            if *rank != item.rank || item.offset < *start || head_end > *start + bytes.len() as u64
+            {
+                let end = (item.offset + HEADER_WINDOW).min(pack.entries_end());
+                pack.data()
+                    .read_copy_into(item.offset..end, bytes)
+                    .map_err(packd_odb::Error::from)?;
+                (*rank, *start) = (item.rank, item.offset);
+            }
+            let at = (item.offset - *start) as usize;
+            let head = &bytes[at..at + (head_end - item.offset) as usize];
+            let entry = decode_entry_header(head, item.offset, HashKind::Sha1)
+                .map_err(|what| packd_odb::Error::corrupt(pack.data_name(), item.offset, what))?;
             let send = self.choose(
                 plan,
                 i,
@@ -106,7 +136,6 @@ impl PackServer {
             )?;
             match send {
                 Send::Reuse { delta: true, .. } => {}
-                Send::Reuse { delta: false, .. } if !fetch => {}
                 _ => searched.push(i as u32),
             }
         }
@@ -138,7 +167,7 @@ impl PackServer {
             });
         }
         let targets = candidates.len();
-        if thin && fetch {
+        if thin {
             let mut scans = NameScans::new();
             let mut offered = HashSet::new();
             let mut preferred = Vec::new();
