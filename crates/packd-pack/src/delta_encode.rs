@@ -164,13 +164,27 @@ impl DeltaIndex {
     /// when it would not be smaller than `limit` bytes (the caller's alternative). Gives up as
     /// soon as the delta so far, inserts pending included, reaches `limit`.
     pub(crate) fn encode(&self, base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity((target.len() / 4 + 16).min(limit));
+        self.encode_into(base, target, limit, &mut out)
+            .then_some(out)
+    }
+
+    /// [`DeltaIndex::encode`] into `out` (cleared first), which a caller trying many pairs
+    /// reuses; false when there is no delta smaller than `limit` (`out` then holds a part).
+    pub(crate) fn encode_into(
+        &self,
+        base: &[u8],
+        target: &[u8],
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        out.clear();
         debug_assert_eq!(base.len(), self.base_len, "the index's own base");
         if base.len() != self.base_len {
-            return None;
+            return false;
         }
-        let mut out = Vec::with_capacity((target.len() / 4 + 16).min(limit));
-        push_varint(&mut out, base.len() as u64);
-        push_varint(&mut out, target.len() as u64);
+        push_varint(out, base.len() as u64);
+        push_varint(out, target.len() as u64);
         let mut pending = 0; // start of bytes not yet emitted
                              // The start of the target's window looked up: from 15 bytes before `pending` after a
                              // copy, so that a copy can go on from another place in the base that has the same
@@ -219,25 +233,25 @@ impl DeltaIndex {
                 // more: a short one stops the window just after it from finding a longer
                 // match that would have taken its bytes too.
                 Some((s, t, len)) if i >= pending || len >= copy_cost(s, len) + CONTINUATION => {
-                    push_inserts(&mut out, &target[pending..t]);
-                    push_copy(&mut out, s, len);
+                    push_inserts(out, &target[pending..t]);
+                    push_copy(out, s, len);
                     pending = t + len;
                     i = pending.saturating_sub(BLOCK - 1);
                     if out.len() >= limit {
-                        return None;
+                        return false;
                     }
                 }
                 _ => {
                     i += 1;
                     // Inserts cost at least their bytes.
                     if out.len() + i.saturating_sub(pending) >= limit {
-                        return None;
+                        return false;
                     }
                 }
             }
         }
-        push_inserts(&mut out, &target[pending..]);
-        (out.len() < limit).then_some(out)
+        push_inserts(out, &target[pending..]);
+        out.len() < limit
     }
 }
 
