@@ -15,6 +15,10 @@
 //! An object expires when its mtime is at or before the expiry time (git keeps an object only
 //! when its mtime is strictly after it: reachable.c's `obj_is_recent`).
 
+use super::CruftError;
+use packd_odb::odb::ObjectDb;
+use packd_odb::{parse, ObjectId, ObjectKind};
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The config key git's `gc` reads.
@@ -216,6 +220,97 @@ pub fn is_expired(mtime: u32, expire: Option<SystemTime>) -> bool {
 /// Seconds since the epoch of `time` (0 before it).
 pub fn seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The unreachable objects split by the expiry: kept (with the mtime they keep) and dropped.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// Objects for the cruft pack, sorted by id, with their mtimes.
+    pub kept: Vec<(ObjectId, u32)>,
+    /// Objects to drop, sorted by id.
+    pub dropped: Vec<ObjectId>,
+}
+
+/// Splits `unreachable` (sorted by id, with mtimes) by `expire`: an object is kept when it is
+/// recent (newer than `expire`) or when a recent one reaches it, as git keeps it (pack-objects'
+/// cruft traversal), so that a kept commit or tree never lacks what it names. An old object
+/// kept that way gets the expiry time as its mtime, as git gives it: it expires with the
+/// next run whose expiry is later, unless a recent object still reaches it then.
+pub fn select(
+    objects: &ObjectDb,
+    unreachable: Vec<(ObjectId, u32)>,
+    expire: Option<SystemTime>,
+) -> Result<Selection, CruftError> {
+    if expire.is_none() {
+        return Ok(Selection {
+            kept: unreachable,
+            dropped: Vec::new(),
+        });
+    }
+    let expiry = u32::try_from(expire.map_or(0, seconds)).unwrap_or(u32::MAX);
+    let mut times: HashMap<ObjectId, (u32, bool)> = unreachable
+        .iter()
+        .map(|&(id, t)| (id, (t, !is_expired(t, expire))))
+        .collect();
+    let mut todo: Vec<ObjectId> = unreachable
+        .iter()
+        .filter(|(_, t)| !is_expired(*t, expire))
+        .map(|(id, _)| *id)
+        .collect();
+    while let Some(id) = todo.pop() {
+        for link in links(objects, &id)? {
+            if let Some((t, kept)) = times.get_mut(&link) {
+                if !*kept {
+                    *kept = true;
+                    *t = (*t).max(expiry);
+                    todo.push(link);
+                }
+            }
+        }
+    }
+    let mut selection = Selection::default();
+    for (id, _) in unreachable {
+        match times[&id] {
+            (t, true) => selection.kept.push((id, t)),
+            (_, false) => selection.dropped.push(id),
+        }
+    }
+    Ok(selection)
+}
+
+/// The objects `id` names: a commit's tree and parents, a tree's entries (not its gitlinks,
+/// which name commits of another repository), a tag's target; none for a blob or an object
+/// that is missing (git's cruft traversal ignores missing links too).
+pub(crate) fn links(objects: &ObjectDb, id: &ObjectId) -> Result<Vec<ObjectId>, CruftError> {
+    const GITLINK: u32 = 0o160000;
+    match objects.header(id)? {
+        None => return Ok(Vec::new()),
+        Some(h) if h.kind == ObjectKind::Blob => return Ok(Vec::new()),
+        Some(_) => {}
+    }
+    let Some(object) = objects.read(id)? else {
+        return Ok(Vec::new());
+    };
+    Ok(match object.kind {
+        ObjectKind::Commit => {
+            let info = parse::parse_commit(id, &object.data)?;
+            let mut out = info.parents;
+            out.push(info.tree);
+            out
+        }
+        ObjectKind::Tree => {
+            let mut out = Vec::new();
+            for entry in parse::tree_entries(id, &object.data) {
+                let (mode, _, link) = entry?;
+                if mode != GITLINK {
+                    out.push(link);
+                }
+            }
+            out
+        }
+        ObjectKind::Tag => vec![parse::tag_target(id, &object.data)?],
+        ObjectKind::Blob => Vec::new(),
+    })
 }
 
 #[cfg(test)]

@@ -12,3 +12,59 @@
 
 pub mod expire;
 pub mod mtimes;
+pub mod collect;
+pub mod prune;
+
+use std::time::SystemTime;
+
+/// Why a cruft pack could not be written or the old objects not pruned.
+#[derive(Debug, thiserror::Error)]
+pub enum CruftError {
+    /// Reading an object, a pack or the refs failed.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// The storage layer failed (creating, publishing or deleting a file).
+    #[error(transparent)]
+    Storage(#[from] packd_storage::StorageError),
+    /// An old cruft pack's `.mtimes` is damaged.
+    #[error(transparent)]
+    Mtimes(#[from] mtimes::MtimesError),
+    /// The expiry setting is not a date.
+    #[error(transparent)]
+    Expiry(#[from] expire::ExpiryError),
+    /// The prune lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
+    /// A file's time could not be read, or a local file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something packd does not do here (a repository whose objects live elsewhere).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// How a cruft pack is written.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CruftOptions {
+    /// Unreachable objects last written at or before this time are dropped (unless a recent
+    /// one reaches them); `None` keeps them all (`gc.pruneExpire=never`).
+    pub expire: Option<SystemTime>,
+}
+
+impl CruftOptions {
+    /// The options `gc.pruneExpire` of `repo` sets (two weeks before `now` when unset).
+    pub fn from_config(
+        repo: &packd_odb::Repository,
+        now: SystemTime,
+    ) -> Result<CruftOptions, CruftError> {
+        Ok(CruftOptions {
+            expire: expire::from_config(repo.config(), now)?,
+        })
+    }
+}
