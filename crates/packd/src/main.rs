@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), no_main)]
 
 mod cat_file;
+mod commit_graph;
 mod index_pack;
 mod pack_objects;
 mod receive_pack;
@@ -75,6 +76,8 @@ enum Command {
     Verify(verify::Args),
     /// List the objects reachable from some revisions and not others, as `git rev-list` does.
     RevList(rev_list::Args),
+    /// Write git's commit-graph for the commits the refs (or stdin) reach: `commit-graph write`.
+    CommitGraph(commit_graph::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
     /// Take in a pack (stdin or a file), resolve its deltas on all cores and write its index.
@@ -202,6 +205,10 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| rev_list::run(&repo, args)),
+        Command::CommitGraph(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| commit_graph::run(&repo, args)),
         Command::WriteBitmap(args) => cli
             .global
             .repository()
