@@ -14,6 +14,10 @@ pub mod expire;
 pub mod mtimes;
 pub mod collect;
 pub mod prune;
+mod write;
+
+pub use prune::{prune, Pruned};
+pub use write::{write_cruft_pack, CruftOutcome};
 
 use std::time::SystemTime;
 
@@ -32,6 +36,9 @@ pub enum CruftError {
     /// The expiry setting is not a date.
     #[error(transparent)]
     Expiry(#[from] expire::ExpiryError),
+    /// Writing the cruft pack failed.
+    #[error(transparent)]
+    PackFile(#[from] crate::pack_file::PackFileError),
     /// The prune lock could not be taken.
     #[error(transparent)]
     Lock(#[from] crate::lock::LockError),

@@ -27,7 +27,7 @@
 //! lock is held only for the walk (short: refs that did not move stop it at once), the
 //! rescue and the unlinks, never while packs are written.
 
-use super::{expire::links, CruftError};
+use super::{expire::links, CruftError, CruftOutcome};
 use crate::lock;
 use packd_odb::pack::Pack;
 use packd_odb::{IdSet, ObjectId, Repository};
@@ -50,17 +50,20 @@ pub struct Pruned {
 /// The suffixes of a pack's files that go with it.
 const PACK_FILES: [&str; 5] = ["idx", "rev", "bitmap", "mtimes", "pack"];
 
-/// Under the prune lock: reads the refs again, rescues the objects of `dropped` that they now
-/// reach, then deletes `old_packs` and the `loose` objects listed at collection. `stays(id)`
-/// says whether the new packs (the reachable pack and the cruft pack) hold `id`; the walk
-/// stops there.
+/// Under the prune lock: reads the refs again, rescues the objects `outcome` dropped that
+/// they now reach, then deletes `old_packs` (but never one named in `new_packs`: a pack
+/// written again with the same objects has the same name) and the loose objects listed at
+/// collection. `reachable` is the one given to [`super::write_cruft_pack`]: what the new packs
+/// hold; the walk stops there and at the cruft pack's objects.
 pub fn prune(
     repo: &Repository,
-    stays: &dyn Fn(&ObjectId) -> bool,
-    dropped: &[ObjectId],
+    reachable: &dyn Fn(&ObjectId) -> bool,
+    outcome: &CruftOutcome,
     old_packs: &[Arc<Pack>],
-    loose: &[ObjectId],
+    new_packs: &[&str],
 ) -> Result<Pruned, CruftError> {
+    let stays = |id: &ObjectId| reachable(id) || outcome.keeps(id);
+    let (dropped, loose) = (&outcome.dropped, &outcome.loose);
     let objects_dir = repo.common_dir().join("objects");
     let storage = repo
         .objects()
@@ -69,7 +72,7 @@ pub fn prune(
         .ok_or_else(|| CruftError::Unsupported("a repository without its own objects".into()))?;
     let _prune = lock::prune_guard(&objects_dir)?;
     let dropped_set: IdSet = dropped.iter().copied().collect();
-    let rescued = rescue_reached(repo, stays, &dropped_set)?;
+    let rescued = rescue_reached(repo, &stays, &dropped_set)?;
     let loose_set: HashSet<ObjectId> = loose.iter().copied().collect();
     for id in &rescued {
         if !loose_set.contains(id) {
@@ -81,7 +84,7 @@ pub fn prune(
         rescued,
         ..Pruned::default()
     };
-    for pack in old_packs {
+    for pack in old_packs.iter().filter(|p| !new_packs.contains(&p.name())) {
         let Some(stem) = pack.name().strip_suffix(".pack") else {
             continue;
         };
