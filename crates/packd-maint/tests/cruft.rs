@@ -49,11 +49,16 @@ fn git(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> String {
 }
 
 fn has_object(repo: &Path, id: &str) -> bool {
-    run_git(repo, &["cat-file", "-e", id], None).status.success()
+    run_git(repo, &["cat-file", "-e", id], None)
+        .status
+        .success()
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 fn touch(path: &Path, secs: u64) {
@@ -116,8 +121,16 @@ fn fixture(dir: &Path) -> Fixture {
     for entry in std::fs::read_dir(repo.join("objects/pack")).unwrap() {
         touch(&entry.unwrap().path(), now - 3 * DAY);
     }
-    let old_blob = git(&repo, &["hash-object", "-w", "--stdin"], Some(b"old loose\n"));
-    let recent_blob = git(&repo, &["hash-object", "-w", "--stdin"], Some(b"recent loose\n"));
+    let old_blob = git(
+        &repo,
+        &["hash-object", "-w", "--stdin"],
+        Some(b"old loose\n"),
+    );
+    let recent_blob = git(
+        &repo,
+        &["hash-object", "-w", "--stdin"],
+        Some(b"recent loose\n"),
+    );
     touch(&loose_path(&repo, &old_blob), now - 30 * DAY);
     touch(&loose_path(&repo, &recent_blob), now - DAY);
     Fixture {
@@ -165,7 +178,11 @@ fn cruft_files(repo: &Path) -> Vec<PathBuf> {
 fn read_mtimes(repo: &Repository, path: &Path) -> Vec<(String, u32)> {
     let pack_name = format!(
         "pack/{}",
-        path.with_extension("pack").file_name().unwrap().to_str().unwrap()
+        path.with_extension("pack")
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
     );
     let pack = repo
         .objects()
@@ -248,7 +265,10 @@ fn packd_cruft_pack_keeps_recent_drops_expired_and_git_ages_it() {
     assert_eq!(files.len(), 1);
     git(
         &f.repo,
-        &["verify-pack", files[0].with_extension("idx").to_str().unwrap()],
+        &[
+            "verify-pack",
+            files[0].with_extension("idx").to_str().unwrap(),
+        ],
         None,
     );
     let table = read_mtimes(&open(&f.repo), &files[0]);
@@ -259,7 +279,11 @@ fn packd_cruft_pack_keeps_recent_drops_expired_and_git_ages_it() {
     // git reads packd's times: 2 days ago expires the branch (3 days old), not the blob
     // (1 day). The cruft pack's own file is new: a git that ignored the .mtimes would keep all.
     let two_days_ago = format!("--cruft-expiration=@{}", f.now - 2 * DAY);
-    git(&f.repo, &["repack", "--cruft", "-d", "-q", &two_days_ago], None);
+    git(
+        &f.repo,
+        &["repack", "--cruft", "-d", "-q", &two_days_ago],
+        None,
+    );
     assert!(has_object(&f.repo, &f.recent_blob));
     for id in &f.branch {
         assert!(!has_object(&f.repo, id), "git expired {id} by packd's time");
@@ -343,10 +367,18 @@ fn a_ref_updated_by_a_push_in_progress_keeps_its_objects() {
         });
         std::thread::sleep(Duration::from_millis(200));
         assert!(done_rx.try_recv().is_err(), "the prune waits for the push");
-        git(&f.repo, &["update-ref", "refs/heads/revived", &f.branch[0]], None);
+        git(
+            &f.repo,
+            &["update-ref", "refs/heads/revived", &f.branch[0]],
+            None,
+        );
         drop(push);
         let pruned = done_rx.recv_timeout(Duration::from_secs(30)).unwrap();
-        assert_eq!(pruned.rescued.len(), 3, "commit, tree and blob of the revived branch");
+        assert_eq!(
+            pruned.rescued.len(),
+            3,
+            "commit, tree and blob of the revived branch"
+        );
     });
     for id in &f.branch {
         assert!(has_object(&f.repo, id), "{id} kept for the pushed ref");

@@ -39,8 +39,12 @@ pub(crate) fn file_mtime(objects_dir: &Path, name: &str) -> Result<u32, CruftErr
         path: path.display().to_string(),
         source,
     };
-    let modified = std::fs::metadata(&path).and_then(|m| m.modified()).map_err(io)?;
-    let secs = modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let modified = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .map_err(io)?;
+    let secs = modified
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     Ok(u32::try_from(secs).unwrap_or(u32::MAX))
 }
 

@@ -10,9 +10,9 @@
 //!          what they newly reach rescued, then the old packs and loose objects deleted
 //! ```
 
+pub mod collect;
 pub mod expire;
 pub mod mtimes;
-pub mod collect;
 pub mod prune;
 mod write;
 

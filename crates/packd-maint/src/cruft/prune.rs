@@ -65,11 +65,10 @@ pub fn prune(
     let stays = |id: &ObjectId| reachable(id) || outcome.keeps(id);
     let (dropped, loose) = (&outcome.dropped, &outcome.loose);
     let objects_dir = repo.common_dir().join("objects");
-    let storage = repo
-        .objects()
-        .own_storage()
-        .cloned()
-        .ok_or_else(|| CruftError::Unsupported("a repository without its own objects".into()))?;
+    let storage =
+        repo.objects().own_storage().cloned().ok_or_else(|| {
+            CruftError::Unsupported("a repository without its own objects".into())
+        })?;
     let _prune = lock::prune_guard(&objects_dir)?;
     let dropped_set: IdSet = dropped.iter().copied().collect();
     let rescued = rescue_reached(repo, &stays, &dropped_set)?;
@@ -119,7 +118,12 @@ fn rescue_reached(
     stays: &dyn Fn(&ObjectId) -> bool,
     dropped: &IdSet,
 ) -> Result<Vec<ObjectId>, CruftError> {
-    let mut todo: Vec<ObjectId> = repo.refs().list("refs/")?.into_iter().map(|(_, id)| id).collect();
+    let mut todo: Vec<ObjectId> = repo
+        .refs()
+        .list("refs/")?
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
     if let Some(head) = repo.refs().resolve_full("HEAD")? {
         todo.push(head);
     }

@@ -63,11 +63,10 @@ pub fn write_cruft_pack(
     if outcome.kept.is_empty() {
         return Ok(outcome);
     }
-    let storage = repo
-        .objects()
-        .own_storage()
-        .cloned()
-        .ok_or_else(|| CruftError::Unsupported("a repository without its own objects".into()))?;
+    let storage =
+        repo.objects().own_storage().cloned().ok_or_else(|| {
+            CruftError::Unsupported("a repository without its own objects".into())
+        })?;
     let level = ["pack.compression", "core.compression"]
         .iter()
         .find_map(|k| repo.config().get(k).and_then(packd_odb::config::parse_int))
