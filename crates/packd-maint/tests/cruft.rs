@@ -425,3 +425,40 @@ fn deltas_of_a_deleted_branch_stay_deltas() {
     );
     git(&repo, &["fsck", "--strict", "--no-progress"], None);
 }
+
+/// `git gc` with cruft packs and its default `gc.pruneExpire` (2.weeks.ago) keeps the same
+/// objects packd's collection and expiry keep, with the same times.
+#[test]
+fn packd_keeps_what_git_gc_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    let repo = open(&f.repo);
+    let listed = git(&f.repo, &["rev-list", "--objects", "--all"], None);
+    let reachable: HashSet<ObjectId> = listed
+        .lines()
+        .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap()).unwrap())
+        .collect();
+    let old: Vec<_> = repo.objects().packs().cloned().collect();
+    let collected =
+        packd_maint::cruft::collect::collect(&repo, &|id| reachable.contains(id), &old).unwrap();
+    let options = CruftOptions::from_config(&repo, SystemTime::now()).unwrap();
+    let selection =
+        packd_maint::cruft::expire::select(repo.objects(), collected.unreachable, options.expire)
+            .unwrap();
+    drop(repo);
+
+    git(&f.repo, &["-c", "gc.cruftPacks=true", "gc", "-q"], None);
+    let files = cruft_files(&f.repo);
+    assert_eq!(files.len(), 1);
+    let gits = read_mtimes(&open(&f.repo), &files[0]);
+    let packds: Vec<(String, u32)> = selection
+        .kept
+        .iter()
+        .map(|(id, t)| (id.to_hex(), *t))
+        .collect();
+    assert_eq!(packds, gits);
+    assert_eq!(
+        selection.dropped,
+        vec![ObjectId::from_hex(&f.old_blob).unwrap()]
+    );
+}
