@@ -462,3 +462,36 @@ fn packd_keeps_what_git_gc_keeps() {
         vec![ObjectId::from_hex(&f.old_blob).unwrap()]
     );
 }
+
+/// A damaged `.mtimes` of an old cruft pack stops the run with the file and offset named, and
+/// nothing is written or deleted.
+#[test]
+fn a_damaged_mtimes_is_named_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    git(&f.repo, &["repack", "--cruft", "-d", "-q"], None);
+    let files = cruft_files(&f.repo);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[14] ^= 0x40;
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::write(&files[0], &bytes).unwrap();
+    let listing = |repo: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&f.repo);
+    let repo = open(&f.repo);
+    let old: Vec<_> = repo.objects().packs().cloned().collect();
+    let err = write_cruft_pack(&repo, &|_| false, &old, &CruftOptions::default()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(files[0].file_name().unwrap().to_str().unwrap())
+            && message.contains("offset 52: checksum"),
+        "{message}"
+    );
+    assert_eq!(listing(&f.repo), before);
+}
