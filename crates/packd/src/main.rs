@@ -13,6 +13,7 @@ mod commit_graph;
 mod index_pack;
 mod pack_objects;
 mod receive_pack;
+mod repack;
 mod rev_list;
 mod serve;
 #[cfg(not(test))]
@@ -78,6 +79,8 @@ enum Command {
     RevList(rev_list::Args),
     /// Write git's commit-graph for the commits the refs (or stdin) reach: `commit-graph write`.
     CommitGraph(commit_graph::Args),
+    /// Pack the repository's objects, as `git repack` does (-a, -d, -f, -F, -b).
+    Repack(repack::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
     /// Take in a pack (stdin or a file), resolve its deltas on all cores and write its index.
@@ -209,6 +212,10 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| commit_graph::run(&repo, args)),
+        Command::Repack(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| repack::run(&repo, args)),
         Command::WriteBitmap(args) => cli
             .global
             .repository()
