@@ -222,7 +222,7 @@ pub(super) fn plan(
         .into_par_iter()
         .map(|(id, kind, name_hash, part)| {
             let n = counted.fetch_add(1, Ordering::Relaxed);
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 progress.update(n);
             }
             let loc = odb.locate(&id)?;

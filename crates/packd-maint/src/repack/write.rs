@@ -49,7 +49,7 @@ pub(super) fn write_packs(
             }
             write_family(repo, planned, i, &mut entry_of, &mut writer, report)?;
             done += 1;
-            if done % 1024 == 0 {
+            if done.is_multiple_of(1024) {
                 progress.update(done);
             }
         }
