@@ -270,3 +270,36 @@ fn a_repack_killed_anywhere_leaves_a_whole_repository() {
         git_checks(&repo, true);
     }
 }
+
+#[test]
+fn a_default_clone_after_a_full_repack_is_sent_as_a_range_of_the_pack() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    repo.packd(&["repack", "-adb"], None).assert_success();
+    let theirs = repo.copy_as(&sb, "theirs.git");
+    theirs.git(&["repack", "-adb"]);
+    let mut ids = Vec::new();
+    for (name, source) in [("a.git", &repo), ("b.git", &theirs)] {
+        let clone = sb.init_bare(name);
+        let url = format!("file://{}", source.path.display());
+        let up = format!("--upload-pack=env PACKD_LOG=packd_pack=debug {PACKD} upload-pack");
+        let run = clone.git_run(
+            &[
+                "fetch",
+                "--no-write-fetch-head",
+                &up,
+                &url,
+                "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*",
+            ],
+            None,
+        );
+        run.assert_success();
+        let by_range = run.err().contains("entries (") && run.err().contains("as they are");
+        // packd's layout makes the clone one range of the pack; git's does not.
+        assert_eq!(by_range, name == "a.git", "{name}: {}", run.err());
+        clone.git(&["fsck", "--strict", "--no-dangling"]);
+        ids.push(clone.all_ids());
+    }
+    assert_eq!(ids[0], ids[1], "the same objects");
+}
