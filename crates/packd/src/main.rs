@@ -11,6 +11,7 @@
 mod cat_file;
 mod commit_graph;
 mod index_pack;
+mod maintenance;
 mod pack_objects;
 mod receive_pack;
 mod repack;
@@ -83,6 +84,9 @@ enum Command {
     Repack(repack::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
+    /// Keep the repository fast: a geometric repack with a multi-pack-index and its bitmap
+    /// (what `packd serve` runs after pushes), by hand.
+    Maintenance(maintenance::Args),
     /// Take in a pack (stdin or a file), resolve its deltas on all cores and write its index.
     IndexPack(index_pack::Args),
     /// Write the pack a fetch would send for revisions read from stdin (`^rev` for haves).
@@ -220,6 +224,10 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| write_bitmap::run(&repo, args)),
+        Command::Maintenance(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| maintenance::run(&repo, args)),
         Command::IndexPack(args) => cli
             .global
             .workdir()
