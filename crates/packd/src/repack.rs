@@ -13,10 +13,12 @@ use std::process::ExitCode;
     after_help = "Packs the repository's objects as `git repack` does. Without -a, packs the \
 loose objects into a new pack. With -a, writes everything HEAD and refs/* reach into one pack, \
 what a default clone wants (HEAD, refs/heads/*, refs/tags/*) first, so that such a clone is \
-one range of the file. With -a -d, objects of the old packs that nothing reaches are kept in a \
-second pack, never dropped. A commit-graph is written after -a. Takes the repository's \
-maintenance lock: a second repack at the same time fails. --geometric and --write-midx are \
-not implemented yet."
+one range of the file. With -a -d, objects of the old packs and loose ones that nothing reaches go to a \
+cruft pack with their mtimes (gc.pruneExpire drops the old ones), as `git gc` does. A \
+commit-graph is written after -a. With --geometric=N, rolls small packs up as `git repack \
+--geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, the \
+rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
+same time fails."
 )]
 pub struct Args {
     /// Pack everything reachable into a single pack.
@@ -40,6 +42,12 @@ pub struct Args {
     /// The longest delta chain (pack.depth; default 50).
     #[arg(long)]
     depth: Option<u32>,
+    /// Roll packs up so that each holds at least N times the objects of the next smaller.
+    #[arg(long, value_name = "N")]
+    geometric: Option<u32>,
+    /// With --geometric: write a multi-pack-index over the packs that stay.
+    #[arg(long, requires = "geometric")]
+    write_midx: bool,
     /// Do not write a commit-graph after the repack.
     #[arg(long)]
     no_write_commit_graph: bool,
@@ -97,6 +105,9 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         depth: args.depth,
         commit_graph: !args.no_write_commit_graph,
     };
+    if let Some(factor) = args.geometric {
+        return geometric(repo, args, factor);
+    }
     if args.bitmap && !args.all {
         eprintln!("warning: -b needs -a: no bitmap written");
     }
@@ -131,5 +142,30 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         eprintln!("Nothing new to pack.");
     }
     tracing::debug!("{report:?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `packd repack --geometric=N` (helper `packd_maint::geometric`).
+fn geometric(repo: &packd_odb::Repository, args: &Args, factor: u32) -> Result<ExitCode> {
+    let options = packd_maint::geometric::GeometricOptions {
+        factor,
+        write_midx: args.write_midx,
+        write_bitmap: args.write_midx && args.bitmap,
+        delete: args.delete,
+    };
+    let outcome = packd_maint::geometric::geometric_repack(repo, &options)?;
+    if let Some(e) = &outcome.bitmap_error {
+        eprintln!("warning: no multi-pack-index bitmap: {e}");
+    }
+    if !args.quiet && std::io::stderr().is_terminal() {
+        eprintln!(
+            "{} packs -> {} ({} rolled up into {}, {} objects)",
+            outcome.packs_before,
+            outcome.packs_after,
+            outcome.rolled_up.len(),
+            outcome.new_pack.as_deref().unwrap_or("no new pack"),
+            outcome.new_pack_objects
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

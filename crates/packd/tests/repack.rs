@@ -1,6 +1,6 @@
 //! `packd repack` checked by stock git: after `-adb` and `-adf` of a fast-import-made
 //! repository (branches, annotated and lightweight tags, a pull-request ref, a deleted branch's
-//! unreachable objects, loose objects), `git fsck --strict`, `git verify-pack`, `git rev-list
+//! unreachable objects, loose objects, kept in a cruft pack), `git fsck --strict`, `git verify-pack`, `git rev-list
 //! --test-bitmap` and `git commit-graph verify` pass; clones (file:// and through `packd
 //! upload-pack`) get what clones of git's own repack get; a default clone's objects are the
 //! first entries of the pack; an incremental repack packs the loose objects; a repack killed
@@ -116,13 +116,24 @@ fn full_repack_passes_git_checks_and_clones_like_git() {
         theirs.git(&["repack", "-adb"]);
         git_checks(&ours, flags.contains('b'));
         assert!(ours.packs().len() <= 2, "{:?}", ours.packs());
-        // Nothing is lost: unreachable packed objects and loose objects are all still there.
+        // Nothing recent is lost: unreachable packed and loose objects go to a cruft pack.
         assert_eq!(ours.all_ids(), before, "{flags}: the objects");
         assert_eq!(
             ours.loose_count(),
-            1,
-            "{flags}: the loose dangling blob stays loose"
+            0,
+            "{flags}: the loose blob is in the cruft pack"
         );
+        let mtimes = std::fs::read_dir(ours.pack_dir())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "mtimes")
+            })
+            .count();
+        assert_eq!(mtimes, 1, "{flags}: one cruft pack");
         ours.git(&["cat-file", "-e", &gone]);
         for (how, up) in [
             ("file", None),
@@ -302,4 +313,39 @@ fn a_default_clone_after_a_full_repack_is_sent_as_a_range_of_the_pack() {
         ids.push(clone.all_ids());
     }
     assert_eq!(ids[0], ids[1], "the same objects");
+}
+
+#[test]
+fn geometric_repack_rolls_small_packs_up_with_a_midx() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    // Small packs on top of the big one, one a "push".
+    for n in 0..4 {
+        let parent = id_of(&repo, "refs/heads/main");
+        let blob = repo.git_stdin(
+            &["hash-object", "-w", "--stdin"],
+            format!("push {n}\n").as_bytes(),
+        );
+        let blob = String::from_utf8(blob).unwrap();
+        let tree = repo.git_stdin(
+            &["mktree"],
+            format!("100644 blob {}\tp{n}\n", blob.trim()).as_bytes(),
+        );
+        let tree = String::from_utf8(tree).unwrap();
+        let commit = repo.git_str(&["commit-tree", "-m", "push", "-p", &parent, tree.trim()]);
+        repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
+        repo.git(&["repack", "-q"]);
+    }
+    let before = repo.packs().len();
+    assert!(before >= 5, "{before} packs");
+    repo.packd(
+        &["repack", "--geometric=2", "-d", "--write-midx", "-b"],
+        None,
+    )
+    .assert_success();
+    assert!(repo.packs().len() < before, "{:?}", repo.packs());
+    repo.git(&["multi-pack-index", "verify"]);
+    repo.git(&["fsck", "--strict", "--no-dangling"]);
+    let out = repo.git_run(&["rev-list", "--test-bitmap", "HEAD"], None);
+    out.assert_success();
 }

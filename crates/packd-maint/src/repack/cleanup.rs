@@ -1,6 +1,6 @@
 //! Removing what a repack made redundant, only once the new packs are published (durable):
-//! old packs, a multi-pack-index over them, loose objects now packed, and the temporary files
-//! of writers killed long ago.
+//! a multi-pack-index over removed packs, loose objects now packed, and the temporary files of
+//! writers killed long ago (old packs go through `crate::cruft::prune`).
 
 use super::RepackError;
 use packd_odb::Repository;
@@ -11,9 +11,6 @@ use std::time::{Duration, SystemTime};
 /// Temporary files and index-less packs younger than this may belong to a writer still
 /// running (a push's `index-pack`, another process's write): left alone.
 const STALE: Duration = Duration::from_secs(3600);
-
-/// The files of a pack besides its `.pack` and `.idx`, removed with it.
-const COMPANIONS: [&str; 4] = ["bitmap", "rev", "mtimes", "promisor"];
 
 /// Removes `tmp_packd_*` files (and packs without an index) over an hour old from
 /// `objects/pack` and `objects/info`: what writers killed mid-write leave. Errors are logged,
@@ -49,31 +46,6 @@ pub(super) fn remove_stale_temporaries(objects: &Path) {
             }
         }
     }
-}
-
-/// Removes the packs `packs` (`pack/pack-<checksum>.pack` names) but those whose base name is
-/// in `keep` (a new pack that existed already); returns how many went. The `.idx` goes first:
-/// from then on no new reader sees the pack, while readers that opened it still read its
-/// data (open files stay readable).
-pub(super) fn remove_packs(
-    storage: &dyn Storage,
-    packs: &[String],
-    keep: &[String],
-) -> Result<u64, RepackError> {
-    let mut removed = 0;
-    for pack in packs {
-        let base = pack.trim_end_matches(".pack");
-        if keep.iter().any(|k| base.ends_with(k.as_str())) {
-            continue;
-        }
-        storage.delete(&format!("{base}.idx"))?;
-        for ext in COMPANIONS {
-            storage.delete(&format!("{base}.{ext}"))?;
-        }
-        storage.delete(pack)?;
-        removed += 1;
-    }
-    Ok(removed)
 }
 
 /// Removes the multi-pack-index and its bitmap and `.rev` (they name packs just removed).

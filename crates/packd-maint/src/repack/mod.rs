@@ -13,10 +13,12 @@
 //! write   part 0 then part 1, commits, tags, trees, blobs in walk order, each delta's base
 //!         written just before it when not written yet (git's compute_write_order): every
 //!         delta of part 0 has its base in part 0, so a default clone is one range of the pack
-//!         -a -d: the objects of the old packs nothing reaches go to a second pack, as they are
-//! publish pack, .rev, .idx (pack_file) ─> only then, with -d: old packs (.idx first, so that
-//!         readers stop seeing a pack before its data goes), multi-pack-index, loose objects
-//!         now packed ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
+//! publish pack, .rev, .idx (pack_file) ─> -a -d: the objects of the old packs and the loose
+//!         ones that nothing reaches go to a cruft pack (crate::cruft, gc.pruneExpire drops
+//!         the old ones), then under the prune lock the old packs (.idx first, so that readers
+//!         stop seeing a pack before its data goes) and loose objects are removed
+//!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
+//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
 //! ```
 //!
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
@@ -31,6 +33,7 @@ use crate::lock::{self, LockError};
 use crate::pack_file::PackFileError;
 use packd_odb::Repository;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 /// What a repack does: `git repack`'s options of the same letters.
 #[derive(Debug, Clone)]
@@ -123,8 +126,10 @@ pub struct RepackReport {
     pub reused_deltas: u64,
     /// The packs written (`pack/pack-<checksum>.pack`), the reachable objects' first.
     pub packs_written: Vec<String>,
-    /// Objects nothing reaches, kept in the second pack.
+    /// Objects nothing reaches, kept in the cruft pack (-a -d).
     pub unreachable_kept: u64,
+    /// Objects nothing reaches, dropped as expired (-a -d).
+    pub unreachable_dropped: u64,
     /// Packs removed (-d).
     pub packs_removed: u64,
     /// Loose objects removed because they are packed (-d).
@@ -158,6 +163,9 @@ pub enum RepackError {
     /// Writing a pack failed.
     #[error(transparent)]
     Pack(#[from] PackFileError),
+    /// Writing the cruft pack or removing the old packs failed.
+    #[error(transparent)]
+    Cruft(#[from] crate::cruft::CruftError),
     /// Writing the bitmap failed.
     #[error("writing the bitmap: {0}")]
     Bitmap(String),
@@ -203,22 +211,35 @@ pub fn repack(
     let settings = plan::Settings::from_config(&repo, options);
     let planned = plan::plan(&repo, options, &settings, progress)?;
     let mut report = RepackReport::default();
-    let written = write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
-    let old_packs: Vec<String> = if options.delete_redundant {
-        planned.replaced_packs.clone()
-    } else {
-        Vec::new()
-    };
-    drop(planned);
-    drop(repo);
-    if options.delete_redundant {
-        let keep: Vec<String> = written.iter().map(|w| w.base_name()).collect();
-        report.packs_removed = cleanup::remove_packs(&*storage, &old_packs, &keep)?;
+    let mut written =
+        write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
+    if options.all && options.delete_redundant {
+        let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
+        let old = &planned.replaced_packs;
+        let cruft_options = crate::cruft::CruftOptions::from_config(&repo, SystemTime::now())?;
+        let outcome = crate::cruft::write_cruft_pack(&repo, &reachable, old, &cruft_options)?;
+        report.unreachable_kept = outcome.kept.len() as u64;
+        report.unreachable_dropped = outcome.dropped.len() as u64;
+        if let Some(pack) = &outcome.pack {
+            written.push(pack.clone());
+        }
+        let new_names: Vec<&str> = written.iter().map(|w| w.name.as_str()).collect();
+        let pruned = crate::cruft::prune(&repo, &reachable, &outcome, old, &new_names)?;
+        report.packs_removed = old
+            .iter()
+            .filter(|p| !new_names.contains(&p.name()))
+            .count() as u64;
+        report.loose_removed = pruned.loose as u64;
         if report.packs_removed > 0 {
             cleanup::remove_midx(&*storage)?;
         }
+    }
+    drop(planned);
+    drop(repo);
+    if options.delete_redundant {
         let repo = open()?;
-        report.loose_removed = cleanup::prune_packed(&repo, &*storage)?;
+        report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
     }
     if options.bitmap && options.all {
         let repo = open()?;

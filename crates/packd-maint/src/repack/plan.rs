@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(super) const CLONE: u8 = 0;
 /// The part of what only other refs reach.
 pub(super) const REST: u8 = 1;
-/// Objects of the old packs nothing reaches (a pack of their own).
-pub(super) const UNREACHABLE: u8 = 2;
 
 /// git's `pack.*` settings as the repository's config and the options give them.
 #[derive(Debug, Clone)]
@@ -100,8 +98,8 @@ pub(super) struct Planned {
     pub(super) how: Vec<How>,
     /// The objects in write order (bases still to be pulled ahead of their deltas).
     pub(super) order: Vec<u32>,
-    /// The `.pack` names of the packs the new ones replace (with -a; `.keep` packs left out).
-    pub(super) replaced_packs: Vec<String>,
+    /// The packs the new one replaces (with -a; `.keep` packs left out).
+    pub(super) replaced_packs: Vec<std::sync::Arc<packd_odb::pack::Pack>>,
 }
 
 /// The order of kinds within a part: commits, tags, trees, blobs (git's compute_write_order).
@@ -118,7 +116,6 @@ fn kind_rank(kind: ObjectKind) -> u8 {
 fn enumerate(
     repo: &Repository,
     options: &RepackOptions,
-    replaced: &[std::sync::Arc<packd_odb::pack::Pack>],
 ) -> Result<Vec<(ObjectId, ObjectKind, u32, u8)>, RepackError> {
     let mut out = Vec::new();
     if !options.all {
@@ -175,19 +172,6 @@ fn enumerate(
         })?;
         take(rest, REST, &mut out);
     }
-    if options.delete_redundant {
-        // What the packs to be removed hold and nothing reaches is kept, not dropped.
-        for pack in replaced {
-            for pos in 0..pack.len() {
-                let id = pack.index().id(pos);
-                if seen.insert(id) {
-                    let offset = pack.index().offset(pos)?;
-                    let kind = pack.object_kind(offset)?;
-                    out.push((id, kind, 0, UNREACHABLE));
-                }
-            }
-        }
-    }
     Ok(out)
 }
 
@@ -212,7 +196,7 @@ pub(super) fn plan(
         Vec::new()
     };
     progress.start(Phase::Enumerating, 0);
-    let listed = enumerate(repo, options, &replaced)?;
+    let listed = enumerate(repo, options)?;
     progress.update(listed.len() as u64);
 
     // Where each object is, and what its entry is a delta against.
@@ -266,19 +250,14 @@ pub(super) fn plan(
         objs,
         how,
         order,
-        replaced_packs: replaced.iter().map(|p| p.name().to_string()).collect(),
+        replaced_packs: replaced,
     })
 }
 
 /// Whether an on-disk delta of `target` against `base` may be reused, part-wise: its base is
-/// in the same pack and no later a part (so that a part's deltas have their bases in it or
-/// before it).
+/// in no later a part (so that a part's deltas have their bases in it or before it).
 fn base_allowed(target: &Obj, base: &Obj) -> bool {
-    if target.part == UNREACHABLE || base.part == UNREACHABLE {
-        target.part == base.part
-    } else {
-        base.part <= target.part
-    }
+    base.part <= target.part
 }
 
 /// Decides each object's [`How`].
@@ -340,9 +319,8 @@ fn decide(
         }
     }
 
-    let searchable = |o: &Obj| o.part != UNREACHABLE;
     let candidates_of: Vec<u32> = (0..objs.len() as u32)
-        .filter(|&i| reused_base[i as usize].is_none() && searchable(&objs[i as usize]))
+        .filter(|&i| reused_base[i as usize].is_none())
         .collect();
     progress.start(Phase::Compressing, candidates_of.len() as u64);
     let mut how: Vec<How> = (0..objs.len())

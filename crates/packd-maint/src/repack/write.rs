@@ -1,9 +1,8 @@
 //! Writing the planned objects: the reachable ones into one pack, part by part, each delta's
-//! base pulled just ahead of it when not written yet (git's `add_family_to_write_order`), and
-//! with -a -d the unreachable ones into a second pack.
+//! base pulled just ahead of it when not written yet (git's `add_family_to_write_order`).
 
 use super::plan::CLONE as CLONE_PART;
-use super::plan::{How, Obj, Planned, Settings, UNREACHABLE};
+use super::plan::{How, Obj, Planned, Settings};
 use super::{Phase, RepackError, RepackProgress, RepackReport};
 use crate::pack_file::{compression_level, PackFileWriter, WrittenPack};
 use packd_odb::{HashKind, Location, Repository};
@@ -22,47 +21,34 @@ pub(super) fn write_packs(
     progress: &dyn RepackProgress,
     report: &mut RepackReport,
 ) -> Result<Vec<WrittenPack>, RepackError> {
-    let (reachable, unreachable): (Vec<u32>, Vec<u32>) = planned
-        .order
-        .iter()
-        .partition(|&&i| planned.objs[i as usize].part != UNREACHABLE);
     let total = planned.objs.len() as u64;
     progress.start(Phase::Writing, total);
-    let mut done = 0u64;
     let mut written = Vec::new();
-    let mut entry_of = vec![UNWRITTEN; planned.objs.len()];
-    for (members, is_reachable) in [(reachable, true), (unreachable, false)] {
-        if members.is_empty() {
-            continue;
-        }
-        let mut writer = PackFileWriter::new(
-            storage.clone(),
-            HashKind::Sha1,
-            members.len() as u32,
-            compression_level(settings.compression),
-        )?;
-        let mut clone_end = None;
-        for &i in &members {
-            let part = planned.objs[i as usize].part;
-            if is_reachable && part != CLONE_PART && clone_end.is_none() {
-                clone_end = Some((writer.len(), writer.bytes_written()));
-            }
-            write_family(repo, planned, i, &mut entry_of, &mut writer, report)?;
-            done += 1;
-            if done.is_multiple_of(1024) {
-                progress.update(done);
-            }
-        }
-        if is_reachable {
-            let (objects, bytes) = clone_end.unwrap_or((writer.len(), writer.bytes_written()));
-            report.clone_objects = objects as u64;
-            report.clone_bytes = bytes;
-        } else {
-            report.unreachable_kept = members.len() as u64;
-        }
-        report.objects += members.len() as u64;
-        written.push(writer.finish()?);
+    if total == 0 {
+        return Ok(written);
     }
+    let mut entry_of = vec![UNWRITTEN; planned.objs.len()];
+    let mut writer = PackFileWriter::new(
+        storage.clone(),
+        HashKind::Sha1,
+        planned.objs.len() as u32,
+        compression_level(settings.compression),
+    )?;
+    let mut clone_end = None;
+    for (done, &i) in planned.order.iter().enumerate() {
+        if planned.objs[i as usize].part != CLONE_PART && clone_end.is_none() {
+            clone_end = Some((writer.len(), writer.bytes_written()));
+        }
+        write_family(repo, planned, i, &mut entry_of, &mut writer, report)?;
+        if done.is_multiple_of(1024) {
+            progress.update(done as u64);
+        }
+    }
+    let (objects, bytes) = clone_end.unwrap_or((writer.len(), writer.bytes_written()));
+    report.clone_objects = objects as u64;
+    report.clone_bytes = bytes;
+    report.objects = total;
+    written.push(writer.finish()?);
     progress.update(total);
     Ok(written)
 }
