@@ -495,3 +495,39 @@ fn a_damaged_mtimes_is_named_and_nothing_changes() {
     );
     assert_eq!(listing(&f.repo), before);
 }
+
+/// What a push writes after the collection (a loose object, a quarantined pack) is in no
+/// listing the prune deletes from, however old the expiry makes everything.
+#[test]
+fn objects_written_after_the_collection_are_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    let (new_pack, reachable) = reachable_pack(&f.repo);
+    let repo = open(&f.repo);
+    let old: Vec<_> = repo
+        .objects()
+        .packs()
+        .filter(|p| p.name() != new_pack)
+        .cloned()
+        .collect();
+    let is_reachable = |id: &ObjectId| reachable.contains(id);
+    let options = CruftOptions {
+        expire: Some(SystemTime::now() + Duration::from_secs(DAY)),
+    };
+    let outcome = write_cruft_pack(&repo, &is_reachable, &old, &options).unwrap();
+    assert_eq!(outcome.dropped.len(), 5);
+    // A push meanwhile: a loose object migrated, a pack still in its quarantine.
+    let fresh = git(
+        &f.repo,
+        &["hash-object", "-w", "--stdin"],
+        Some(b"pushed\n"),
+    );
+    let quarantined = f.repo.join("objects/pack/tmp_incoming_1_pack");
+    std::fs::write(&quarantined, b"PACK").unwrap();
+    let keep = [new_pack.as_str()];
+    let pruned = prune(&repo, &is_reachable, &outcome, &old, &keep).unwrap();
+    assert_eq!(pruned.loose, 2, "the two loose blobs listed");
+    assert!(has_object(&f.repo, &fresh), "written after the listing");
+    assert!(quarantined.exists());
+    assert!(!has_object(&f.repo, &f.recent_blob));
+}
