@@ -15,3 +15,4 @@ pub mod lock;
 pub mod maintenance;
 pub mod pack_file;
 pub mod repack;
+pub mod roll_up;

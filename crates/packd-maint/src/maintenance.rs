@@ -1,1 +1,184 @@
-//! (being written: see lib.rs)
+//! The maintenance that keeps a repository fast by itself: what `packd serve` runs after
+//! pushes and `packd maintenance run` runs by hand.
+//!
+//! ```text
+//! run_auto   maintenance lock (try) -> geometric repack, factor 2: the small packs and the
+//!            loose objects rolled up, multi-pack-index and its bitmap, rolled-up packs and
+//!            packed loose objects deleted
+//! run_full   maintenance lock (try) -> full repack (`packd repack -adb`), once it exists
+//! both       one log line, target `packd_maint`:
+//!            maintenance done repo=<git dir> kind=geometric|full cpu_ms=.. wall_ms=..
+//!                packs_before=.. packs_after=.. rolled_up=.. new_objects=.. loose=.. bitmap=..
+//! ```
+//!
+//! `cpu_ms` is the CPU time of the thread that ran it (`CLOCK_THREAD_CPUTIME_ID`): a
+//! maintenance runs on one thread, and serving's threads are not counted.
+
+use crate::geometric::{geometric_repack_locked, GeometricError, GeometricOptions};
+use crate::lock::{self, LockError};
+use packd_odb::{Repository, RepositoryOptions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The tracing target of maintenance's log lines.
+pub const TARGET: &str = "packd_maint";
+
+/// Which maintenance ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A geometric repack (after pushes).
+    Geometric,
+    /// A full repack (on demand).
+    Full,
+}
+
+impl Kind {
+    /// Its name in log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Geometric => "geometric",
+            Kind::Full => "full",
+        }
+    }
+}
+
+/// What a maintenance did and cost.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Which one.
+    pub kind: Kind,
+    /// The repository's packs before.
+    pub packs_before: usize,
+    /// Its packs after.
+    pub packs_after: usize,
+    /// Packs rolled up into the new one.
+    pub rolled_up: usize,
+    /// Objects in the new pack (0: none written).
+    pub new_objects: u32,
+    /// Loose objects packed.
+    pub loose: usize,
+    /// Whether a multi-pack-index bitmap was written.
+    pub bitmap: bool,
+    /// CPU time of the thread that ran it.
+    pub cpu: Duration,
+    /// Time it took.
+    pub wall: Duration,
+}
+
+/// Why a maintenance did not run or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    /// Another maintenance of the repository holds its lock (this one did nothing).
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The repository could not be opened.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// The geometric repack failed.
+    #[error(transparent)]
+    Geometric(#[from] GeometricError),
+    /// A full repack is not available in this build yet.
+    #[error("a full repack is not available yet (packd repack is being written)")]
+    FullUnavailable,
+}
+
+impl MaintenanceError {
+    /// Whether it failed only because another maintenance was running.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            MaintenanceError::Lock(LockError::Busy { .. })
+                | MaintenanceError::Geometric(GeometricError::Lock(LockError::Busy { .. }))
+        )
+    }
+}
+
+/// The CPU time this thread has used so far.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given and nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The maintenance after pushes for the repository at `git_dir`: a geometric repack with
+/// factor 2, loose objects packed, a multi-pack-index and its bitmap. Refused with
+/// [`LockError::Busy`] (see [`MaintenanceError::is_busy`]) while another maintenance of the
+/// repository runs. Logs one line (see the module documentation).
+pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
+    let started = Instant::now();
+    let cpu_start = thread_cpu_time();
+    let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
+    let held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
+    let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
+    drop(held);
+    if let Some(why) = &outcome.bitmap_error {
+        tracing::warn!(target: TARGET, "{}: multi-pack-index written without a bitmap: {why}", git_dir.display());
+    }
+    let report = Report {
+        kind: Kind::Geometric,
+        packs_before: outcome.packs_before,
+        packs_after: outcome.packs_after,
+        rolled_up: outcome.rolled_up.len(),
+        new_objects: outcome.new_pack_objects,
+        loose: outcome.loose_packed,
+        bitmap: outcome.bitmap,
+        cpu: thread_cpu_time().saturating_sub(cpu_start),
+        wall: started.elapsed(),
+    };
+    log(git_dir, &report);
+    Ok(report)
+}
+
+/// A full repack of the repository at `git_dir` on demand (`packd repack -adb`), under the
+/// maintenance lock. Not available until `packd_maint::repack` is.
+pub fn run_full(git_dir: &Path) -> Result<Report, MaintenanceError> {
+    let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
+    let _held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
+    Err(MaintenanceError::FullUnavailable)
+}
+
+/// Logs the one line of a maintenance done.
+fn log(git_dir: &Path, report: &Report) {
+    tracing::info!(
+        target: TARGET,
+        repo = %git_dir.display(),
+        kind = report.kind.name(),
+        cpu_ms = report.cpu.as_millis() as u64,
+        wall_ms = report.wall.as_millis() as u64,
+        packs_before = report.packs_before,
+        packs_after = report.packs_after,
+        rolled_up = report.rolled_up,
+        new_objects = report.new_objects,
+        loose = report.loose,
+        bitmap = report.bitmap,
+        "maintenance done"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_cpu_time;
+
+    #[test]
+    fn thread_cpu_time_counts_this_thread_only() {
+        let before = thread_cpu_time();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        std::hint::black_box(x);
+        let spent = thread_cpu_time() - before;
+        assert!(spent > std::time::Duration::ZERO);
+        // A sleeping thread spends none.
+        let before = thread_cpu_time();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(thread_cpu_time() - before < std::time::Duration::from_millis(20));
+    }
+}

@@ -11,8 +11,10 @@
 mod cat_file;
 mod commit_graph;
 mod index_pack;
+mod maintenance;
 mod pack_objects;
 mod receive_pack;
+mod repack;
 mod rev_list;
 mod serve;
 #[cfg(not(test))]
@@ -78,8 +80,13 @@ enum Command {
     RevList(rev_list::Args),
     /// Write git's commit-graph for the commits the refs (or stdin) reach: `commit-graph write`.
     CommitGraph(commit_graph::Args),
+    /// Pack the repository's objects, as `git repack` does (-a, -d, -f, -F, -b).
+    Repack(repack::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
+    /// Keep the repository fast: a geometric repack with a multi-pack-index and its bitmap
+    /// (what `packd serve` runs after pushes), by hand.
+    Maintenance(maintenance::Args),
     /// Take in a pack (stdin or a file), resolve its deltas on all cores and write its index.
     IndexPack(index_pack::Args),
     /// Write the pack a fetch would send for revisions read from stdin (`^rev` for haves).
@@ -209,10 +216,18 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| commit_graph::run(&repo, args)),
+        Command::Repack(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| repack::run(&repo, args)),
         Command::WriteBitmap(args) => cli
             .global
             .repository()
             .and_then(|repo| write_bitmap::run(&repo, args)),
+        Command::Maintenance(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| maintenance::run(&repo, args)),
         Command::IndexPack(args) => cli
             .global
             .workdir()

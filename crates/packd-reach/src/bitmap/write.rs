@@ -370,7 +370,25 @@ pub fn write_midx_bitmap(
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
-    let packs = own_packs(repo)?;
+    write_midx_bitmap_leaving_out(repo, options, progress, &[])
+}
+
+/// [`write_midx_bitmap`] over the repository's packs but those whose `.idx` file name
+/// (`pack-<hex>.idx`) is in `leave_out`: packs a repack rolled up into a new one, which it
+/// deletes once the multi-pack-index that no longer names them is in place.
+pub fn write_midx_bitmap_leaving_out(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+    leave_out: &[String],
+) -> Result<WriteReport, WriteError> {
+    let mut packs = own_packs(repo)?;
+    packs.retain(|p| !leave_out.contains(&idx_file_name(p)));
+    if packs.is_empty() {
+        return Err(WriteError::NoPack {
+            dir: repo.git_dir().join("objects/pack").display().to_string(),
+        });
+    }
     let started = std::time::Instant::now();
     let pack_dir = Path::new(packs[0].data_name())
         .parent()

@@ -1,0 +1,71 @@
+//! `packd maintenance run`: the maintenance `packd serve` runs after pushes, once, by hand
+//! (a geometric repack with a multi-pack-index and its bitmap), or a full repack
+//! (`--full`). It takes the repository's maintenance lock, so it never runs beside the
+//! server's maintenance of the same repository, nor beside `packd repack`: while one runs it
+//! is refused.
+
+use anyhow::{bail, Result};
+use packd_maint::maintenance::{run_auto, run_full, Report};
+use std::process::ExitCode;
+
+/// Arguments of `packd maintenance`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Run the maintenance once: a geometric repack (factor 2) of the packs pushes made,
+    /// loose objects packed, a multi-pack-index and its bitmap written, the rolled-up packs
+    /// and packed loose objects deleted. Refused while another maintenance of the repository
+    /// (`packd serve`'s, `packd repack`) runs.
+    Run(RunArgs),
+}
+
+/// Arguments of `packd maintenance run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// A full repack instead (`packd repack -adb`).
+    #[arg(long)]
+    full: bool,
+    /// Print nothing but warnings and errors.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Runs `packd maintenance`.
+pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
+    let Sub::Run(run) = &args.command;
+    let git_dir = repo.git_dir();
+    let result = if run.full {
+        run_full(git_dir)
+    } else {
+        run_auto(git_dir)
+    };
+    let report: Report = match result {
+        Ok(report) => report,
+        Err(e) if e.is_busy() => bail!("{e}; not run"),
+        Err(e) => return Err(e.into()),
+    };
+    if !run.quiet {
+        eprintln!(
+            "{} maintenance: {} packs -> {} ({} rolled up, {} loose objects packed, {} objects written){}; {} ms CPU, {} ms",
+            report.kind.name(),
+            report.packs_before,
+            report.packs_after,
+            report.rolled_up,
+            report.loose,
+            report.new_objects,
+            if report.bitmap {
+                ", multi-pack-index and bitmap written"
+            } else {
+                ", multi-pack-index written"
+            },
+            report.cpu.as_millis(),
+            report.wall.as_millis()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
