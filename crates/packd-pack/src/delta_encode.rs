@@ -26,6 +26,9 @@ const MAX_PER_HASH: usize = 8;
 /// The largest copy one instruction can express.
 const MAX_COPY: usize = 0xff_ffff;
 
+/// A match this long is taken without trying the other candidates.
+const GOOD_ENOUGH: usize = 4096;
+
 /// Most chain links followed for one target position (blocks with other bytes that share
 /// a table slot are skipped without counting as candidates).
 const MAX_CHAIN: usize = 64;
@@ -81,69 +84,126 @@ fn push_copy(out: &mut Vec<u8>, mut offset: usize, mut len: usize) {
     }
 }
 
-/// A delta turning `base` into `target`, or `None` when it would not be smaller than `limit`
-/// bytes (the caller's alternative) or the base is too large to address (4 GiB).
-pub(crate) fn encode(base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>> {
-    if base.len() > u32::MAX as usize || base.len() < BLOCK {
-        return None;
-    }
-    // Blocks by table slot: `heads[slot]` is the newest block's number + 1 (0: none), and
-    // `older[block]` the next older block in the same slot, the same way.
-    let blocks = base.len() / BLOCK;
-    let bits = (blocks * 2).next_power_of_two().max(16).trailing_zeros();
-    let slot_of = |hash: u64| (hash >> (64 - bits)) as usize;
-    let mut heads = vec![0u32; 1 << bits];
-    let mut older = vec![0u32; blocks];
-    for (block, link) in older.iter_mut().enumerate() {
-        let slot = slot_of(block_hash(&base[block * BLOCK..]));
-        *link = heads[slot];
-        heads[slot] = block as u32 + 1;
-    }
-    let mut out = Vec::with_capacity(target.len() / 4 + 16);
-    push_varint(&mut out, base.len() as u64);
-    push_varint(&mut out, target.len() as u64);
-    let mut pending = 0; // start of bytes not yet emitted
-    let mut i = 0;
-    while i + BLOCK <= target.len() {
-        let mut best: Option<(usize, usize, usize)> = None; // (base start, target start, len)
-        let here = &target[i..i + BLOCK];
-        let mut link = heads[slot_of(block_hash(here))];
-        let (mut tried, mut followed) = (0, 0);
-        while link != 0 && tried < MAX_PER_HASH && followed < MAX_CHAIN {
-            let s = (link as usize - 1) * BLOCK;
-            link = older[link as usize - 1];
-            followed += 1;
-            if base[s..s + BLOCK] != *here {
+/// The blocks of one base, by hash: built once per base and used for every target tried
+/// against it (a delta search tries each base against up to a window of targets).
+///
+/// `heads[slot]` is the newest block's number + 1 (0: none) and `older[block]` the next older
+/// block in the same slot, the same way. A block equal to the one before it is left out (a run
+/// of one byte, or of zeroes, would otherwise fill its slot's chain with copies of itself; a
+/// match found at the run's first block extends over the run anyway).
+pub(crate) struct DeltaIndex {
+    heads: Vec<u32>,
+    older: Vec<u32>,
+    bits: u32,
+    base_len: usize,
+}
+
+impl DeltaIndex {
+    /// The index of `base`, or `None` when it is too short to have a block or too large to
+    /// address (4 GiB).
+    pub(crate) fn new(base: &[u8]) -> Option<DeltaIndex> {
+        if base.len() > u32::MAX as usize || base.len() < BLOCK {
+            return None;
+        }
+        let blocks = base.len() / BLOCK;
+        let bits = (blocks * 2).next_power_of_two().max(16).trailing_zeros();
+        let mut index = DeltaIndex {
+            heads: vec![0u32; 1 << bits],
+            older: vec![0u32; blocks],
+            bits,
+            base_len: base.len(),
+        };
+        for block in 0..blocks {
+            let at = block * BLOCK;
+            if block > 0 && base[at - BLOCK..at] == base[at..at + BLOCK] {
                 continue;
             }
-            tried += 1;
-            let len = BLOCK
-                + packd_odb::delta::common_prefix_len(&base[s + BLOCK..], &target[i + BLOCK..]);
-            // Grow backwards over bytes that would otherwise be inserted.
-            let mut back = 0;
-            while back < i - pending && back < s && base[s - back - 1] == target[i - back - 1] {
-                back += 1;
-            }
-            let total = len + back;
-            if best.is_none_or(|(_, _, l)| total > l) {
-                best = Some((s - back, i - back, total));
-            }
+            let slot = index.slot_of(block_hash(&base[at..]));
+            index.older[block] = index.heads[slot];
+            index.heads[slot] = block as u32 + 1;
         }
-        match best {
-            Some((s, t, len)) => {
-                push_inserts(&mut out, &target[pending..t]);
-                push_copy(&mut out, s, len);
-                i = t + len;
-                pending = i;
-                if out.len() >= limit {
-                    return None;
+        Some(index)
+    }
+
+    #[inline]
+    fn slot_of(&self, hash: u64) -> usize {
+        (hash >> (64 - self.bits)) as usize
+    }
+
+    /// Bytes of memory the index holds (for a search's window-memory limit).
+    pub(crate) fn memory(&self) -> usize {
+        (self.heads.len() + self.older.len()) * std::mem::size_of::<u32>()
+    }
+
+    /// A delta turning `base` (the bytes this index was built from) into `target`, or `None`
+    /// when it would not be smaller than `limit` bytes (the caller's alternative). Gives up as
+    /// soon as the delta so far, inserts pending included, reaches `limit`.
+    pub(crate) fn encode(&self, base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>> {
+        debug_assert_eq!(base.len(), self.base_len, "the index's own base");
+        if base.len() != self.base_len {
+            return None;
+        }
+        let mut out = Vec::with_capacity((target.len() / 4 + 16).min(limit));
+        push_varint(&mut out, base.len() as u64);
+        push_varint(&mut out, target.len() as u64);
+        let mut pending = 0; // start of bytes not yet emitted
+        let mut i = 0;
+        while i + BLOCK <= target.len() {
+            let mut best: Option<(usize, usize, usize)> = None; // (base start, target start, len)
+            let here = &target[i..i + BLOCK];
+            let mut link = self.heads[self.slot_of(block_hash(here))];
+            let (mut tried, mut followed) = (0, 0);
+            while link != 0 && tried < MAX_PER_HASH && followed < MAX_CHAIN {
+                let s = (link as usize - 1) * BLOCK;
+                link = self.older[link as usize - 1];
+                followed += 1;
+                if base[s..s + BLOCK] != *here {
+                    continue;
+                }
+                tried += 1;
+                let len = BLOCK
+                    + packd_odb::delta::common_prefix_len(&base[s + BLOCK..], &target[i + BLOCK..]);
+                // Grow backwards over bytes that would otherwise be inserted.
+                let mut back = 0;
+                while back < i - pending && back < s && base[s - back - 1] == target[i - back - 1] {
+                    back += 1;
+                }
+                let total = len + back;
+                if best.is_none_or(|(_, _, l)| total > l) {
+                    best = Some((s - back, i - back, total));
+                    if total >= GOOD_ENOUGH {
+                        break;
+                    }
                 }
             }
-            None => i += 1,
+            match best {
+                Some((s, t, len)) => {
+                    push_inserts(&mut out, &target[pending..t]);
+                    push_copy(&mut out, s, len);
+                    i = t + len;
+                    pending = i;
+                    if out.len() >= limit {
+                        return None;
+                    }
+                }
+                None => {
+                    i += 1;
+                    // Inserts cost at least their bytes.
+                    if out.len() + (i - pending) >= limit {
+                        return None;
+                    }
+                }
+            }
         }
+        push_inserts(&mut out, &target[pending..]);
+        (out.len() < limit).then_some(out)
     }
-    push_inserts(&mut out, &target[pending..]);
-    (out.len() < limit).then_some(out)
+}
+
+/// A delta turning `base` into `target`, or `None` when it would not be smaller than `limit`
+/// bytes (the caller's alternative) or the base is too short or too large to index.
+pub(crate) fn encode(base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>> {
+    DeltaIndex::new(base)?.encode(base, target, limit)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 pub mod clone_cache;
 mod count;
 mod delta_encode;
+pub mod delta_search;
 mod recipe;
 use recipe::RecipeWriter;
 mod walk;

@@ -40,6 +40,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod prefix;
+
 /// Bytes read from a pack at once when entries are close together; also the piece size for
 /// copying large entries.
 pub(crate) const WINDOW: u64 = 1 << 20;
@@ -1050,6 +1052,9 @@ impl PackServer {
         }
         if let Some(pack) = sent_whole(plan, ofs_delta)? {
             return write_whole_pack(pack, out, progress, cancel);
+        }
+        if let Some((pack, count)) = prefix::sent_prefix(plan, ofs_delta)? {
+            return prefix::write_prefix(pack, count, out, progress, cancel);
         }
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;

@@ -540,6 +540,12 @@ impl ReceivePack {
             Ok(q) => q,
             Err(e) => return unpacker(e.to_string()),
         };
+        // The prune lock, held from the moment the pushed objects may name the repository's
+        // (the pack is received; with no pack, the commands name them) until the refs are
+        // updated, and the repository opened again if a prune ran before (see
+        // hold_prune_lock). Released on return.
+        let prune_lock: packd_maint::lock::Held;
+        let reopened: Option<Repository>;
         let incoming = if wants_pack {
             // Appended bases at the level git's index-pack would use for this repository.
             let thin_base_level = match packd_odb::pack::ingest::thin_base_level(repo.config()) {
@@ -568,6 +574,11 @@ impl ReceivePack {
                 }
                 Err(e) => return unpacker(e.to_string()),
             };
+            match self.hold_prune_lock(repo) {
+                Ok((held, fresh)) => (prune_lock, reopened) = (held, fresh),
+                Err(e) => return unpacker(e),
+            }
+            let repo = reopened.as_ref().unwrap_or(repo);
             let incoming = match quarantine.objects() {
                 Ok(db) => db,
                 Err(e) => return unpacker(e.to_string()),
@@ -579,8 +590,14 @@ impl ReceivePack {
             }
             Some(incoming)
         } else {
+            match self.hold_prune_lock(repo) {
+                Ok((held, fresh)) => (prune_lock, reopened) = (held, fresh),
+                Err(e) => return unpacker(e),
+            }
             None
         };
+        let _prune_lock = prune_lock;
+        let repo = reopened.as_ref().unwrap_or(repo);
 
         // Hidden refs first: refused alone, also in an atomic push (git's
         // reject_updates_to_hidden), so that the rest may still go through.
@@ -733,6 +750,36 @@ impl ReceivePack {
             fail_rest(&mut results, ATOMIC_FAILED);
         }
         (Ok(()), results)
+    }
+
+    /// Takes the prune lock shared for a push ([`packd_maint::lock::push_guard`]) and returns
+    /// it with the repository to check the push against and update: `None` for `repo` itself,
+    /// or `repo` opened again when a prune deleted one of the packs it had open.
+    ///
+    /// How this closes the race with a prune: maintenance deletes unreachable objects only
+    /// while it holds the lock exclusively, after re-reading the refs
+    /// (`packd_maint::cruft::prune`). Either it does so before this returns, and the checks
+    /// that follow (connectivity, the rules) read the repository after the deletion, an
+    /// object it dropped found missing and the push refused, rather than a ref pointing at
+    /// nothing; an object found in a pack it deleted would be such a stale answer, hence the
+    /// repository opened again. Or it waits until the push has updated its refs, and keeps
+    /// what they reach.
+    fn hold_prune_lock(
+        &self,
+        repo: &Repository,
+    ) -> Result<(packd_maint::lock::Held, Option<Repository>), String> {
+        let objects_dir = repo.common_dir().join("objects");
+        let held = packd_maint::lock::push_guard(&objects_dir).map_err(|e| e.to_string())?;
+        let pruned = repo
+            .objects()
+            .packs_with_storage()
+            .any(|(storage, pack)| !storage.exists(pack.name()));
+        if !pruned {
+            return Ok((held, None));
+        }
+        tracing::debug!("packs deleted during the push: the repository opened again");
+        let fresh = self.open().map_err(|e| e.to_string())?;
+        Ok((held, Some(fresh)))
     }
 
     /// Hands the commands `for_proc` marks that are still accepted to `proc-receive`, as git

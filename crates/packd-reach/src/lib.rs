@@ -11,12 +11,14 @@
 //! tree_diff.rs the entries of a tree its delta base lacks (what a fill-in walk must look up)
 //! last_at_path.rs  the last tree a fill-in walk read at each path (compared with the next)
 //! kept_walk.rs a large fill-in walk's answer kept on disk for a server started again
+//! commit_graph/  writing git's commit-graph (objects/info/commit-graph)
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
 
 pub mod bitmap;
 pub mod bitmap_walk;
 mod bitmapped;
+pub mod commit_graph;
 pub mod ewah;
 pub mod ewah_encode;
 mod kept_walk;

@@ -9,10 +9,12 @@
 #![cfg_attr(not(test), no_main)]
 
 mod cat_file;
+mod commit_graph;
 mod index_pack;
 mod maintenance;
 mod pack_objects;
 mod receive_pack;
+mod repack;
 mod rev_list;
 mod serve;
 #[cfg(not(test))]
@@ -76,6 +78,10 @@ enum Command {
     Verify(verify::Args),
     /// List the objects reachable from some revisions and not others, as `git rev-list` does.
     RevList(rev_list::Args),
+    /// Write git's commit-graph for the commits the refs (or stdin) reach: `commit-graph write`.
+    CommitGraph(commit_graph::Args),
+    /// Pack the repository's objects, as `git repack` does (-a, -d, -f, -F, -b).
+    Repack(repack::Args),
     /// Write reachability bitmaps (and a reverse index) for the repository's pack.
     WriteBitmap(write_bitmap::Args),
     /// Keep the repository fast: a geometric repack with a multi-pack-index and its bitmap
@@ -208,6 +214,14 @@ fn run() -> ExitCode {
             .global
             .repository()
             .and_then(|repo| rev_list::run(&repo, args)),
+        Command::CommitGraph(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| commit_graph::run(&repo, args)),
+        Command::Repack(args) => cli
+            .global
+            .repository()
+            .and_then(|repo| repack::run(&repo, args)),
         Command::WriteBitmap(args) => cli
             .global
             .repository()

@@ -1,1 +1,0 @@
-//! (being written: see lib.rs)

@@ -1,0 +1,126 @@
+//! Writing the cruft pack: the kept unreachable objects in one pack (through
+//! [`crate::pack_file`]) and its `.mtimes`.
+//!
+//! ```text
+//! pack/pack-<checksum>.pack    the kept objects, sorted by id; whole objects (entries that
+//!                              are whole on disk copied as they are, deltas inflated)
+//! pack/pack-<checksum>.rev     written by pack_file
+//! pack/pack-<checksum>.idx     written by pack_file
+//! pack/pack-<checksum>.mtimes  one mtime per object in index order (super::mtimes)
+//! ```
+//!
+//! The `.mtimes` is published after the `.idx` (pack_file publishes the index when it
+//! finishes). In between, and if the writer dies there, git and packd see an ordinary pack of
+//! these objects, whose age is the pack's (now): they are kept longer, never dropped early.
+
+use super::collect::{collect, Collected};
+use super::expire::select;
+use super::{mtimes, CruftError, CruftOptions};
+use crate::pack_file::{compression_level, PackFileWriter, WrittenPack};
+use packd_odb::pack::Pack;
+use packd_odb::{Location, ObjectId, Repository};
+use std::sync::Arc;
+
+/// What [`write_cruft_pack`] did, and what [`super::prune::prune`] needs next.
+#[derive(Debug, Default)]
+pub struct CruftOutcome {
+    /// The cruft pack written (`None` when nothing unreachable is kept).
+    pub pack: Option<WrittenPack>,
+    /// The kept objects, sorted by id, with their mtimes (as in the `.mtimes`).
+    pub kept: Vec<(ObjectId, u32)>,
+    /// The objects dropped: expired and reached by no recent one, sorted by id.
+    pub dropped: Vec<ObjectId>,
+    /// The loose objects listed (the prune deletes them: each is in the new packs or dropped).
+    pub loose: Vec<ObjectId>,
+}
+
+impl CruftOutcome {
+    /// Whether the cruft pack holds `id`.
+    pub fn keeps(&self, id: &ObjectId) -> bool {
+        self.kept.binary_search_by(|(k, _)| k.cmp(id)).is_ok()
+    }
+}
+
+/// Writes a cruft pack of the objects in `old_packs` and the loose objects that `reachable`
+/// does not hold (`reachable` must hold exactly what the new packs written beside it hold),
+/// each with its newest mtime, leaving out those `options.expire` drops. Nothing is deleted
+/// here: [`super::prune::prune`] does that, under the prune lock, once the new packs are
+/// durable.
+pub fn write_cruft_pack(
+    repo: &Repository,
+    reachable: &dyn Fn(&ObjectId) -> bool,
+    old_packs: &[Arc<Pack>],
+    options: &CruftOptions,
+) -> Result<CruftOutcome, CruftError> {
+    let Collected { unreachable, loose } = collect(repo, reachable, old_packs)?;
+    let selection = select(repo.objects(), unreachable, options.expire)?;
+    let mut outcome = CruftOutcome {
+        pack: None,
+        kept: selection.kept,
+        dropped: selection.dropped,
+        loose,
+    };
+    if outcome.kept.is_empty() {
+        return Ok(outcome);
+    }
+    let storage =
+        repo.objects().own_storage().cloned().ok_or_else(|| {
+            CruftError::Unsupported("a repository without its own objects".into())
+        })?;
+    let level = ["pack.compression", "core.compression"]
+        .iter()
+        .find_map(|k| repo.config().get(k).and_then(packd_odb::config::parse_int))
+        .unwrap_or(-1);
+    let count = u32::try_from(outcome.kept.len())
+        .map_err(|_| CruftError::Unsupported("more than 2^32 unreachable objects".into()))?;
+    let mut writer = PackFileWriter::new(
+        storage.clone(),
+        repo.objects().hash_kind(),
+        count,
+        compression_level(i64::from(level)),
+    )?;
+    let objects = repo.objects();
+    for (id, _) in &outcome.kept {
+        let location = objects.locate(id)?.ok_or_else(|| missing(id))?;
+        match &location {
+            Location::Packed { pack, offset } if objects.delta_base(&location)?.is_none() => {
+                writer.reuse_entry(*id, pack, *offset, None)?;
+            }
+            _ => {
+                let object = objects.read_at(id, &location)?;
+                writer.whole(*id, object.kind, &object.data)?;
+            }
+        }
+    }
+    let written = writer.finish()?;
+    let times: Vec<u32> = outcome.kept.iter().map(|(_, t)| *t).collect();
+    let bytes = mtimes::encode(&times, &written.checksum);
+    let name = format!("pack/{}.mtimes", written.base_name());
+    // The same objects in the same order: the pack existed (a cruft pack of the same
+    // objects), its .mtimes perhaps with other times, replaced by these.
+    match storage.read_versioned(&name)? {
+        None => {
+            crate::pack_file::publish_bytes(&*storage, &name, &bytes)?;
+        }
+        Some((old, version)) if old[..] != bytes[..] => {
+            storage.replace(&name, Some(&version), &bytes)?;
+        }
+        Some(_) => {}
+    }
+    tracing::debug!(
+        pack = %written.name,
+        kept = outcome.kept.len(),
+        dropped = outcome.dropped.len(),
+        "cruft pack written"
+    );
+    outcome.pack = Some(written);
+    Ok(outcome)
+}
+
+fn missing(id: &ObjectId) -> CruftError {
+    CruftError::Odb(packd_odb::Error::Corrupt {
+        file: "(objects)".into(),
+        offset: 0,
+        what: format!("object {id} was listed but can no longer be read"),
+    })
+}

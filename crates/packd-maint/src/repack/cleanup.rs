@@ -1,0 +1,83 @@
+//! Removing what a repack made redundant, only once the new packs are published (durable):
+//! a multi-pack-index over removed packs, loose objects now packed, and the temporary files of
+//! writers killed long ago (old packs go through `crate::cruft::prune`).
+
+use super::RepackError;
+use packd_odb::Repository;
+use packd_storage::Storage;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// Temporary files and index-less packs younger than this may belong to a writer still
+/// running (a push's `index-pack`, another process's write): left alone.
+const STALE: Duration = Duration::from_secs(3600);
+
+/// Removes `tmp_packd_*` files (and packs without an index) over an hour old from
+/// `objects/pack` and `objects/info`: what writers killed mid-write leave. Errors are logged,
+/// not fatal: nothing depends on these files being gone.
+pub(super) fn remove_stale_temporaries(objects: &Path) {
+    let now = SystemTime::now();
+    for dir in ["pack", "info"] {
+        let Ok(entries) = std::fs::read_dir(objects.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let orphan = name.starts_with("pack-")
+                && name.ends_with(".pack")
+                && !objects
+                    .join(dir)
+                    .join(name.replace(".pack", ".idx"))
+                    .exists();
+            if !(name.starts_with("tmp_packd_") || orphan) {
+                continue;
+            }
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age > STALE);
+            if old {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => tracing::info!("removed stale {}", entry.path().display()),
+                    Err(e) => tracing::warn!("{}: {e}", entry.path().display()),
+                }
+            }
+        }
+    }
+}
+
+/// Removes the multi-pack-index and its bitmap and `.rev` (they name packs just removed).
+pub(super) fn remove_midx(storage: &dyn Storage) -> Result<(), RepackError> {
+    storage.delete("pack/multi-pack-index")?;
+    for name in storage.list("pack")? {
+        if name.starts_with("multi-pack-index-") {
+            storage.delete(&format!("pack/{name}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `git prune-packed`: removes the loose objects that a pack holds; returns how many.
+pub(super) fn prune_packed(repo: &Repository, storage: &dyn Storage) -> Result<u64, RepackError> {
+    let odb = repo.objects();
+    let mut removed = 0;
+    let mut dirs = std::collections::BTreeSet::new();
+    for id in odb.loose_ids()? {
+        if odb.locate_packed(&id)?.is_none() {
+            continue;
+        }
+        let hex = id.to_string();
+        if storage.delete(&format!("{}/{}", &hex[..2], &hex[2..]))? {
+            removed += 1;
+            dirs.insert(hex[..2].to_string());
+        }
+    }
+    // Emptied fan-out directories go, as git's prune-packed removes them.
+    let objects = repo.common_dir().join("objects");
+    for dir in dirs {
+        let _ = std::fs::remove_dir(objects.join(dir));
+    }
+    Ok(removed)
+}

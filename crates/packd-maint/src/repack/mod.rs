@@ -1,0 +1,268 @@
+//! `packd repack`: git's `git repack` (builtin/repack.c with pack-objects), written through
+//! the storage layer.
+//!
+//! ```text
+//! lock (objects/packd-maintenance.lock) ─> remove stale tmp_packd_* (over an hour old)
+//! count   -a: every object reachable from HEAD and refs/*, walking commits and trees:
+//!             part 0 = what HEAD, refs/heads/* and refs/tags/* reach (a default clone),
+//!             part 1 = what only the other refs reach (refs/pull/*, notes, ...)
+//!         else: the loose objects (git's incremental repack)
+//! plan    reuse an on-disk delta when its base is written too, no later a part (and no -f);
+//!         every other object goes to the delta search (one per part), whose whole answers
+//!         reuse their on-disk whole entry unless -F
+//! write   part 0 then part 1, commits, tags, trees, blobs in walk order, each delta's base
+//!         written just before it when not written yet (git's compute_write_order): every
+//!         delta of part 0 has its base in part 0, so a default clone is one range of the pack
+//! publish pack, .rev, .idx (pack_file) ─> -a -d: the objects of the old packs and the loose
+//!         ones that nothing reaches go to a cruft pack (crate::cruft, gc.pruneExpire drops
+//!         the old ones), then under the prune lock the old packs (.idx first, so that readers
+//!         stop seeing a pack before its data goes) and loose objects are removed
+//!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
+//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
+//! ```
+//!
+//! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
+//! published, only a temporary file exists; after, the new pack and the old ones hold the same
+//! objects, and a half-done deletion leaves packs whose objects are in the new one.
+
+mod cleanup;
+mod plan;
+mod write;
+
+use crate::lock::{self, LockError};
+use crate::pack_file::PackFileError;
+use packd_odb::Repository;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// What a repack does: `git repack`'s options of the same letters.
+#[derive(Debug, Clone)]
+pub struct RepackOptions {
+    /// `-a`: every reachable object into one pack (else only the loose objects).
+    pub all: bool,
+    /// `-d`: then remove the packs and loose objects the new pack makes redundant.
+    pub delete_redundant: bool,
+    /// `-f`: do not reuse on-disk deltas; search for every object.
+    pub no_reuse_delta: bool,
+    /// `-F`: do not reuse any on-disk entry (implies `-f`).
+    pub no_reuse_object: bool,
+    /// `-b`: write a reachability bitmap (with `-a`).
+    pub bitmap: bool,
+    /// `--window`; `None`: `pack.window` or 10.
+    pub window: Option<usize>,
+    /// `--depth`; `None`: `pack.depth` or 50.
+    pub depth: Option<u32>,
+    /// Write a commit-graph after (git does with `gc`, and `fetch.writeCommitGraph`).
+    pub commit_graph: bool,
+}
+
+impl Default for RepackOptions {
+    fn default() -> Self {
+        RepackOptions {
+            all: false,
+            delete_redundant: false,
+            no_reuse_delta: false,
+            no_reuse_object: false,
+            bitmap: false,
+            window: None,
+            depth: None,
+            commit_graph: true,
+        }
+    }
+}
+
+/// git's phases of a repack, for progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Listing what to pack.
+    Enumerating,
+    /// Looking up where each object is and how it is stored.
+    Counting,
+    /// The delta search.
+    Compressing,
+    /// Writing the pack.
+    Writing,
+}
+
+impl Phase {
+    /// The label git prints.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Enumerating => "Enumerating objects",
+            Phase::Counting => "Counting objects",
+            Phase::Compressing => "Compressing objects",
+            Phase::Writing => "Writing objects",
+        }
+    }
+}
+
+/// Progress reports of a repack, from any thread.
+pub trait RepackProgress: Sync {
+    /// A phase starts with `total` units (0: not known).
+    fn start(&self, phase: Phase, total: u64);
+    /// `done` units of the current phase are done.
+    fn update(&self, done: u64);
+}
+
+/// Progress that reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl RepackProgress for NoProgress {
+    fn start(&self, _: Phase, _: u64) {}
+    fn update(&self, _: u64) {}
+}
+
+/// What a repack did, for git's summary line (`Total N (delta M), reused R (delta D)`).
+#[derive(Debug, Clone, Default)]
+pub struct RepackReport {
+    /// Objects written (all new packs).
+    pub objects: u64,
+    /// Of them, written as deltas.
+    pub deltas: u64,
+    /// Entries copied from old packs.
+    pub reused: u64,
+    /// Of them, deltas.
+    pub reused_deltas: u64,
+    /// The packs written (`pack/pack-<checksum>.pack`), the reachable objects' first.
+    pub packs_written: Vec<String>,
+    /// Objects nothing reaches, kept in the cruft pack (-a -d).
+    pub unreachable_kept: u64,
+    /// Objects nothing reaches, dropped as expired (-a -d).
+    pub unreachable_dropped: u64,
+    /// Packs removed (-d).
+    pub packs_removed: u64,
+    /// Loose objects removed because they are packed (-d).
+    pub loose_removed: u64,
+    /// Objects of the default clone's part (part 0) and its bytes in the pack (header
+    /// included): a default clone is the pack's first `clone_bytes` bytes.
+    pub clone_objects: u64,
+    /// See [`RepackReport::clone_objects`].
+    pub clone_bytes: u64,
+    /// The bitmap written (-b).
+    pub bitmap: Option<PathBuf>,
+    /// The commit-graph written.
+    pub commit_graph: Option<PathBuf>,
+}
+
+/// Why a repack failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RepackError {
+    /// Another maintenance (repack) of the repository runs.
+    #[error("another repack is running ({0})")]
+    Busy(PathBuf),
+    /// The lock could not be taken.
+    #[error(transparent)]
+    Lock(LockError),
+    /// Reading objects or refs failed.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// The storage layer failed.
+    #[error(transparent)]
+    Storage(#[from] packd_storage::StorageError),
+    /// Writing a pack failed.
+    #[error(transparent)]
+    Pack(#[from] PackFileError),
+    /// Writing the cruft pack or removing the old packs failed.
+    #[error(transparent)]
+    Cruft(#[from] crate::cruft::CruftError),
+    /// Writing the bitmap failed.
+    #[error("writing the bitmap: {0}")]
+    Bitmap(String),
+    /// Writing the commit-graph failed.
+    #[error("writing the commit-graph: {0}")]
+    CommitGraph(String),
+    /// The repository has no objects storage of its own.
+    #[error("{0}: no objects directory of its own")]
+    NoStorage(String),
+}
+
+impl From<LockError> for RepackError {
+    fn from(e: LockError) -> Self {
+        match e {
+            LockError::Busy { path } => RepackError::Busy(path),
+            other => RepackError::Lock(other),
+        }
+    }
+}
+
+/// The objects directory of `repo`.
+fn objects_dir(repo: &Repository) -> PathBuf {
+    repo.common_dir().join("objects")
+}
+
+/// Repacks the repository at `git_dir` (see the module documentation). The repository is
+/// opened here, and again after the packs change (for the bitmap and the commit-graph).
+pub fn repack(
+    git_dir: &std::path::Path,
+    options: &RepackOptions,
+    progress: &dyn RepackProgress,
+) -> Result<RepackReport, RepackError> {
+    let open = || Repository::open(git_dir, &Default::default());
+    let repo = open()?;
+    let objects = objects_dir(&repo);
+    let _held = lock::try_maintenance(&objects)?;
+    cleanup::remove_stale_temporaries(&objects);
+    let storage = repo
+        .objects()
+        .own_storage()
+        .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
+        .clone();
+    let settings = plan::Settings::from_config(&repo, options);
+    let planned = plan::plan(&repo, options, &settings, progress)?;
+    let mut report = RepackReport::default();
+    let mut written =
+        write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
+    if options.all && options.delete_redundant {
+        let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
+        let old = &planned.replaced_packs;
+        let cruft_options = crate::cruft::CruftOptions::from_config(&repo, SystemTime::now())?;
+        let outcome = crate::cruft::write_cruft_pack(&repo, &reachable, old, &cruft_options)?;
+        report.unreachable_kept = outcome.kept.len() as u64;
+        report.unreachable_dropped = outcome.dropped.len() as u64;
+        if let Some(pack) = &outcome.pack {
+            written.push(pack.clone());
+        }
+        let new_names: Vec<&str> = written.iter().map(|w| w.name.as_str()).collect();
+        let pruned = crate::cruft::prune(&repo, &reachable, &outcome, old, &new_names)?;
+        report.packs_removed = old
+            .iter()
+            .filter(|p| !new_names.contains(&p.name()))
+            .count() as u64;
+        report.loose_removed = pruned.loose as u64;
+        if report.packs_removed > 0 {
+            cleanup::remove_midx(&*storage)?;
+        }
+    }
+    drop(planned);
+    drop(repo);
+    if options.delete_redundant {
+        let repo = open()?;
+        report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
+    }
+    if options.bitmap && options.all {
+        let repo = open()?;
+        let written = packd_reach::bitmap::write::write_bitmap(
+            &repo,
+            &Default::default(),
+            &packd_reach::bitmap::write::NoProgress,
+        )
+        .map_err(|e| RepackError::Bitmap(e.to_string()))?;
+        report.bitmap = Some(written.bitmap_path);
+    }
+    if options.commit_graph && options.all {
+        let repo = open()?;
+        let graph = (|| {
+            let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
+            let graph_options = packd_reach::commit_graph::GraphOptions::for_repository(&repo);
+            packd_reach::commit_graph::write_commit_graph(&repo, &tips, &graph_options)
+        })()
+        .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
+        if graph.commits > 0 {
+            report.commit_graph = Some(graph.path);
+        }
+    }
+    report.packs_written = written.into_iter().map(|w| w.name).collect();
+    Ok(report)
+}

@@ -1,0 +1,171 @@
+//! `packd repack`: git's `git repack` (see `packd_maint::repack`), with git's progress phases
+//! on a terminal and its summary line.
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use packd_maint::repack::{repack, NoProgress, Phase, RepackOptions, RepackProgress};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Arguments of `packd repack`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Packs the repository's objects as `git repack` does. Without -a, packs the \
+loose objects into a new pack. With -a, writes everything HEAD and refs/* reach into one pack, \
+what a default clone wants (HEAD, refs/heads/*, refs/tags/*) first, so that such a clone is \
+one range of the file. With -a -d, objects of the old packs and loose ones that nothing reaches go to a \
+cruft pack with their mtimes (gc.pruneExpire drops the old ones), as `git gc` does. A \
+commit-graph is written after -a. With --geometric=N, rolls small packs up as `git repack \
+--geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, the \
+rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
+same time fails."
+)]
+pub struct Args {
+    /// Pack everything reachable into a single pack.
+    #[arg(short = 'a')]
+    all: bool,
+    /// After packing, remove redundant packs and loose objects now packed.
+    #[arg(short = 'd')]
+    delete: bool,
+    /// Do not reuse existing deltas: search for every object.
+    #[arg(short = 'f')]
+    no_reuse_delta: bool,
+    /// Do not reuse existing entries at all (implies -f).
+    #[arg(short = 'F')]
+    no_reuse_object: bool,
+    /// Write a reachability bitmap (with -a).
+    #[arg(short = 'b', long = "write-bitmap-index")]
+    bitmap: bool,
+    /// Objects each is compared with in the delta search (pack.window; default 10).
+    #[arg(long)]
+    window: Option<usize>,
+    /// The longest delta chain (pack.depth; default 50).
+    #[arg(long)]
+    depth: Option<u32>,
+    /// Roll packs up so that each holds at least N times the objects of the next smaller.
+    #[arg(long, value_name = "N")]
+    geometric: Option<u32>,
+    /// With --geometric: write a multi-pack-index over the packs that stay.
+    #[arg(long, requires = "geometric")]
+    write_midx: bool,
+    /// Do not write a commit-graph after the repack.
+    #[arg(long)]
+    no_write_commit_graph: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// Phases on a progress bar, each finished with git's "done." line.
+struct Bar {
+    bar: ProgressBar,
+    phase: std::sync::Mutex<Option<Phase>>,
+}
+
+impl Bar {
+    fn end_phase(&self) {
+        if let Some(phase) = self.phase.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let (pos, len) = (self.bar.position(), self.bar.length().unwrap_or(0));
+            self.bar.finish_and_clear();
+            if len > 0 {
+                eprintln!("{}: 100% ({pos}/{len}), done.", phase.label());
+            } else {
+                eprintln!("{}: {pos}, done.", phase.label());
+            }
+        }
+    }
+}
+
+impl RepackProgress for Bar {
+    fn start(&self, phase: Phase, total: u64) {
+        self.end_phase();
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = Some(phase);
+        self.bar.reset();
+        self.bar.set_message(phase.label());
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+    }
+    fn update(&self, done: u64) {
+        if self.bar.length().is_some_and(|l| l > 0 && l < done) {
+            self.bar.set_length(done);
+        }
+        self.bar.set_position(done);
+    }
+}
+
+/// Runs `packd repack`.
+pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
+    let options = RepackOptions {
+        all: args.all,
+        delete_redundant: args.delete,
+        no_reuse_delta: args.no_reuse_delta || args.no_reuse_object,
+        no_reuse_object: args.no_reuse_object,
+        bitmap: args.bitmap,
+        window: args.window,
+        depth: args.depth,
+        commit_graph: !args.no_write_commit_graph,
+    };
+    if let Some(factor) = args.geometric {
+        return geometric(repo, args, factor);
+    }
+    if args.bitmap && !args.all {
+        eprintln!("warning: -b needs -a: no bitmap written");
+    }
+    // As git: progress (and the summary) only on a terminal.
+    let show = !args.quiet && std::io::stderr().is_terminal();
+    let bar = show.then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{msg}: {percent:>3}% ({pos}/{len})")
+                .expect("a valid template"),
+        );
+        Bar {
+            bar,
+            phase: std::sync::Mutex::new(None),
+        }
+    });
+    let report = match &bar {
+        Some(bar) => repack(repo.git_dir(), &options, bar),
+        None => repack(repo.git_dir(), &options, &NoProgress),
+    };
+    if let Some(bar) = &bar {
+        bar.end_phase();
+    }
+    let report = report?;
+    if show {
+        eprintln!(
+            "Total {} (delta {}), reused {} (delta {}), pack-reused 0",
+            report.objects, report.deltas, report.reused, report.reused_deltas
+        );
+    }
+    if report.objects == 0 && !args.quiet {
+        eprintln!("Nothing new to pack.");
+    }
+    tracing::debug!("{report:?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `packd repack --geometric=N` (helper `packd_maint::geometric`).
+fn geometric(repo: &packd_odb::Repository, args: &Args, factor: u32) -> Result<ExitCode> {
+    let options = packd_maint::geometric::GeometricOptions {
+        factor,
+        write_midx: args.write_midx,
+        write_bitmap: args.write_midx && args.bitmap,
+        delete: args.delete,
+    };
+    let outcome = packd_maint::geometric::geometric_repack(repo, &options)?;
+    if let Some(e) = &outcome.bitmap_error {
+        eprintln!("warning: no multi-pack-index bitmap: {e}");
+    }
+    if !args.quiet && std::io::stderr().is_terminal() {
+        eprintln!(
+            "{} packs -> {} ({} rolled up into {}, {} objects)",
+            outcome.packs_before,
+            outcome.packs_after,
+            outcome.rolled_up.len(),
+            outcome.new_pack.as_deref().unwrap_or("no new pack"),
+            outcome.new_pack_objects
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
