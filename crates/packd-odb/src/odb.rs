@@ -503,7 +503,7 @@ fn open_source(
                 // Changing all the time: the last try's error.
                 return open_source_once(&storage, next_pack_id, hash)?.ok_or_else(|| {
                     Error::corrupt(
-                        &storage.describe("pack/multi-pack-index"),
+                        storage.describe("pack/multi-pack-index"),
                         0,
                         "names a pack which does not exist",
                     )

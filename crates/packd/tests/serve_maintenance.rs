@@ -90,6 +90,11 @@ fn assert_git_accepts(repo: &Repo, tip: &str) {
     );
     let fsck = repo.git_run(&["fsck", "--strict", "--no-dangling"], None);
     assert!(fsck.success(), "fsck: {}{}", fsck.out(), fsck.err());
+    assert!(
+        repo.objects_dir().join("info/commit-graph").is_file(),
+        "the commit-graph was written"
+    );
+    repo.git(&["commit-graph", "verify"]);
 }
 
 /// Every object id reachable from all refs, sorted.
@@ -389,4 +394,32 @@ fn pack_idx_any(repo: &Repo) -> String {
         .find(|p| p.extension().is_some_and(|e| e == "idx"))
         .map(|p: std::path::PathBuf| p.display().to_string())
         .unwrap()
+}
+
+#[test]
+fn maintenance_run_full_repacks_everything_into_one_pack() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("r.git");
+    make_packs(&repo, &[4, 4, 20, 50], 2);
+    let before = reachable(&repo);
+    let run = repo.packd(&["maintenance", "run", "--full"], None);
+    assert!(run.success(), "{}", run.err());
+    assert!(
+        run.err().contains("full maintenance: 4 packs"),
+        "{}",
+        run.err()
+    );
+    assert_eq!(reachable(&repo), before);
+    let fsck = repo.git_run(&["fsck", "--strict", "--no-dangling"], None);
+    assert!(fsck.success(), "fsck: {}{}", fsck.out(), fsck.err());
+    // The reachable objects in one pack with its bitmap (the loose ones, unreachable, in a
+    // cruft pack or kept loose until they expire).
+    let bitmaps: Vec<_> = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".bitmap"))
+        .collect();
+    assert_eq!(bitmaps.len(), 1, "{bitmaps:?}");
+    let test = repo.git_run(&["rev-list", "--test-bitmap", "p0"], None);
+    assert!(test.err().contains("OK!"), "{}", test.err());
 }
