@@ -223,7 +223,7 @@ pub fn geometric_repack_locked(
     let roll = rolled.len() > 1 || !loose.is_empty();
     if roll {
         let sources: Vec<Arc<Pack>> = rolled.iter().map(|p| p.pack.clone()).collect();
-        if let Some(new) = roll_up(storage.as_ref(), repo.objects(), &sources, &loose)? {
+        if let Some(new) = roll_up(&storage, repo.objects(), &sources, &loose)? {
             outcome.new_pack_objects = new.objects;
             outcome.new_pack = Some(new.idx_name);
         }
