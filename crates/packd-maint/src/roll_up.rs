@@ -58,7 +58,6 @@ pub struct RolledUp {
     pub existed: bool,
 }
 
-
 /// Writes one pack holding every object of `packs` and `loose` (each once) into `storage`
 /// (the repository's objects storage), reusing stored entries; its `.pack`, `.rev` and
 /// `.idx` are durable when this returns. `odb` reads the loose objects and the whole objects
@@ -80,8 +79,12 @@ pub fn roll_up(
     }
     let count = u32::try_from(members.len()).map_err(|_| RollUpError::TooMany)?;
     drop(members);
-    let mut writer =
-        PackFileWriter::new(storage.clone(), odb.hash_kind(), count, compression_level(-1))?;
+    let mut writer = PackFileWriter::new(
+        storage.clone(),
+        odb.hash_kind(),
+        count,
+        compression_level(-1),
+    )?;
     let mut written: HashMap<ObjectId, u32> = HashMap::with_capacity(count as usize);
     for pack in packs {
         copy_pack(pack, odb, &mut writer, &mut written)?;

@@ -9,6 +9,7 @@ mod serve_support;
 
 use common::{Repo, Sandbox};
 use serve_support::Server;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Object counts of the repository's packs, ascending.
@@ -422,4 +423,77 @@ fn maintenance_run_full_repacks_everything_into_one_pack() {
     assert_eq!(bitmaps.len(), 1, "{bitmaps:?}");
     let test = repo.git_run(&["rev-list", "--test-bitmap", "p0"], None);
     assert!(test.err().contains("OK!"), "{}", test.err());
+}
+
+/// The number of delta entries in the pack of `idx` (`git verify-pack -v`).
+fn deltas_in(repo: &Repo, idx: &Path) -> usize {
+    let out = repo.git_str(&["verify-pack", "-v", idx.to_str().unwrap()]);
+    out.lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 7 && f[0].len() == 40
+        })
+        .count()
+}
+
+/// The `.idx` files of the repository.
+fn idx_files(repo: &Repo) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .collect()
+}
+
+#[test]
+fn a_rolled_up_packs_deltas_stay_deltas() {
+    let sb = Sandbox::new();
+    let root = sb.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
+    let served = Repo {
+        path: root.join("r.git"),
+        git_dir: root.join("r.git"),
+        home: sb.home.clone(),
+    };
+    let server = Server::start(&sb, &root, &["--allow-push", "--no-maintenance"]);
+    let url = server.http_url("r.git");
+    let client = sb.init("client");
+    // One large file changed a little each push: thin packs of deltas against the last push's
+    // blob, completed by the server with that base appended whole.
+    let mut text: String = (0..2000)
+        .map(|i| format!("line {i} of the file\n"))
+        .collect();
+    for round in 0..6 {
+        text.push_str(&format!("round {round}\n"));
+        std::fs::write(client.path.join("big"), &text).unwrap();
+        client.git(&["add", "big"]);
+        client.git(&["commit", "-q", "-m", &format!("round {round}")]);
+        client.git(&["push", "-q", &url, "HEAD:refs/heads/main"]);
+    }
+    let before: usize = idx_files(&served)
+        .iter()
+        .map(|i| deltas_in(&served, i))
+        .sum();
+    let objects_before: usize = pack_sizes(&served).iter().sum();
+    assert!(before >= 4, "the pushes sent deltas: {before}");
+    let run = served.packd(&["maintenance", "run", "--quiet"], None);
+    assert!(run.success(), "{}", run.err());
+    let after: usize = idx_files(&served)
+        .iter()
+        .map(|i| deltas_in(&served, i))
+        .sum();
+    let objects_after: usize = pack_sizes(&served).iter().sum();
+    // The appended bases, duplicates of the older packs' objects, are dropped; every delta
+    // is kept (reused against its base's copy from the older pack).
+    assert!(
+        objects_after < objects_before,
+        "the duplicates were dropped"
+    );
+    assert_eq!(pack_sizes(&served).len(), 1, "all rolled up");
+    assert!(
+        after >= before,
+        "{before} deltas before, {after} after ({objects_before} -> {objects_after} objects)"
+    );
+    assert_git_accepts(&served, "main");
 }
