@@ -294,6 +294,7 @@ impl Argon2Threads {
             let started = std::thread::Builder::new()
                 .name(format!("packd-argon2-{n}"))
                 .spawn(move || {
+                    crate::stopping::block_stop_signals_here();
                     lower_this_threads_priority(ARGON2_NICE);
                     loop {
                         let job = rx.lock().recv();

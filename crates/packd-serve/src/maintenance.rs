@@ -169,6 +169,7 @@ impl Maintenance {
 
 /// A maintenance thread: takes repositories off the queue until the pool is dropped.
 fn work(inner: &Inner, rx: &Mutex<Receiver<PathBuf>>) {
+    crate::stopping::block_stop_signals_here();
     crate::credentials::lower_this_threads_priority(MAINTENANCE_NICE);
     loop {
         let Ok(git_dir) = rx.lock().recv() else {

@@ -122,7 +122,8 @@ pub struct Args {
     #[arg(long)]
     no_maintenance: bool,
 
-    /// Threads running maintenance after pushes (at nice +10, so that serving comes first).
+    /// Threads running maintenance after pushes (at nice +10, so that serving comes first;
+    /// 0: none, as --no-maintenance).
     #[arg(long, value_name = "N", default_value_t = 1)]
     maintenance_threads: usize,
 

@@ -497,3 +497,46 @@ fn a_rolled_up_packs_deltas_stay_deltas() {
     );
     assert_git_accepts(&served, "main");
 }
+
+#[test]
+fn a_stop_during_maintenance_leaves_a_sound_repository() {
+    for grace in ["0", "30"] {
+        let sb = Sandbox::new();
+        let root = sb.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
+        let served = Repo {
+            path: root.join("r.git"),
+            git_dir: root.join("r.git"),
+            home: sb.home.clone(),
+        };
+        let mut server = Server::start(&sb, &root, &["--allow-push", "--shutdown-grace", grace]);
+        let url = server.http_url("r.git");
+        let client = sb.init_bare("client.git");
+        // Pushes large enough that the maintenance of the last runs when the signal comes.
+        make_packs(&client, &[3000, 3000, 20], 0);
+        for branch in ["p0", "p1", "p2"] {
+            client.git(&["push", "-q", &url, &format!("{branch}:refs/heads/{branch}")]);
+        }
+        server.signal(libc::SIGTERM);
+        let status = server
+            .wait_exit(Duration::from_secs(60))
+            .expect("the server exits");
+        assert!(status.success(), "grace {grace}: {status}");
+        let fsck = served.git_run(&["fsck", "--strict", "--no-dangling"], None);
+        assert!(
+            fsck.success(),
+            "grace {grace}: {}{}",
+            fsck.out(),
+            fsck.err()
+        );
+        assert_eq!(reachable(&served), reachable(&client), "grace {grace}");
+        if served.pack_dir().join("multi-pack-index").exists() {
+            served.git(&["multi-pack-index", "verify"]);
+        }
+        // The lock went with the server: a maintenance by hand runs.
+        let run = served.packd(&["maintenance", "run", "--quiet"], None);
+        assert!(run.success(), "grace {grace}: {}", run.err());
+        assert_git_accepts(&served, "p0");
+    }
+}
