@@ -66,7 +66,7 @@ if ((packd_side == 0)); then
 fi
 
 # Bytes of the packs in repository $1.
-pack_bytes() { cat "$1"/objects/pack/*.pack | wc -c; }
+pack_bytes() { stat -c %s "$1"/objects/pack/*.pack | awk '{ n += $1 } END { print n }'; }
 # Objects in the packs of repository $1 (from their indexes).
 pack_objects() {
   local idx n=0
@@ -86,9 +86,9 @@ one_repack() {
   rm -f "$copy"/.*-done
   if [[ $side == git ]]; then
     # A bare repository's `repack -a` writes bitmaps unless told not to; -b turns them on.
-    (cd "$copy" && timed "$times.t" git -c repack.writeBitmaps=false repack "$@" -q)
+    timed "$times.t" git -C "$copy" -c repack.writeBitmaps=false repack "$@" -q
   else
-    (cd "$copy" && timed "$times.t" "$packd" repack "$@" -q)
+    timed "$times.t" "$packd" -C "$copy" repack "$@" -q
     if [[ ${CHECK:-0} == 1 ]]; then
       git -C "$copy" fsck --connectivity-only --no-dangling || echo "packd's repack: FSCK FAILED"
     fi
@@ -97,9 +97,10 @@ one_repack() {
   rm -rf "$copy"
 }
 
-# Part $1 (adf|adb): RUNS repacks of each side with options "${@:2}", alternating.
+# A part: RUNS repacks of each side with the repack options "${@:2}", alternating; $1 names
+# its targets.
 repack_part() {
-  local part=$1 start=$SECONDS i
+  local targets=$1 start=$SECONDS i
   shift
   : > "$work/g" && : > "$work/p"
   for ((i = 1; i <= runs; i++)); do
@@ -126,7 +127,7 @@ repack_part() {
       "$(bc -l <<< "$pw / $gw")" "$(bc -l <<< "$pm / $gm")" "$(bc -l <<< "$pb / $gb")" \
       "$([[ $po == "$go" ]] && echo same || echo DIFFERENT)"
   fi
-  echo "targets packd/git: $2; git's repack took $gw s wall, part $((SECONDS - start)) s"
+  echo "targets packd/git: $targets; git's repack took $gw s wall, part $((SECONDS - start)) s"
 }
 
 # The served copy of the pushes part: the base reset to state 0 of the day steps (its refs and
@@ -154,9 +155,8 @@ start_copy() {
 
 for part in $parts; do
   case $part in
-    adf) repack_part adf -adf --window=10 --depth=50 \
-      "bytes <= 1.00, wall <= 0.5, memory <= 0.5" ;;
-    adb) repack_part adb -adb "wall <= 0.3, memory <= 0.5" ;;
+    adf) repack_part "bytes <= 1.00, wall <= 0.5, memory <= 0.5" -adf --window=10 --depth=50 ;;
+    adb) repack_part "wall <= 0.3, memory <= 0.5" -adb ;;
     pushes)
       start=$SECONDS
       stepfile=$data/repack-steps-$steps.txt

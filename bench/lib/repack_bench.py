@@ -51,6 +51,7 @@ from fetch_bench import (Packd, fetch_body, git, git_pack_objects, linked_copy, 
 FETCH_RUNS = int(os.environ.get("FETCH_RUNS", "5"))
 CLONE_RUNS = int(os.environ.get("CLONE_RUNS", "3"))
 PACKD_SIDE = os.environ.get("PACKD_SIDE", "1") == "1"
+PUSH_SIDES = os.environ.get("PUSH_SIDES", "git packd").split()
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -159,84 +160,95 @@ def report_costs(side, pushed, repacked, maint, full, maint_note):
           f"{maint / full:6.3f}   ({maint_note}; against one full repack -adb)", flush=True)
 
 
+def has_children(pid):
+    """Whether process `pid` has a child process running (a maintenance run may be one)."""
+    tasks = f"/proc/{pid}/task"
+    return any(open(f"{tasks}/{t}/children").read().strip() for t in os.listdir(tasks))
+
+
 def wait_idle(server, quiet=3.0, limit=600):
-    """Waits until the server has used no CPU for `quiet` seconds (its maintenance is done)."""
+    """Waits until the server has used no CPU and had no child process for `quiet` seconds (its
+    maintenance is done)."""
     last, still, start = server.cpu(), time.monotonic(), time.monotonic()
     while time.monotonic() - start < limit:
         time.sleep(0.5)
         now = server.cpu()
-        if now - last > 0.005:
+        if now - last > 0.005 or has_children(server.proc.pid):
             last, still = now, time.monotonic()
         elif time.monotonic() - still >= quiet:
             return
     print(f"   (the server was still busy {limit} s after the last push)")
 
 
-MAINT_LINE = re.compile(r"packd_maint.*?kind=(\S+).*?cpu_ms=(\d+)|packd_maint.*?cpu_ms=(\d+)"
-                        r".*?kind=(\S+)")
+FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def maint_log(path):
-    """(sum of cpu_ms / 1000, {kind: count}) of the `packd_maint` lines of a server log."""
-    total, kinds = 0, {}
+    """(sum of cpu_ms / 1000, sum of wall_ms / 1000, {kind: count}) of the `packd_maint` lines
+    (tracing's `target: message field=value ...`) of a server log."""
+    cpu, wall, kinds = 0, 0, {}
     for line in open(path, errors="replace"):
-        if "packd_maint" not in line or "cpu_ms=" not in line:
+        if "packd_maint" not in line:
             continue
-        m = MAINT_LINE.search(line)
-        if not m:
+        line = ANSI.sub("", line)
+        fields = {k: v.strip('"') for k, v in FIELD.findall(line)}
+        if "cpu_ms" not in fields:
             continue
-        kind = (m.group(1) or m.group(4)).strip('"')
-        total += int(m.group(2) or m.group(3))
+        cpu += int(float(fields["cpu_ms"]))
+        wall += int(float(fields.get("wall_ms", "0")))
+        kind = fields.get("kind", "?")
         kinds[kind] = kinds.get(kind, 0) + 1
-    return total / 1000, kinds
+    return cpu / 1000, wall / 1000, kinds
 
 
 def pushes(packd, base, steps_file, start_repo, work):
     states = read_states(steps_file)
     reqs = None
-    # git's side.
-    t0 = time.monotonic()
-    root = f"{work}/git-root"
-    os.makedirs(root)
-    srv = f"{root}/repo.git"
-    linked_copy(start_repo, srv)
-    for key, value in (("http.receivepack", "true"), ("receive.autogc", "false"),
-                       ("gc.autoDetach", "false")):
-        git(srv, "config", key, value)
-    port_file = f"{work}/git-port"
-    backend = subprocess.Popen([sys.executable, f"{HERE}/http_backend.py", root, port_file])
-    while not os.path.exists(port_file):
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{open(port_file).read()}/repo.git"
-    gc = []
+    # git's side (PUSH_SIDES="packd" leaves it out).
+    if "git" in PUSH_SIDES:
+        t0 = time.monotonic()
+        root = f"{work}/git-root"
+        os.makedirs(root)
+        srv = f"{root}/repo.git"
+        linked_copy(start_repo, srv)
+        for key, value in (("http.receivepack", "true"), ("receive.autogc", "false"),
+                           ("gc.autoDetach", "false")):
+            git(srv, "config", key, value)
+        port_file = f"{work}/git-port"
+        backend = subprocess.Popen([sys.executable, f"{HERE}/http_backend.py", root, port_file])
+        while not os.path.exists(port_file):
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{open(port_file).read()}/repo.git"
+        gc = []
 
-    def gc_auto(step):
-        cpu, _, _, code = run_rusage(["git", "-C", srv, "gc", "--auto", "--quiet"])
+        def gc_auto(step):
+            cpu, _, _, code = run_rusage(["git", "-C", srv, "gc", "--auto", "--quiet"])
+            if code != 0:
+                sys.exit("git gc --auto failed")
+            gc.append(cpu)
+        wall = push_all(base, url, states, gc_auto)
+        backend.terminate()
+        backend.wait()
+        check_refs(srv, states[-1], "git")
+        print(f"   git    {len(states) - 1} pushes: {wall:.1f} s of push wall, then {shape(srv)};"
+              f" gc --auto took {sum(gc):.2f} s CPU ({sum(1 for c in gc if c > 1)} runs over 1 s)",
+              flush=True)
+        reqs = requests(srv, states)
+        pushed = git_costs(srv, reqs, work)
+        full_copy = f"{work}/git-repacked.git"
+        linked_copy(srv, full_copy)
+        full, _, full_wall, code = run_rusage(["git", "-C", full_copy, "repack", "-adb", "-q"])
         if code != 0:
-            sys.exit("git gc --auto failed")
-        gc.append(cpu)
-    wall = push_all(base, url, states, gc_auto)
-    backend.terminate()
-    backend.wait()
-    check_refs(srv, states[-1], "git")
-    print(f"   git    {len(states) - 1} pushes: {wall:.1f} s of push wall, then {shape(srv)};"
-          f" gc --auto took {sum(gc):.2f} s CPU ({sum(1 for c in gc if c > 1)} runs over 1 s)",
-          flush=True)
-    reqs = requests(srv, states)
-    pushed = git_costs(srv, reqs, work)
-    full_copy = f"{work}/git-repacked.git"
-    linked_copy(srv, full_copy)
-    full, _, full_wall, code = run_rusage(["git", "-C", full_copy, "repack", "-adb", "-q"])
-    if code != 0:
-        sys.exit("git repack -adb failed")
-    repacked = git_costs(full_copy, reqs, work)
-    report_costs("git", pushed, repacked, sum(gc), full, f"gc --auto after each push, "
-                 f"full repack {full_wall:.1f} s wall")
-    print(f"   git's side took {time.monotonic() - t0:.0f} s", flush=True)
-    shutil.rmtree(root)
-    shutil.rmtree(full_copy)
-    if not PACKD_SIDE:
-        print("   packd side skipped (no `packd repack`)")
+            sys.exit("git repack -adb failed")
+        repacked = git_costs(full_copy, reqs, work)
+        report_costs("git", pushed, repacked, sum(gc), full, f"gc --auto after each push, "
+                     f"full repack {full_wall:.1f} s wall")
+        print(f"   git's side took {time.monotonic() - t0:.0f} s", flush=True)
+        shutil.rmtree(root)
+        shutil.rmtree(full_copy)
+    if not PACKD_SIDE or "packd" not in PUSH_SIDES:
+        print("   packd side skipped" + ("" if PACKD_SIDE else " (no `packd repack`)"))
         return
     t0 = time.monotonic()
     root = f"{work}/packd-root"
@@ -254,11 +266,13 @@ def pushes(packd, base, steps_file, start_repo, work):
         finally:
             server.stop()
     check_refs(srv, states[-1], "packd")
-    maint, kinds = maint_log(log_path)
+    reqs = reqs or requests(srv, states)
+    maint, maint_wall, kinds = maint_log(log_path)
     if not kinds:
-        print(f"   packd: NO packd_maint line with cpu_ms in {log_path}")
+        print(f"   packd: NO packd_maint line with cpu_ms in its log (kept as "
+              f"bench/data/repack-last-serve.log)")
     print(f"   packd  {len(states) - 1} pushes: {wall:.1f} s of push wall, then {shape(srv)};"
-          f" maintenance runs {kinds}", flush=True)
+          f" maintenance runs {kinds}, {maint_wall:.2f} s wall in all", flush=True)
     pushed = packd_costs(packd, srv, reqs, work)
     full_copy = f"{root}/repacked.git"
     linked_copy(srv, full_copy)
