@@ -23,7 +23,8 @@
 #        (PARTS="adf adb pushes nodelta", RUNS=1 for adf/adb, FETCH_RUNS=5, CLONE_RUNS=3,
 #         STEPS=100, NODELTA_COMMITS=20, FULL=1 for the copy that keeps refs/pull/* (841k
 #         objects) instead of the bitmapped copy without them (489k), CHECK=1 to run
-#         `git fsck --connectivity-only` on packd's results, PACKD=the release build)
+#         `git fsck --connectivity-only` on packd's results, PACKD_REPACK_ARGS=more options for
+#         packd's repack in adf and adb, e.g. --no-write-commit-graph, PACKD=the release build)
 # Copies and prepared data live under bench/data/repack-* (kept between runs); the report is
 # bench/data/results/repack-DATE.txt. Run by hand, never in CI.
 set -euo pipefail
@@ -41,9 +42,9 @@ if [[ ${FULL:-0} == 1 ]]; then
 else
   base=$(bitmapped_copy "$1" true)
 fi
-work=$data/repack-tmp
-rm -rf "$work"
-mkdir -p "$work"
+name=$(basename "$1" .git)
+work=$(mktemp -d "$data/repack-tmp.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 # shellcheck source=lib/timed.sh
 source "$here/lib/timed.sh"
 
@@ -88,7 +89,8 @@ one_repack() {
     # A bare repository's `repack -a` writes bitmaps unless told not to; -b turns them on.
     timed "$times.t" git -C "$copy" -c repack.writeBitmaps=false repack "$@" -q
   else
-    timed "$times.t" "$packd" -C "$copy" repack "$@" -q
+    # shellcheck disable=SC2086
+    timed "$times.t" "$packd" -C "$copy" repack "$@" -q ${PACKD_REPACK_ARGS:-}
     if [[ ${CHECK:-0} == 1 ]]; then
       git -C "$copy" fsck --connectivity-only --no-dangling || echo "packd's repack: FSCK FAILED"
     fi
@@ -133,7 +135,7 @@ repack_part() {
 # The served copy of the pushes part: the base reset to state 0 of the day steps (its refs and
 # the tags they reach, nothing else), repacked with bitmaps as a server repacked then would be.
 start_copy() {
-  local stepfile=$1 dest=$data/repack-start.git fingerprint
+  local stepfile=$1 dest=$data/repack-$name-start.git fingerprint
   fingerprint=$(cat "$stepfile" "$stepfile.tags" | md5sum | cut -d' ' -f1)
   if [[ $(cat "$dest/.start-done" 2>/dev/null) != "$fingerprint" ]]; then
     rm -rf "$dest"
@@ -159,7 +161,7 @@ for part in $parts; do
     adb) repack_part "wall <= 0.3, memory <= 0.5" -adb ;;
     pushes)
       start=$SECONDS
-      stepfile=$data/repack-steps-$steps.txt
+      stepfile=$data/repack-$name-steps-$steps.txt
       [[ -s $stepfile ]] || python3 "$here/lib/day_steps.py" "$base" "$steps" "$stepfile"
       start_repo=$(start_copy "$stepfile")
       echo
@@ -170,7 +172,7 @@ for part in $parts; do
       echo "part $((SECONDS - start)) s" ;;
     nodelta)
       start=$SECONDS
-      nodelta=$data/repack-nodelta-${NODELTA_COMMITS:-20}
+      nodelta=$data/repack-$name-nodelta-${NODELTA_COMMITS:-20}
       python3 "$here/lib/nodelta_branch.py" "$base" "${NODELTA_COMMITS:-20}" "$nodelta"
       echo
       echo "== fetch of a branch with no reusable delta (prepared in $((SECONDS - start)) s)"
@@ -180,4 +182,3 @@ for part in $parts; do
     *) echo "unknown part $part (PARTS: adf adb pushes nodelta)" >&2; exit 2 ;;
   esac
 done
-rm -rf "$work"

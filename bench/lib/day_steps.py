@@ -6,7 +6,8 @@ Usage: day_steps.py REPO STEPS OUT
 Writes OUT, one line per state, oldest first: `STEP REF ID`. State 0 is where the served copy
 starts; each state after it is one push. A state holds, for each branch of BRANCHES (default
 "master next maint todo": the branches git/git only moves forward; seen and jch are rebuilt
-every day, so their first-parent history says nothing about their past tips), the first commit
+every day, so their first-parent history says nothing about their past tips; those missing are
+left out), the first commit
 on the branch's first-parent chain whose committer date is at or before the day's boundary.
 Boundaries are whole days back from the newest commit on master; a day on which no branch
 moved is skipped, so the STEPS pushes are STEPS days that each brought history (git/git: about
@@ -46,7 +47,8 @@ def main():
     repo, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     import os
     branches = os.environ.get("BRANCHES", "master next maint todo").split()
-    chains = {b: first_parent_chain(repo, b) for b in branches}
+    present = git(repo, "for-each-ref", "--format=%(refname:lstrip=2)", "refs/heads").split()
+    chains = {b: first_parent_chain(repo, b) for b in branches if b in present}
     newest = chains["master"][0][-1]
     states = []  # newest first
     day = 0

@@ -236,6 +236,8 @@ def pushes(packd, base, steps_file, start_repo, work):
               flush=True)
         reqs = requests(srv, states)
         pushed = git_costs(srv, reqs, work)
+        print(f"   git    pushed copy: fetch 1 day {pushed[0]:.4f} s CPU, mirror clone "
+              f"{pushed[2]:.3f} s CPU", flush=True)
         full_copy = f"{work}/git-repacked.git"
         linked_copy(srv, full_copy)
         full, _, full_wall, code = run_rusage(["git", "-C", full_copy, "repack", "-adb", "-q"])
@@ -261,19 +263,26 @@ def pushes(packd, base, steps_file, start_repo, work):
         server = Packd(packd, root, ["--allow-push", "--clone-cache-bytes", "0"], log=log,
                        env=env)
         try:
+            before = server.cpu()
             wall = push_all(base, f"http://127.0.0.1:{server.port}/repo.git", states)
             wait_idle(server)
+            # Every thread of the server: the pushes and their maintenance.
+            served = server.cpu() - before
         finally:
             server.stop()
     check_refs(srv, states[-1], "packd")
     reqs = reqs or requests(srv, states)
     maint, maint_wall, kinds = maint_log(log_path)
+    kept = os.path.join(os.path.dirname(os.path.abspath(work)), "repack-last-serve.log")
+    shutil.copy(log_path, kept)
     if not kinds:
-        print(f"   packd: NO packd_maint line with cpu_ms in its log (kept as "
-              f"bench/data/repack-last-serve.log)")
+        print(f"   packd: NO packd_maint line with cpu_ms in its log (kept as {kept})")
     print(f"   packd  {len(states) - 1} pushes: {wall:.1f} s of push wall, then {shape(srv)};"
-          f" maintenance runs {kinds}, {maint_wall:.2f} s wall in all", flush=True)
+          f" maintenance runs {kinds}, {maint_wall:.2f} s wall in all; the server's CPU over"
+          f" pushes and maintenance {served:.2f} s", flush=True)
     pushed = packd_costs(packd, srv, reqs, work)
+    print(f"   packd  pushed copy: fetch 1 day {pushed[0]:.4f} s CPU, mirror clone "
+          f"{pushed[2]:.3f} s CPU", flush=True)
     full_copy = f"{root}/repacked.git"
     linked_copy(srv, full_copy)
     full, _, full_wall, code = run_rusage([packd, "-C", full_copy, "repack", "-adb", "-q"])
@@ -284,7 +293,6 @@ def pushes(packd, base, steps_file, start_repo, work):
                  f"{full_wall:.1f} s wall")
     print(f"   targets packd: pushed/repacked <= 1.2 for fetch and clone, maintenance <= 0.1;"
           f" packd's side took {time.monotonic() - t0:.0f} s")
-    shutil.copy(log_path, f"{work}/../repack-last-serve.log")
     shutil.rmtree(root)
 
 
