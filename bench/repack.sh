@@ -182,3 +182,5 @@ for part in $parts; do
     *) echo "unknown part $part (PARTS: adf adb pushes nodelta)" >&2; exit 2 ;;
   esac
 done
+echo
+echo "total $SECONDS s (parts: $parts)"

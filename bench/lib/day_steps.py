@@ -16,6 +16,7 @@ state 0 already reaches, which the served copy starts with; later tags go with t
 (`git push --follow-tags`).
 """
 import bisect
+import os
 import subprocess
 import sys
 
@@ -45,7 +46,6 @@ def tip_at(chain, boundary):
 
 def main():
     repo, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    import os
     branches = os.environ.get("BRANCHES", "master next maint todo").split()
     present = git(repo, "for-each-ref", "--format=%(refname:lstrip=2)", "refs/heads").split()
     chains = {b: first_parent_chain(repo, b) for b in branches if b in present}
