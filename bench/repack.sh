@@ -21,8 +21,9 @@
 #
 # Usage: bench/repack.sh REPO   e.g. bench/repack.sh /work/.mirror/git+git/repo
 #        (PARTS="adf adb pushes nodelta", RUNS=1 for adf/adb, FETCH_RUNS=5, CLONE_RUNS=3,
-#         STEPS=100, NODELTA_COMMITS=20, FULL=1 for the copy that keeps refs/pull/* (841k
-#         objects) instead of the bitmapped copy without them (489k), CHECK=1 to run
+#         STEPS=100, NODELTA_COMMITS=20, FULL=0 for the bitmapped copy without refs/pull/*
+#         (git/git: 489k objects) instead of the one that keeps all but the broken ones (841k,
+#         the setting; about 6 minutes to make the first time), CHECK=1 to run
 #         `git fsck --connectivity-only` on packd's results, PACKD_REPACK_ARGS=more options for
 #         packd's repack in adf and adb, e.g. --no-write-commit-graph, PACKD=the release build)
 # Copies and prepared data live under bench/data/repack-* (kept between runs); the report is
@@ -37,7 +38,7 @@ source "$here/lib/setup.sh"
 parts=${PARTS:-adf adb pushes nodelta}
 runs=${RUNS:-1}
 steps=${STEPS:-100}
-if [[ ${FULL:-0} == 1 ]]; then
+if [[ ${FULL:-1} == 1 ]]; then
   base=$(full_copy "$1")
 else
   base=$(bitmapped_copy "$1" true)
