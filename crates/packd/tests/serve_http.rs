@@ -325,12 +325,17 @@ fn a_followed_tag_stored_outside_the_pack_goes_after_its_entries() {
 /// A push through packd itself (which keeps it as a pack of its own) to a repository just
 /// repacked with bitmaps, then a mirror clone: the bitmapped pack's entries go out as they
 /// are, then the three pushed objects, read from the pushed pack; git finds the clone
-/// complete.
+/// complete. (Maintenance is off: it would roll the pushed pack into a multi-pack-index.)
 #[test]
 fn mirror_clone_after_a_push_through_packd() {
     let f = Fixture::new();
     let served = f.repack_whole();
-    let server = f.pack_logging_server(&["--allow-push", "--clone-cache-bytes", "0"]);
+    let server = f.pack_logging_server(&[
+        "--allow-push",
+        "--clone-cache-bytes",
+        "0",
+        "--no-maintenance",
+    ]);
     let work = f.clone_work(&server.http_url("repo.git"));
     std::fs::write(work.join("pushed.txt"), "pushed through packd\n").unwrap();
     for args in [
