@@ -112,7 +112,12 @@ mod tests {
         ] {
             std::fs::write(pack.join(name), b"x").unwrap();
         }
-        for name in ["tmp_packd_1_0", "pack-aa.pack", "pack-bb.pack", "tmp_pack_git"] {
+        for name in [
+            "tmp_packd_1_0",
+            "pack-aa.pack",
+            "pack-bb.pack",
+            "tmp_pack_git",
+        ] {
             age(&pack.join(name), "2 hours ago");
         }
         remove_stale_temporaries(dir.path());
@@ -123,7 +128,12 @@ mod tests {
         left.sort();
         assert_eq!(
             left,
-            ["pack-bb.idx", "pack-bb.pack", "tmp_pack_git", "tmp_packd_1_1"]
+            [
+                "pack-bb.idx",
+                "pack-bb.pack",
+                "tmp_pack_git",
+                "tmp_packd_1_1"
+            ]
         );
     }
 }

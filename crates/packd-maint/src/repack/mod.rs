@@ -209,10 +209,17 @@ pub fn repack(
         .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
         .clone();
     let settings = plan::Settings::from_config(&repo, options);
+    let started = std::time::Instant::now();
     let planned = plan::plan(&repo, options, &settings, progress)?;
+    tracing::debug!(
+        "repack: {} objects counted and planned in {:.2?}",
+        planned.objs.len(),
+        started.elapsed()
+    );
     let mut report = RepackReport::default();
     let mut written =
         write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
+    tracing::debug!("repack: written at {:.2?}", started.elapsed());
     if options.all && options.delete_redundant {
         let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
         let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
@@ -234,6 +241,10 @@ pub fn repack(
         if report.packs_removed > 0 {
             cleanup::remove_midx(&*storage)?;
         }
+        tracing::debug!(
+            "repack: cruft pack and prune done at {:.2?}",
+            started.elapsed()
+        );
     }
     drop(planned);
     drop(repo);
@@ -250,6 +261,7 @@ pub fn repack(
         )
         .map_err(|e| RepackError::Bitmap(e.to_string()))?;
         report.bitmap = Some(written.bitmap_path);
+        tracing::debug!("repack: bitmap written at {:.2?}", started.elapsed());
     }
     if options.commit_graph && options.all {
         let repo = open()?;
@@ -262,6 +274,7 @@ pub fn repack(
         if graph.commits > 0 {
             report.commit_graph = Some(graph.path);
         }
+        tracing::debug!("repack: commit-graph written at {:.2?}", started.elapsed());
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)
