@@ -24,6 +24,12 @@
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
 //! published, only a temporary file exists; after, the new pack and the old ones hold the same
 //! objects, and a half-done deletion leaves packs whose objects are in the new one.
+//!
+//! Measured on a copy of git/git (refs/pull/* dropped: 1,017 refs, 489,186 reachable of 849k
+//! objects, one 496 MB pack without bitmap), release build, one run each on a shared 2-core
+//! machine: `packd repack -adb` 16.2 s wall, 12.9 s CPU, 667 MB peak RSS (commit-graph
+//! included, 0.4 s), a 288.6 MB pack; `git repack -adb` 13.1 s, 10.4 s CPU, 580 MB, a
+//! 324.4 MB pack. Counting and planning (the walk, locating every object) take 11.2 s of it.
 
 mod cleanup;
 mod plan;
