@@ -1,13 +1,18 @@
 //! Making a delta of one object against another, in git's delta format (see
 //! `packd_odb::delta` for the layout).
 //!
-//! The base is indexed by a hash of each 16-byte block at 16-byte steps; the target is scanned
-//! byte by byte, and where its next 16 bytes are a base block the match is extended both ways
-//! (the newest 8 base blocks with those bytes in the first 64 of their table slot are tried,
-//! the longest match taken). Matched runs
-//! become copies, everything else inserts. This is enough to find the shared runs of two
-//! versions of one file or tree, which is all a fetch needs when an object's delta on disk
-//! cannot be sent (a full delta search comes with repacking).
+//! The base is indexed by a hash of each 16-byte block at 16-byte steps ([`DeltaIndex`], built
+//! once per base); the target is scanned byte by byte, and where its next 16 bytes are a base
+//! block the match is extended both ways (the first 16 base blocks with those bytes among the
+//! first 64 of their table slot are tried, the longest match taken). Matched runs become
+//! copies, everything else inserts. After a copy the scan restarts 15 bytes before its end, as
+//! git's diff-delta does (its rolling window ends at the next byte): a copy can then go on
+//! from another place of the base whose bytes before it are the same (a `.po` file's
+//! `#: file.c:123` lines, where only digits change), if it is long enough to be worth it.
+//!
+//! Against git's own deltas for the same pairs (git/git v2.35.0..v2.39.0, the 12,404 pairs git
+//! pack-objects chose with window 10, depth 50), these are 0.970x git's bytes raw and 0.981x
+//! compressed (the `delta_quality` measurement in `delta_search`).
 //!
 //! The index is a flat table of chains (no map of vectors, no per-block allocation) and a
 //! block's hash is two 8-byte loads and a multiply: on a fetch of git/git 8 days behind, where
@@ -20,14 +25,20 @@
 /// The block size of the base index, and the shortest copy worth making.
 const BLOCK: usize = 16;
 
-/// Base blocks with the target's bytes tried at one target position (the newest ones).
-const MAX_PER_HASH: usize = 8;
+/// Base blocks with the target's bytes tried at one target position (the first ones).
+const MAX_PER_HASH: usize = 16;
 
 /// The largest copy one instruction can express.
 const MAX_COPY: usize = 0xff_ffff;
 
 /// A match this long is taken without trying the other candidates.
 const GOOD_ENOUGH: usize = 4096;
+
+/// Bytes beyond its instruction's that a copy found by a window overlapping the last copy must
+/// give. Measured on git/git (v2.35.0..v2.39.0, git's 12,404 delta pairs): 0 gave deltas
+/// 1.3% larger than git's once compressed (short copies in place of text that compresses);
+/// 4, 12, 20, 32 and 64 gave 0.9996, 0.9841, 0.9810, 0.9809 and 1.0038 times git's bytes.
+const CONTINUATION: usize = 24;
 
 /// Most chain links followed for one target position (blocks with other bytes that share
 /// a table slot are skipped without counting as candidates).
@@ -56,6 +67,19 @@ fn push_inserts(out: &mut Vec<u8>, mut bytes: &[u8]) {
         out.extend_from_slice(&bytes[..n]);
         bytes = &bytes[n..];
     }
+}
+
+/// Bytes of the instruction copying `len` bytes (at most [`MAX_COPY`]) from `offset`.
+fn copy_cost(offset: usize, len: usize) -> usize {
+    let nonzero = |mut n: usize, bytes: usize| {
+        let mut count = 0;
+        for _ in 0..bytes {
+            count += usize::from(n & 0xff != 0);
+            n >>= 8;
+        }
+        count
+    };
+    1 + nonzero(offset, 4) + nonzero(len.min(MAX_COPY), 3)
 }
 
 fn push_copy(out: &mut Vec<u8>, mut offset: usize, mut len: usize) {
@@ -87,8 +111,9 @@ fn push_copy(out: &mut Vec<u8>, mut offset: usize, mut len: usize) {
 /// The blocks of one base, by hash: built once per base and used for every target tried
 /// against it (a delta search tries each base against up to a window of targets).
 ///
-/// `heads[slot]` is the newest block's number + 1 (0: none) and `older[block]` the next older
-/// block in the same slot, the same way. A block equal to the one before it is left out (a run
+/// `heads[slot]` is the first block's number + 1 (0: none) and `older[block]` the next block
+/// in the same slot, the same way (blocks are added from the end, so a chain runs from the
+/// start of the base, git's order). A block equal to the one before it is left out (a run
 /// of one byte, or of zeroes, would otherwise fill its slot's chain with copies of itself; a
 /// match found at the run's first block extends over the run anyway).
 pub(crate) struct DeltaIndex {
@@ -113,7 +138,7 @@ impl DeltaIndex {
             bits,
             base_len: base.len(),
         };
-        for block in 0..blocks {
+        for block in (0..blocks).rev() {
             let at = block * BLOCK;
             if block > 0 && base[at - BLOCK..at] == base[at..at + BLOCK] {
                 continue;
@@ -139,17 +164,35 @@ impl DeltaIndex {
     /// when it would not be smaller than `limit` bytes (the caller's alternative). Gives up as
     /// soon as the delta so far, inserts pending included, reaches `limit`.
     pub(crate) fn encode(&self, base: &[u8], target: &[u8], limit: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity((target.len() / 4 + 16).min(limit));
+        self.encode_into(base, target, limit, &mut out)
+            .then_some(out)
+    }
+
+    /// [`DeltaIndex::encode`] into `out` (cleared first), which a caller trying many pairs
+    /// reuses; false when there is no delta smaller than `limit` (`out` then holds a part).
+    pub(crate) fn encode_into(
+        &self,
+        base: &[u8],
+        target: &[u8],
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        out.clear();
         debug_assert_eq!(base.len(), self.base_len, "the index's own base");
         if base.len() != self.base_len {
-            return None;
+            return false;
         }
-        let mut out = Vec::with_capacity((target.len() / 4 + 16).min(limit));
-        push_varint(&mut out, base.len() as u64);
-        push_varint(&mut out, target.len() as u64);
+        push_varint(out, base.len() as u64);
+        push_varint(out, target.len() as u64);
         let mut pending = 0; // start of bytes not yet emitted
+                             // The start of the target's window looked up: from 15 bytes before `pending` after a
+                             // copy, so that a copy can go on from another place in the base that has the same
+                             // bytes before it (git's scan does the same: its window ends at the next byte).
         let mut i = 0;
         while i + BLOCK <= target.len() {
-            let mut best: Option<(usize, usize, usize)> = None; // (base start, target start, len)
+            // (base start, target start, length) of the best copy of bytes from `pending` on.
+            let mut best: Option<(usize, usize, usize)> = None;
             let here = &target[i..i + BLOCK];
             let mut link = self.heads[self.slot_of(block_hash(here))];
             let (mut tried, mut followed) = (0, 0);
@@ -161,42 +204,54 @@ impl DeltaIndex {
                     continue;
                 }
                 tried += 1;
-                let len = BLOCK
+                let end = i
+                    + BLOCK
                     + packd_odb::delta::common_prefix_len(&base[s + BLOCK..], &target[i + BLOCK..]);
-                // Grow backwards over bytes that would otherwise be inserted.
-                let mut back = 0;
-                while back < i - pending && back < s && base[s - back - 1] == target[i - back - 1] {
-                    back += 1;
-                }
-                let total = len + back;
-                if best.is_none_or(|(_, _, l)| total > l) {
-                    best = Some((s - back, i - back, total));
-                    if total >= GOOD_ENOUGH {
+                let (from, to) = if i >= pending {
+                    // Grow backwards over bytes that would otherwise be inserted.
+                    let mut back = 0;
+                    while back < i - pending
+                        && back < s
+                        && base[s - back - 1] == target[i - back - 1]
+                    {
+                        back += 1;
+                    }
+                    (s - back, i - back)
+                } else {
+                    (s + (pending - i), pending)
+                };
+                let len = end - to;
+                if best.is_none_or(|(_, _, l)| len > l) {
+                    best = Some((from, to, len));
+                    if len >= GOOD_ENOUGH {
                         break;
                     }
                 }
             }
             match best {
-                Some((s, t, len)) => {
-                    push_inserts(&mut out, &target[pending..t]);
-                    push_copy(&mut out, s, len);
-                    i = t + len;
-                    pending = i;
+                // A copy going on from another place must be worth its instruction, and
+                // more: a short one stops the window just after it from finding a longer
+                // match that would have taken its bytes too.
+                Some((s, t, len)) if i >= pending || len >= copy_cost(s, len) + CONTINUATION => {
+                    push_inserts(out, &target[pending..t]);
+                    push_copy(out, s, len);
+                    pending = t + len;
+                    i = pending.saturating_sub(BLOCK - 1);
                     if out.len() >= limit {
-                        return None;
+                        return false;
                     }
                 }
-                None => {
+                _ => {
                     i += 1;
                     // Inserts cost at least their bytes.
-                    if out.len() + (i - pending) >= limit {
-                        return None;
+                    if out.len() + i.saturating_sub(pending) >= limit {
+                        return false;
                     }
                 }
             }
         }
-        push_inserts(&mut out, &target[pending..]);
-        (out.len() < limit).then_some(out)
+        push_inserts(out, &target[pending..]);
+        out.len() < limit
     }
 }
 

@@ -8,6 +8,9 @@
 //! ```
 //!
 //! Each object is sent the cheapest way that is valid for this client:
+//! - a new delta, when the fetch's delta search (`delta_search::fetch`, run before the first
+//!   entry over the objects stored whole or as deltas that cannot be sent) found one, against
+//!   an object written before it or one the client has;
 //! - a whole object on disk: its entry as it is (header and compressed bytes);
 //! - a delta on disk whose base was already written to this stream: the delta as it is, with
 //!   its base distance rewritten (or as a ref-delta if the client lacks ofs-delta);
@@ -53,16 +56,9 @@ const MAX_GAP: u64 = 8 * 1024;
 /// Output buffered before it is handed to the transport.
 const OUT_BUFFER: usize = 256 * 1024;
 
-/// Objects of one pack for which a new delta is searched (see
-/// [`PackServer::delta_against_known`]).
-const MAX_SEARCHES: u32 = 256;
-
-/// Bases tried for each such object.
-const CANDIDATES: usize = 4;
-
 /// Name-hashes a process serving one request (`PackServer::for_one_request`) looks up by
 /// scanning the bitmap's name-hash cache rather than by building the table by name-hash (see
-/// `delta_against_known` and `BitmapIndex::objects_with_name_hash`): each scan costs two
+/// [`PackServer::same_name`] and `BitmapIndex::objects_with_name_hash`): each scan costs two
 /// passes over 4 bytes an object, the table a pack position for every object. A running server
 /// builds the table at its first search and keeps it: when it scanned instead, it paid for the
 /// scans in every fetch (0.42-0.59x git's CPU 1 to 128 days behind on git/git, against
@@ -72,7 +68,7 @@ const SCANS_BEFORE_TABLE: usize = 16;
 /// The scans of one request, by name-hash: how many searches asked for it, and the objects
 /// with that name-hash, in index order until [`SORT_AFTER`] searches asked, then sorted in pack
 /// order; `None`: no name-hash cache to scan.
-type NameScans = HashMap<u32, Option<(u32, packd_reach::bitmap_walk::SameName)>>;
+pub(crate) type NameScans = HashMap<u32, Option<(u32, packd_reach::bitmap_walk::SameName)>>;
 
 /// Searches for one scanned name-hash after which its objects are sorted in pack order: a
 /// search in the unsorted list is a pass over it (27,726 objects for a common file name of
@@ -83,9 +79,9 @@ type NameScans = HashMap<u32, Option<(u32, packd_reach::bitmap_walk::SameName)>>
 const SORT_AFTER: u32 = 16;
 
 /// Objects of one name-hash a scan keeps on each side of the object to send, the nearest in
-/// pack order: enough for [`CANDIDATES`] of its kind that the client has or that went out
-/// before it, most of the time. The table lets the search look at up to 8,192, so a process
-/// per request and a running server may choose other bases for the same request (both valid).
+/// pack order: enough for the few of its kind that the client has that a fetch's delta search
+/// offers as bases (see `delta_search::fetch`). A process per request and a running server
+/// (which looks in the whole table) may choose other bases for the same request (both valid).
 const SCAN_NEAREST: usize = 256;
 
 /// The objects of name-hash `hash` nearest to bit `bit` (see [`SCAN_NEAREST`]), as
@@ -419,22 +415,28 @@ fn delta_entry(
     delta: &[u8],
     base: DeltaBase,
 ) -> Result<NewEntry, PackError> {
-    let mut header = Vec::with_capacity(32);
-    match base {
-        DeltaBase::Ofs(distance) => {
-            encode_type_and_size(&mut header, OFS_DELTA, delta.len() as u64);
-            encode_ofs_distance(&mut header, distance);
-        }
-        DeltaBase::Ref(base_id) => {
-            encode_type_and_size(&mut header, REF_DELTA, delta.len() as u64);
-            header.extend_from_slice(base_id.as_bytes());
-        }
-    }
+    let (header, _) = delta_entry_header(&base, delta.len() as u64);
     Ok((header, deflate(compressor, id, delta)?))
 }
 
+/// The header of a delta entry of `delta_size` bytes (inflated) against `base`, and the base.
+fn delta_entry_header(base: &DeltaBase, delta_size: u64) -> (Vec<u8>, &DeltaBase) {
+    let mut header = Vec::with_capacity(32);
+    match base {
+        DeltaBase::Ofs(distance) => {
+            encode_type_and_size(&mut header, OFS_DELTA, delta_size);
+            encode_ofs_distance(&mut header, *distance);
+        }
+        DeltaBase::Ref(base_id) => {
+            encode_type_and_size(&mut header, REF_DELTA, delta_size);
+            header.extend_from_slice(base_id.as_bytes());
+        }
+    }
+    (header, base)
+}
+
 /// How one entry is sent.
-enum Send {
+pub(crate) enum Send {
     /// Reused: the entry's compressed bytes after a new header.
     Reuse { header: Vec<u8>, delta: bool },
     /// Inflated and compressed again as a whole object.
@@ -1079,10 +1081,9 @@ impl PackServer {
         let files = pack_files(&plan.packs, output.out.takes_file_ranges());
         let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
         let mut header = Vec::with_capacity(32);
-        // Delta searches allowed for objects whose own delta cannot be sent: bounded, so that a
-        // fetch that needs many costs no more than sending them whole.
-        let mut searches = MAX_SEARCHES;
-        let mut scans = NameScans::new();
+        // New deltas for the objects whose stored form is whole or cannot be sent (see
+        // `crate::delta_search::fetch`), by their place in the plan.
+        let mut new_deltas = self.new_deltas(plan, ofs_delta, thin, progress, cancel)?;
         for (i, item) in plan.items.iter().enumerate() {
             if i % 1024 == 0 {
                 if cancel.load(Ordering::Relaxed) {
@@ -1092,6 +1093,19 @@ impl PackServer {
             }
             let here = output.written;
             new_offsets.push(here);
+            if let Some(new) = new_deltas.remove(&(i as u32)) {
+                let base = match new.base_item {
+                    Some(j) if ofs_delta && (j as usize) < i => {
+                        DeltaBase::Ofs(here - new_offsets[j as usize])
+                    }
+                    _ => DeltaBase::Ref(new.base_id),
+                };
+                let (header, _) = delta_entry_header(&base, new.delta_size);
+                output.write(&header)?;
+                output.write(&new.compressed)?;
+                stats.new_deltas += 1;
+                continue;
+            }
             if item.rank == LOOSE {
                 let id = plan.id(item)?;
                 self.write_whole(&id, None, &mut compressor, &mut output)?;
@@ -1166,24 +1180,6 @@ impl PackServer {
                 }
             }
             let Send::Reuse { header, delta } = send else {
-                if searches > 0 {
-                    searches -= 1;
-                    if let Some((header, data)) = self.delta_against_known(
-                        plan,
-                        i,
-                        &mut scans,
-                        &id(),
-                        ofs_delta,
-                        thin,
-                        &new_offsets,
-                        &mut compressor,
-                    )? {
-                        output.write(&header)?;
-                        output.write(&data)?;
-                        stats.new_deltas += 1;
-                        continue;
-                    }
-                }
                 tracing::debug!("sending {} whole: no usable delta base", id());
                 self.write_whole(
                     &id(),
@@ -1251,7 +1247,7 @@ impl PackServer {
     /// Decides how the `i`th object, an entry of `pack` with header `entry`, is sent; for
     /// reuse, builds its new header in `header`.
     #[allow(clippy::too_many_arguments)]
-    fn choose(
+    pub(crate) fn choose(
         &self,
         plan: &Planned,
         i: usize,
@@ -1374,154 +1370,47 @@ impl PackServer {
         delta_entry(compressor, id, &delta, DeltaBase::Ref(*base_id)).map(Some)
     }
 
-    /// A new delta for the object `id` (the `i`th of the plan), whose delta on disk cannot be
-    /// sent: against another version of the same path (same name-hash in the bitmap's cache)
-    /// that is already written or, in a thin pack, that the client has. Returns the entry's
-    /// header and compressed data, or `None` when there is no candidate or the delta would not
-    /// beat the whole object.
-    #[allow(clippy::too_many_arguments)]
-    fn delta_against_known(
+    /// The objects with name-hash `hash` (as `hash << 32 | bit` keys, bits ascending), or
+    /// those nearest to `bit` when found by a scan of the name-hash cache: the first few
+    /// name-hashes a request looks up, while no table by name-hash is built, are found by
+    /// scanning (a fetch that needs a few new deltas: building the table took 61% of the CPU
+    /// of a fresh `packd upload-pack` 1 day behind on git/git, mostly to find every object's
+    /// pack position).
+    pub(crate) fn same_name(
         &self,
-        plan: &Planned,
-        i: usize,
+        index: &packd_reach::bitmap_walk::BitmapIndex,
         scans: &mut NameScans,
-        id: &ObjectId,
-        ofs_delta: bool,
-        thin: bool,
-        new_offsets: &[u64],
-        compressor: &mut libdeflater::Compressor,
-    ) -> Result<Option<NewEntry>, PackError> {
-        let (Some(index), Had::Bits(had)) = (self.loaded_bitmap(), &plan.had) else {
-            return Ok(None);
-        };
-        let Some(bit) = index.bit_of_id(id)? else {
-            return Ok(None);
-        };
-        let Some(hash) = index.name_hash(bit)? else {
-            return Ok(None);
-        };
-        // The first few name-hashes a request looks up, while no table by name-hash is built,
-        // are found by scanning the name-hash cache (a fetch that needs a few new deltas:
-        // building the table took 61% of the CPU of a fresh `packd upload-pack` 1 day behind
-        // on git/git, mostly to find every object's pack position).
+        hash: u32,
+        bit: u64,
+    ) -> Result<Vec<u64>, PackError> {
         let scan = self.by_name_hash.get().is_none()
             && (scans.contains_key(&hash)
                 || (self.one_request && scans.len() < SCANS_BEFORE_TABLE));
-        let scanned = if scan {
-            scan_near(index, scans, hash, bit)?
-        } else {
-            None
-        };
-        let by_hash: &[u64] = match &scanned {
-            Some(keys) => keys,
-            None => self.by_name_hash.get_or_init(|| {
-                // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a
-                // fresh server's clone of git/git (841,300 objects) for its 28 new deltas. Every
-                // object's pack position is needed: the pack's offsets are sorted first, unless
-                // its `.rev` gives them.
-                if let Some(pack) = index.single_pack().filter(|p| !p.has_pack_order()) {
-                    let _ = pack.sorted_offsets();
+        if scan {
+            if let Some(keys) = scan_near(index, scans, hash, bit)? {
+                return Ok(keys);
+            }
+        }
+        let by_hash = self.by_name_hash.get_or_init(|| {
+            // One 8-byte key an object, radix-sorted: a map of vectors cost 0.17 s of a
+            // fresh server's clone of git/git (841,300 objects) for its 28 new deltas. Every
+            // object's pack position is needed: the pack's offsets are sorted first, unless
+            // its `.rev` gives them.
+            if let Some(pack) = index.single_pack().filter(|p| !p.has_pack_order()) {
+                let _ = pack.sorted_offsets();
+            }
+            let mut keys = Vec::with_capacity(index.object_count() as usize);
+            for b in 0..index.object_count() as u64 {
+                if let Ok(Some(h)) = index.name_hash(b) {
+                    keys.push(((h as u64) << 32) | b);
                 }
-                let mut keys = Vec::with_capacity(index.object_count() as usize);
-                for b in 0..index.object_count() as u64 {
-                    if let Ok(Some(h)) = index.name_hash(b) {
-                        keys.push(((h as u64) << 32) | b);
-                    }
-                }
-                packd_odb::pack::init::radix_sort_high_half(&mut keys);
-                keys
-            }),
-        };
+            }
+            packd_odb::pack::init::radix_sort_high_half(&mut keys);
+            keys
+        });
         let from = by_hash.partition_point(|&k| (k >> 32) < hash as u64);
         let to = from + by_hash[from..].partition_point(|&k| (k >> 32) == hash as u64);
-        // Bits are the keys' low halves.
-        let same_name = &by_hash[from..to];
-        if same_name.is_empty() {
-            return Ok(None);
-        }
-        let objects = self.repo.objects();
-        let target = objects.read(id)?.ok_or_else(|| {
-            PackError::BadRequest(format!("object {id} is missing from the repository"))
-        })?;
-        if target.data.len() > MAX_SEARCH_SIZE {
-            return Ok(None);
-        }
-        let kind_bits = index.type_bitmap(target.kind);
-        // The nearest versions in pack order first (git writes recent objects together), of the
-        // same kind (commits and root trees share the empty path's hash).
-        let at = same_name.partition_point(|&k| (k as u32 as u64) < bit);
-        // Candidates: (bit, position in the plan when already written).
-        let usable = |c: u32| -> Result<Option<(u64, Option<usize>)>, PackError> {
-            let c = c as u64;
-            if c == bit || !kind_bits.get(c) {
-                return Ok(None);
-            }
-            if thin && had.get(c) {
-                return Ok(Some((c, None)));
-            }
-            let written = match index.object_at(c)? {
-                Some((_, packd_odb::Location::Packed { pack, offset })) => plan
-                    .packs
-                    .iter()
-                    .position(|p| Arc::ptr_eq(p, &pack))
-                    .and_then(|rank| plan.find_before(rank as u32, offset, i)),
-                _ => None,
-            };
-            Ok(written.map(|j| (c, Some(j))))
-        };
-        let mut order = Vec::new();
-        let (mut lo, mut hi) = (at, at);
-        let mut examined = 0;
-        while order.len() < 4 * CANDIDATES && examined < 8192 && (lo > 0 || hi < same_name.len()) {
-            if hi < same_name.len() {
-                examined += 1;
-                order.extend(usable(same_name[hi] as u32)?);
-                hi += 1;
-            }
-            if lo > 0 {
-                lo -= 1;
-                examined += 1;
-                order.extend(usable(same_name[lo] as u32)?);
-            }
-        }
-        tracing::trace!(
-            "{id}: bit {bit}, name-hash {hash:08x}, {} same-name objects, {} of its kind",
-            same_name.len(),
-            order.len()
-        );
-        let mut best: Option<(Vec<u8>, DeltaBase)> = None;
-        let mut best_len = target.data.len() / 2;
-        // Of those, the closest in size (unrelated objects can share a name-hash: every root
-        // tree of every branch, notes included, has the empty path's).
-        let mut sized = Vec::with_capacity(order.len());
-        for (c, written) in order {
-            if let Some((base_id, location)) = index.object_at(c)? {
-                let size = objects.header_at(&base_id, &location)?.size;
-                sized.push((
-                    size.abs_diff(target.data.len() as u64),
-                    base_id,
-                    location,
-                    written,
-                ));
-            }
-        }
-        sized.sort_by_key(|s| s.0);
-        sized.truncate(CANDIDATES);
-        for (_, base_id, location, written) in sized {
-            let base = objects.read_at(&base_id, &location)?;
-            tracing::trace!("{id}: trying {base_id} ({} bytes)", base.data.len());
-            if let Some(delta) = crate::delta_encode::encode(&base.data, &target.data, best_len) {
-                best_len = delta.len();
-                let base = match written {
-                    Some(j) if ofs_delta => DeltaBase::Ofs(new_offsets[i] - new_offsets[j]),
-                    _ => DeltaBase::Ref(base_id),
-                };
-                best = Some((delta, base));
-            }
-        }
-        // Only the smallest delta is compressed.
-        best.map(|(delta, base)| delta_entry(compressor, id, &delta, base))
-            .transpose()
+        Ok(by_hash[from..to].to_vec())
     }
 
     /// Every entry of `pack` as it is, then the objects `after` (stored elsewhere: pushed since

@@ -14,6 +14,7 @@
 //! The caller writes the pack: whole objects and deltas in an order where each base precedes
 //! its deltas (the search's order does; see [`write_order`]).
 
+pub(crate) mod fetch;
 mod order;
 mod window;
 
@@ -113,6 +114,19 @@ pub fn search<E: Send>(
     load: &(dyn Fn(u32) -> Result<bytes::Bytes, E> + Sync),
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<Choice>, E> {
+    search_where(candidates, options, load, progress, &|_, _| true)
+}
+
+/// [`search`], trying candidate `base` for candidate `target` only where
+/// `may_base(target, base)`: for a writer whose order is fixed (a fetch streams objects in
+/// the plan's order, and a delta's base must come before it or be one the client has).
+pub fn search_where<E: Send>(
+    candidates: &[Candidate],
+    options: &SearchOptions,
+    load: &(dyn Fn(u32) -> Result<bytes::Bytes, E> + Sync),
+    progress: &(dyn Fn(u64) + Sync),
+    may_base: &(dyn Fn(u32, u32) -> bool + Sync),
+) -> Result<Vec<Choice>, E> {
     let mut choices = vec![Choice::Whole; candidates.len()];
     if options.window < 2 || options.depth == 0 || candidates.len() < 2 {
         progress(candidates.len() as u64);
@@ -131,7 +145,7 @@ pub fn search<E: Send>(
         chunks
             .par_iter()
             .map(|chunk| {
-                window::search_chunk(candidates, chunk, options, load, &|n| {
+                window::search_chunk(candidates, chunk, options, load, may_base, &|n| {
                     progress(done.fetch_add(n, Ordering::Relaxed) + n)
                 })
             })
@@ -162,3 +176,6 @@ pub fn search<E: Send>(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod quality;

@@ -139,7 +139,7 @@ fn depth_is_respected() {
 #[test]
 fn the_answer_is_the_same_on_any_number_of_threads() {
     // Enough objects for several chunks.
-    let objects = objects(90, 50);
+    let objects = objects(60, 40);
     let one = run(
         &objects,
         &SearchOptions {
@@ -152,7 +152,7 @@ fn the_answer_is_the_same_on_any_number_of_threads() {
         one.iter()
             .filter(|c| matches!(c, Choice::Delta { .. }))
             .count()
-            > 4000
+            > 2000
     );
     for threads in [2, 3] {
         let many = run(
@@ -305,4 +305,28 @@ fn a_load_error_ends_the_search() {
         &|_| {},
     );
     assert_eq!(result.unwrap_err(), 3);
+}
+
+#[test]
+fn a_writers_order_is_kept() {
+    // Only earlier candidates may be bases: every delta's base comes before it.
+    let objects = objects(4, 10);
+    let load = |i: u32| Ok::<_, ()>(objects.data[i as usize].clone());
+    let choices = search_where(
+        &objects.candidates,
+        &SearchOptions::default(),
+        &load,
+        &|_| {},
+        &|target, base| base < target,
+    )
+    .unwrap();
+    check(&objects, &choices, 50);
+    let mut deltas = 0;
+    for (i, choice) in choices.iter().enumerate() {
+        if let Choice::Delta { base, .. } = choice {
+            assert!((*base as usize) < i, "{i} against {base}");
+            deltas += 1;
+        }
+    }
+    assert!(deltas > 20, "{deltas} deltas");
 }

@@ -65,8 +65,8 @@ enum Tried {
     Stop,
     /// No better delta.
     No,
-    /// A better delta than the best so far.
-    Better(Vec<u8>),
+    /// A better delta than the best so far, in the scratch buffer.
+    Better,
 }
 
 /// Searches one chunk of the window order, giving the choice for each object that gets a delta
@@ -76,6 +76,7 @@ pub(super) fn search_chunk<E>(
     chunk: &[u32],
     options: &SearchOptions,
     load: &(dyn Fn(u32) -> Result<Bytes, E> + Sync),
+    may_base: &(dyn Fn(u32, u32) -> bool + Sync),
     progress: &dyn Fn(u64),
 ) -> Result<Vec<(u32, Choice)>, E> {
     let level = if options.compression_level < 0 {
@@ -90,6 +91,8 @@ pub(super) fn search_chunk<E>(
     let mut memory = 0u64;
     let mut chosen = Vec::new();
     let mut unreported = 0u64;
+    // Where each try encodes: swapped with the best delta's when it is better.
+    let mut scratch = Vec::new();
     for (n, &target) in chunk.iter().enumerate() {
         if options.deadline.is_some_and(|d| Instant::now() >= d) {
             unreported += (chunk.len() - n) as u64;
@@ -106,6 +109,9 @@ pub(super) fn search_chunk<E>(
         let mut best: Option<Best> = None;
         if !candidates[target as usize].base_only {
             for position in (0..window.len()).rev() {
+                if !may_base(target, window[position].idx) {
+                    continue;
+                }
                 let tried = try_delta(
                     candidates,
                     &mut slot,
@@ -114,16 +120,26 @@ pub(super) fn search_chunk<E>(
                     max_depth,
                     load,
                     &mut memory,
+                    &mut scratch,
                 )?;
                 match tried {
                     Tried::Stop => break,
                     Tried::No => {}
-                    Tried::Better(delta) => {
-                        best = Some(Best {
-                            position,
-                            delta,
-                            depth: window[position].depth + 1,
-                        })
+                    Tried::Better => {
+                        let depth = window[position].depth + 1;
+                        match &mut best {
+                            Some(best) => {
+                                std::mem::swap(&mut best.delta, &mut scratch);
+                                (best.position, best.depth) = (position, depth);
+                            }
+                            None => {
+                                best = Some(Best {
+                                    position,
+                                    delta: std::mem::take(&mut scratch),
+                                    depth,
+                                })
+                            }
+                        }
                     }
                 }
             }
@@ -148,6 +164,9 @@ pub(super) fn search_chunk<E>(
                 compressed: deflate(&mut compressor, &best.delta),
             },
         ));
+        if best.delta.capacity() > scratch.capacity() {
+            scratch = best.delta;
+        }
         if best.depth >= max_depth {
             // Nothing can be made against it: it leaves at once.
             memory -= slot.memory;
@@ -178,6 +197,7 @@ fn try_delta<E>(
     max_depth: u32,
     load: &(dyn Fn(u32) -> Result<Bytes, E> + Sync),
     memory: &mut u64,
+    scratch: &mut Vec<u8>,
 ) -> Result<Tried, E> {
     let (t, s) = (&candidates[trg.idx as usize], &candidates[src.idx as usize]);
     if t.kind != s.kind {
@@ -215,16 +235,16 @@ fn try_delta<E>(
     let limit = usize::try_from(max_size)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
-    let Some(delta) = index.encode(base, target, limit) else {
+    if !index.encode_into(base, target, limit, scratch) {
         return Ok(Tried::No);
-    };
+    }
     if let Some(best) = best {
         // As small as the best: only a shallower chain is better.
-        if delta.len() == best.delta.len() && src.depth + 1 >= best.depth {
+        if scratch.len() == best.delta.len() && src.depth + 1 >= best.depth {
             return Ok(Tried::No);
         }
     }
-    Ok(Tried::Better(delta))
+    Ok(Tried::Better)
 }
 
 /// `data` zlib-compressed.

@@ -1,0 +1,133 @@
+//! A fetch of objects stored whole (a repository packed with `pack.window=0`) comes out with
+//! deltas: the writer's delta search (packd_pack::delta_search) makes them, against objects
+//! sent before and, in a thin pack, against the client's versions of the same paths. git must
+//! accept the pack, and its bytes must be within 1.1x of git's own answer.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// 40 commits editing a 6 KB file and a small one, line by line.
+fn history(sb: &Sandbox) -> Repo {
+    let repo = sb.init_bare("whole.git");
+    let mut s = String::new();
+    let mut lines: Vec<String> = (0..200)
+        .map(|l| format!("line {l}: some text of the file\n"))
+        .collect();
+    let mut small: Vec<String> = (0..40).map(|l| format!("small {l}\n")).collect();
+    for c in 1..=40usize {
+        // Files grow as they change, as most do: git's window and its write order (newest
+        // first) then agree, and a fetch's deltas can go against objects sent before them.
+        lines[(c * 37) % 200] = format!("line {c} edited in commit {c}, a longer line\n");
+        lines.push(format!("line added by commit {c}\n"));
+        small[(c * 7) % 40] = format!("small edited {c}\n");
+        small.push(format!("small added {c}\n"));
+        let big = lines.concat();
+        let little = small.concat();
+        s.push_str(&format!(
+            "commit refs/heads/main\nmark :{c}\ncommitter C <c@example.com> {} +0000\ndata 9\ncommit {c:02}\n",
+            1_600_000_000 + c * 60
+        ));
+        if c > 1 {
+            s.push_str(&format!("from :{}\n", c - 1));
+        }
+        s.push_str(&format!(
+            "M 100644 inline big.txt\ndata {}\n{big}\n",
+            big.len()
+        ));
+        s.push_str(&format!(
+            "M 100644 inline dir/small.txt\ndata {}\n{little}\n",
+            little.len()
+        ));
+        if c == 20 {
+            s.push_str("reset refs/tags/old\nfrom :20\n\n");
+        }
+    }
+    repo.fast_import(s.as_bytes());
+    repo.git(&["-c", "pack.window=0", "repack", "-adFb", "-q"]);
+    repo
+}
+
+/// The deltas of `pack` once `git index-pack --fix-thin --strict` stored it in a copy of the
+/// server (which has every base).
+fn delta_count(sb: &Sandbox, server: &Repo, pack: &[u8]) -> usize {
+    static CLIENTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let client = sb.clone_bare(server, &format!("client-{n}.git"));
+    let out = client.git_stdin(&["index-pack", "--stdin", "--fix-thin", "--strict"], pack);
+    let name = String::from_utf8(out).unwrap();
+    let name = name.split_whitespace().last().unwrap().to_string();
+    let idx = client.pack_dir().join(format!("pack-{name}.idx"));
+    let verify = client.git_str(&["verify-pack", "-v", idx.to_str().unwrap()]);
+    verify
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 7 && l.len() > 40)
+        .count()
+}
+
+fn pack_of(cmd: &mut Command, stdin: &str) -> Vec<u8> {
+    let run = run_cmd(
+        std::mem::replace(cmd, Command::new("true")),
+        Some(stdin.as_bytes()),
+        GIT_TIMEOUT,
+    );
+    run.assert_success();
+    run.stdout
+}
+
+#[test]
+fn a_fetch_of_whole_objects_gets_deltas() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    // Stored whole: verify-pack lists no deltas.
+    let stored = repo.packs();
+    let idx = stored[0].with_extension("idx");
+    let listing = repo.git_str(&["verify-pack", "-v", idx.to_str().unwrap()]);
+    assert!(!listing.contains("chain length = 1"), "{listing}");
+
+    for thin in [true, false] {
+        let input = "main\n^old\n";
+        let mut packd = Command::new(PACKD);
+        apply_env(&mut packd, &repo.home);
+        packd.arg("-C").arg(&repo.path).arg("pack-objects");
+        if thin {
+            packd.arg("--thin");
+        }
+        let ours = pack_of(&mut packd, input);
+        // git with its bitmap sends the stored entries as they are (no deltas at all); without
+        // it, it searches as packd does.
+        let mut git = repo.git_cmd();
+        git.args([
+            "-c",
+            "pack.useBitmaps=false",
+            "pack-objects",
+            "--revs",
+            "--stdout",
+            "--delta-base-offset",
+            "-q",
+        ]);
+        if thin {
+            git.arg("--thin");
+        }
+        let theirs = pack_of(&mut git, input);
+        let (our_deltas, their_deltas) = (
+            delta_count(&sb, &repo, &ours),
+            delta_count(&sb, &repo, &theirs),
+        );
+        eprintln!(
+            "thin {thin}: packd {} bytes, {our_deltas} deltas; git {} bytes, {their_deltas} deltas",
+            ours.len(),
+            theirs.len()
+        );
+        // Two blobs changed by each of 20 commits: nearly all of them deltas (the root trees
+        // are too small to be worth one); without a thin pack the oldest of each has no base.
+        assert!(our_deltas >= 2 * 20 - 3, "{our_deltas} deltas");
+        assert!(
+            ours.len() as f64 <= 1.1 * theirs.len() as f64,
+            "packd's {} bytes against git's {}",
+            ours.len(),
+            theirs.len()
+        );
+    }
+}
