@@ -224,9 +224,9 @@ fn git_cruft_mtimes_parse_and_encode_byte_for_byte() {
 
 /// Writes packd's cruft pack and prunes, as `packd repack --cruft` will: returns the names of
 /// the files git sees after.
-fn packd_cruft(f: &Fixture, expire: Option<u64>) -> packd_maint::cruft::CruftOutcome {
-    let (new_pack, reachable) = reachable_pack(&f.repo);
-    let repo = open(&f.repo);
+fn packd_cruft(repo: &Path, expire: Option<u64>) -> packd_maint::cruft::CruftOutcome {
+    let (new_pack, reachable) = reachable_pack(repo);
+    let repo = open(repo);
     let old: Vec<Arc<packd_odb::pack::Pack>> = repo
         .objects()
         .packs()
@@ -251,7 +251,7 @@ fn packd_cruft_pack_keeps_recent_drops_expired_and_git_ages_it() {
     let dir = tempfile::tempdir().unwrap();
     let f = fixture(dir.path());
     // gc.pruneExpire's default: two weeks.
-    let outcome = packd_cruft(&f, Some(f.now - 14 * DAY));
+    let outcome = packd_cruft(&f.repo, Some(f.now - 14 * DAY));
     assert_eq!(outcome.kept.len(), 4);
     assert_eq!(outcome.dropped.len(), 1);
     assert!(!has_object(&f.repo, &f.old_blob), "30 days old: dropped");
@@ -297,7 +297,7 @@ fn packd_reads_its_own_and_gits_cruft_times_again() {
     let f = fixture(dir.path());
     // git's cruft pack first; packd's run then takes the times from git's .mtimes.
     git(&f.repo, &["repack", "--cruft", "-d", "-q"], None);
-    let outcome = packd_cruft(&f, None);
+    let outcome = packd_cruft(&f.repo, None);
     let time_of = |id: &str| {
         let id = ObjectId::from_hex(id).unwrap();
         outcome.kept.iter().find(|(k, _)| *k == id).map(|(_, t)| *t)
@@ -305,7 +305,7 @@ fn packd_reads_its_own_and_gits_cruft_times_again() {
     assert_eq!(time_of(&f.old_blob), Some((f.now - 30 * DAY) as u32));
     assert_eq!(time_of(&f.branch[1]), Some((f.now - 3 * DAY) as u32));
     // A second packd run over its own cruft pack keeps the same times (never expiring).
-    let again = packd_cruft(&f, None);
+    let again = packd_cruft(&f.repo, None);
     assert_eq!(again.kept, outcome.kept);
     assert_eq!(cruft_files(&f.repo).len(), 1);
     git(&f.repo, &["fsck", "--strict", "--no-progress"], None);
@@ -322,7 +322,7 @@ fn old_objects_a_recent_one_reaches_are_kept() {
         Some(format!("100644 blob {}\told\n", f.old_blob).as_bytes()),
     );
     let commit = git(&f.repo, &["commit-tree", &tree, "-m", "recent"], None);
-    let outcome = packd_cruft(&f, Some(f.now - 14 * DAY));
+    let outcome = packd_cruft(&f.repo, Some(f.now - 14 * DAY));
     assert!(outcome.dropped.is_empty(), "{:?}", outcome.dropped);
     let kept_time = |id: &str| {
         let id = ObjectId::from_hex(id).unwrap();
@@ -386,4 +386,148 @@ fn a_ref_updated_by_a_push_in_progress_keeps_its_objects() {
     assert!(!has_object(&f.repo, &f.old_blob));
     assert!(!has_object(&f.repo, &f.recent_blob), "expired: now");
     git(&f.repo, &["fsck", "--strict", "--no-progress"], None);
+}
+
+#[test]
+fn deltas_of_a_deleted_branch_stay_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stream = String::from(
+        "commit refs/heads/main\ncommitter A <a@example.com> 1700000000 +0000\ndata 2\nc\n\
+         M 644 inline f\ndata 5\nmain\n\n",
+    );
+    for c in 0..4 {
+        let body: String = (0..300)
+            .map(|l| format!("line {l} of a long file {}\n", l == c * 50))
+            .collect();
+        stream.push_str(&format!(
+            "commit refs/heads/gone\ncommitter A <a@example.com> {} +0000\ndata 2\ng\n\
+             M 644 inline big\ndata {}\n{body}\n",
+            1_700_000_100 + c,
+            body.len()
+        ));
+    }
+    git(dir.path(), &["init", "-q", "--bare", "r.git"], None);
+    let repo = dir.path().join("r.git");
+    git(
+        &repo,
+        &["-c", "fastimport.unpackLimit=0", "fast-import", "--quiet"],
+        Some(stream.as_bytes()),
+    );
+    git(&repo, &["update-ref", "-d", "refs/heads/gone"], None);
+    let outcome = packd_cruft(&repo, None);
+    assert_eq!(outcome.kept.len(), 12, "4 commits, trees and blobs");
+    let files = cruft_files(&repo);
+    let idx = files[0].with_extension("idx");
+    let verified = git(&repo, &["verify-pack", "-v", idx.to_str().unwrap()], None);
+    assert!(
+        verified.contains("chain length = 1: "),
+        "the blobs' deltas were kept: {verified}"
+    );
+    git(&repo, &["fsck", "--strict", "--no-progress"], None);
+}
+
+/// `git gc` with cruft packs and its default `gc.pruneExpire` (2.weeks.ago) keeps the same
+/// objects packd's collection and expiry keep, with the same times.
+#[test]
+fn packd_keeps_what_git_gc_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    let repo = open(&f.repo);
+    let listed = git(&f.repo, &["rev-list", "--objects", "--all"], None);
+    let reachable: HashSet<ObjectId> = listed
+        .lines()
+        .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap()).unwrap())
+        .collect();
+    let old: Vec<_> = repo.objects().packs().cloned().collect();
+    let collected =
+        packd_maint::cruft::collect::collect(&repo, &|id| reachable.contains(id), &old).unwrap();
+    let options = CruftOptions::from_config(&repo, SystemTime::now()).unwrap();
+    let selection =
+        packd_maint::cruft::expire::select(repo.objects(), collected.unreachable, options.expire)
+            .unwrap();
+    drop(repo);
+
+    git(&f.repo, &["-c", "gc.cruftPacks=true", "gc", "-q"], None);
+    let files = cruft_files(&f.repo);
+    assert_eq!(files.len(), 1);
+    let gits = read_mtimes(&open(&f.repo), &files[0]);
+    let packds: Vec<(String, u32)> = selection
+        .kept
+        .iter()
+        .map(|(id, t)| (id.to_hex(), *t))
+        .collect();
+    assert_eq!(packds, gits);
+    assert_eq!(
+        selection.dropped,
+        vec![ObjectId::from_hex(&f.old_blob).unwrap()]
+    );
+}
+
+/// A damaged `.mtimes` of an old cruft pack stops the run with the file and offset named, and
+/// nothing is written or deleted.
+#[test]
+fn a_damaged_mtimes_is_named_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    git(&f.repo, &["repack", "--cruft", "-d", "-q"], None);
+    let files = cruft_files(&f.repo);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[14] ^= 0x40;
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::write(&files[0], &bytes).unwrap();
+    let listing = |repo: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&f.repo);
+    let repo = open(&f.repo);
+    let old: Vec<_> = repo.objects().packs().cloned().collect();
+    let err = write_cruft_pack(&repo, &|_| false, &old, &CruftOptions::default()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(files[0].file_name().unwrap().to_str().unwrap())
+            && message.contains("offset 52: checksum"),
+        "{message}"
+    );
+    assert_eq!(listing(&f.repo), before);
+}
+
+/// What a push writes after the collection (a loose object, a quarantined pack) is in no
+/// listing the prune deletes from, however old the expiry makes everything.
+#[test]
+fn objects_written_after_the_collection_are_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    let (new_pack, reachable) = reachable_pack(&f.repo);
+    let repo = open(&f.repo);
+    let old: Vec<_> = repo
+        .objects()
+        .packs()
+        .filter(|p| p.name() != new_pack)
+        .cloned()
+        .collect();
+    let is_reachable = |id: &ObjectId| reachable.contains(id);
+    let options = CruftOptions {
+        expire: Some(SystemTime::now() + Duration::from_secs(DAY)),
+    };
+    let outcome = write_cruft_pack(&repo, &is_reachable, &old, &options).unwrap();
+    assert_eq!(outcome.dropped.len(), 5);
+    // A push meanwhile: a loose object migrated, a pack still in its quarantine.
+    let fresh = git(
+        &f.repo,
+        &["hash-object", "-w", "--stdin"],
+        Some(b"pushed\n"),
+    );
+    let quarantined = f.repo.join("objects/pack/tmp_incoming_1_pack");
+    std::fs::write(&quarantined, b"PACK").unwrap();
+    let keep = [new_pack.as_str()];
+    let pruned = prune(&repo, &is_reachable, &outcome, &old, &keep).unwrap();
+    assert_eq!(pruned.loose, 2, "the two loose blobs listed");
+    assert!(has_object(&f.repo, &fresh), "written after the listing");
+    assert!(quarantined.exists());
+    assert!(!has_object(&f.repo, &f.recent_blob));
 }

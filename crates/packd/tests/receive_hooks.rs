@@ -211,6 +211,12 @@ impl Target {
         fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).unwrap().flatten() {
                 let path = entry.path();
+                // packd's maintenance locks (packd_maint::lock) stay once a push took one:
+                // they are not objects received.
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("packd-") && name.ends_with(".lock") {
+                    continue;
+                }
                 out.push(path.strip_prefix(base).unwrap().display().to_string());
                 if path.is_dir() {
                     walk(&path, base, out);

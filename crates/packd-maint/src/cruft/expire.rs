@@ -358,6 +358,21 @@ mod tests {
     }
 
     #[test]
+    fn gc_prune_expire_from_config() {
+        let now = 1_796_184_000;
+        let config = |text: &str| {
+            let mut c = packd_odb::config::Config::default();
+            c.parse(text, "config").unwrap();
+            from_config(&c, at(now)).map(|t| t.map(seconds))
+        };
+        assert_eq!(config("").unwrap(), Some(now - 14 * 86_400));
+        assert_eq!(config("[gc]\n\tpruneExpire = never\n").unwrap(), None);
+        assert_eq!(config("[gc]\n\tpruneexpire = now\n").unwrap(), Some(now));
+        let e = config("[gc]\n\tpruneExpire = later\n").unwrap_err();
+        assert!(e.to_string().contains("gc.pruneExpire: 'later'"), "{e}");
+    }
+
+    #[test]
     fn expired_means_at_or_before() {
         assert!(is_expired(100, Some(at(100))));
         assert!(!is_expired(101, Some(at(100))));

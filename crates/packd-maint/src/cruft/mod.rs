@@ -1,13 +1,24 @@
 //! Cruft packs: unreachable objects kept in one pack with their mtimes (an `.mtimes` file
 //! beside it), as `git gc --cruft` keeps them, until they are older than `gc.pruneExpire`
 //! (two weeks by default); then they are dropped, except those a push in progress may still
-//! reference (see [`prune`] for how that race is closed).
+//! reference (see [`mod@prune`] for how that race is closed).
 //!
 //! ```text
 //! old packs, loose objects ──> collect (what `reachable` lacks, with its newest mtime)
 //!      ──> expire (older than the expiry and reached by no recent one: dropped)
 //!      ──> cruft pack (pack, .idx, .mtimes) ──> prune under the prune lock: refs re-read,
 //!          what they newly reach rescued, then the old packs and loose objects deleted
+//! ```
+//!
+//! How a repack uses it, holding the maintenance lock ([`crate::lock::try_maintenance`]):
+//!
+//! ```text
+//! options = CruftOptions::from_config(repo, now)          gc.pruneExpire; or
+//!           CruftOptions { expire: expire::parse("--cruft-expiration", value, now)? }
+//! write the reachable pack(s); reachable(id) = "they hold id"
+//! outcome = write_cruft_pack(repo, reachable, old_packs, options)
+//! (multi-pack-index, bitmap of the new packs)
+//! prune(repo, reachable, outcome, old_packs, new pack names)   the only deleting step
 //! ```
 
 pub mod collect;

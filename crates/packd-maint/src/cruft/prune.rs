@@ -51,8 +51,8 @@ pub struct Pruned {
 const PACK_FILES: [&str; 5] = ["idx", "rev", "bitmap", "mtimes", "pack"];
 
 /// Under the prune lock: reads the refs again, rescues the objects `outcome` dropped that
-/// they now reach, then deletes `old_packs` (but never one named in `new_packs`: a pack
-/// written again with the same objects has the same name) and the loose objects listed at
+/// they now reach, then deletes `old_packs` (but never the cruft pack or one named in
+/// `new_packs`: a pack written again with the same objects has the same name) and the loose objects listed at
 /// collection. `reachable` is the one given to [`super::write_cruft_pack`]: what the new packs
 /// hold; the walk stops there and at the cruft pack's objects.
 pub fn prune(
@@ -83,7 +83,9 @@ pub fn prune(
         rescued,
         ..Pruned::default()
     };
-    for pack in old_packs.iter().filter(|p| !new_packs.contains(&p.name())) {
+    let written = outcome.pack.as_ref().map(|p| p.name.as_str());
+    let replaced = |p: &&Arc<Pack>| !new_packs.contains(&p.name()) && written != Some(p.name());
+    for pack in old_packs.iter().filter(replaced) {
         let Some(stem) = pack.name().strip_suffix(".pack") else {
             continue;
         };

@@ -2,8 +2,9 @@
 //! [`crate::pack_file`]) and its `.mtimes`.
 //!
 //! ```text
-//! pack/pack-<checksum>.pack    the kept objects, sorted by id; whole objects (entries that
-//!                              are whole on disk copied as they are, deltas inflated)
+//! pack/pack-<checksum>.pack    the kept objects: entries copied as they are on disk (a
+//!                              delta after its base, when the base is kept too), the rest
+//!                              (loose objects, deltas on a base not kept) written whole
 //! pack/pack-<checksum>.rev     written by pack_file
 //! pack/pack-<checksum>.idx     written by pack_file
 //! pack/pack-<checksum>.mtimes  one mtime per object in index order (super::mtimes)
@@ -18,7 +19,7 @@ use super::expire::select;
 use super::{mtimes, CruftError, CruftOptions};
 use crate::pack_file::{compression_level, PackFileWriter, WrittenPack};
 use packd_odb::pack::Pack;
-use packd_odb::{Location, ObjectId, Repository};
+use packd_odb::{IdMap, IdSet, Location, ObjectDb, ObjectId, Repository};
 use std::sync::Arc;
 
 /// What [`write_cruft_pack`] did, and what [`super::prune::prune`] needs next.
@@ -79,19 +80,7 @@ pub fn write_cruft_pack(
         count,
         compression_level(i64::from(level)),
     )?;
-    let objects = repo.objects();
-    for (id, _) in &outcome.kept {
-        let location = objects.locate(id)?.ok_or_else(|| missing(id))?;
-        match &location {
-            Location::Packed { pack, offset } if objects.delta_base(&location)?.is_none() => {
-                writer.reuse_entry(*id, pack, *offset, None)?;
-            }
-            _ => {
-                let object = objects.read_at(id, &location)?;
-                writer.whole(*id, object.kind, &object.data)?;
-            }
-        }
-    }
+    write_entries(repo.objects(), &outcome.kept, &mut writer)?;
     let written = writer.finish()?;
     let times: Vec<u32> = outcome.kept.iter().map(|(_, t)| *t).collect();
     let bytes = mtimes::encode(&times, &written.checksum);
@@ -115,6 +104,67 @@ pub fn write_cruft_pack(
     );
     outcome.pack = Some(written);
     Ok(outcome)
+}
+
+/// Appends every object of `kept` to `writer`: a delta on disk whose base is kept too as it
+/// is, after its base; a whole entry as it is; anything else (a loose object, a delta whose
+/// base stays outside the cruft pack) inflated and written whole. Chains are followed with
+/// an explicit stack; a base already on the stack (two packs' copies deltified against each
+/// other) ends the chain with a whole object, so the pack's chains stay acyclic.
+fn write_entries(
+    objects: &ObjectDb,
+    kept: &[(ObjectId, u32)],
+    writer: &mut PackFileWriter,
+) -> Result<(), CruftError> {
+    let is_kept = |id: &ObjectId| kept.binary_search_by(|(k, _)| k.cmp(id)).is_ok();
+    let mut written: IdMap<u32> = IdMap::default();
+    let mut on_stack: IdSet = IdSet::default();
+    for (first, _) in kept {
+        let mut stack = vec![*first];
+        while let Some(&id) = stack.last() {
+            if written.contains_key(&id) {
+                stack.pop();
+                continue;
+            }
+            let location = objects.locate(&id)?.ok_or_else(|| missing(&id))?;
+            let base = match objects.delta_base(&location)? {
+                Some(base) if is_kept(&base) && !on_stack.contains(&base) => Some(base),
+                _ => None,
+            };
+            if let Some(base) = base {
+                match written.get(&base) {
+                    None => {
+                        on_stack.insert(id);
+                        stack.push(base);
+                        continue;
+                    }
+                    Some(&at) => {
+                        let Location::Packed { pack, offset } = &location else {
+                            unreachable!("only packed objects have a delta base")
+                        };
+                        let n = writer.reuse_entry(id, pack, *offset, Some(at))?;
+                        written.insert(id, n);
+                    }
+                }
+            } else {
+                let n = match &location {
+                    Location::Packed { pack, offset }
+                        if objects.delta_base(&location)?.is_none() =>
+                    {
+                        writer.reuse_entry(id, pack, *offset, None)?
+                    }
+                    _ => {
+                        let object = objects.read_at(&id, &location)?;
+                        writer.whole(id, object.kind, &object.data)?
+                    }
+                };
+                written.insert(id, n);
+            }
+            on_stack.remove(&id);
+            stack.pop();
+        }
+    }
+    Ok(())
 }
 
 fn missing(id: &ObjectId) -> CruftError {
