@@ -222,8 +222,22 @@ pub fn geometric_repack_locked(
     // One pack alone and nothing loose: rolling it up would write the same pack again.
     let roll = rolled.len() > 1 || !loose.is_empty();
     if roll {
-        let sources: Vec<Arc<Pack>> = rolled.iter().map(|p| p.pack.clone()).collect();
-        if let Some(new) = roll_up(storage.as_ref(), repo.objects(), &sources, &loose)? {
+        // Oldest first: a push's thin pack holds deltas against bases it carries again
+        // whole at its end, which an older pack has already; written first, those keep their
+        // deltas, and the later pack's deltas are reused against them.
+        let mut sources: Vec<(std::time::SystemTime, &str, Arc<Pack>)> = rolled
+            .iter()
+            .map(|p| {
+                (
+                    modified(Path::new(p.pack.data_name())),
+                    p.idx_name.as_str(),
+                    p.pack.clone(),
+                )
+            })
+            .collect();
+        sources.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let sources: Vec<Arc<Pack>> = sources.into_iter().map(|(_, _, p)| p).collect();
+        if let Some(new) = roll_up(&storage, repo.objects(), &sources, &loose)? {
             outcome.new_pack_objects = new.objects;
             outcome.new_pack = Some(new.idx_name);
         }
@@ -306,6 +320,13 @@ fn write_midx(
     storage.replace(name, current.as_ref().map(|(_, v)| v), &bytes)?;
     outcome.midx = true;
     Ok(())
+}
+
+/// A file's modification time (the epoch if unknown).
+fn modified(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// A file's modification time in whole seconds since the epoch (0 if unknown).

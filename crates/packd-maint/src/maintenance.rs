@@ -5,7 +5,10 @@
 //! run_auto   maintenance lock (try) -> geometric repack, factor 2: the small packs and the
 //!            loose objects rolled up, multi-pack-index and its bitmap, rolled-up packs and
 //!            packed loose objects deleted
-//! run_full   maintenance lock (try) -> full repack (`packd repack -adb`), once it exists
+//!            then, still under the lock, the commit-graph written again (its failure,
+//!            `core.commitGraph=false` included, is logged and ends nothing)
+//! run_full   full repack (`packd_maint::repack::repack`, as `packd repack -adb`: unreachable
+//!            objects into a cruft pack), which takes the lock itself
 //! both       one log line, target `packd_maint`:
 //!            maintenance done repo=<git dir> kind=geometric|full cpu_ms=.. wall_ms=..
 //!                packs_before=.. packs_after=.. rolled_up=.. new_objects=.. loose=.. bitmap=..
@@ -77,9 +80,9 @@ pub enum MaintenanceError {
     /// The geometric repack failed.
     #[error(transparent)]
     Geometric(#[from] GeometricError),
-    /// A full repack is not available in this build yet.
-    #[error("a full repack is not available yet (packd repack is being written)")]
-    FullUnavailable,
+    /// The full repack failed.
+    #[error(transparent)]
+    Repack(#[from] crate::repack::RepackError),
 }
 
 impl MaintenanceError {
@@ -89,6 +92,7 @@ impl MaintenanceError {
             self,
             MaintenanceError::Lock(LockError::Busy { .. })
                 | MaintenanceError::Geometric(GeometricError::Lock(LockError::Busy { .. }))
+                | MaintenanceError::Repack(crate::repack::RepackError::Busy(_))
         )
     }
 }
@@ -117,7 +121,11 @@ pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
     let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
     let held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
     let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
+    let graph = write_commit_graph(git_dir);
     drop(held);
+    if let Err(why) = graph {
+        tracing::warn!(target: TARGET, "{}: no commit-graph written: {why}", git_dir.display());
+    }
     if let Some(why) = &outcome.bitmap_error {
         tracing::warn!(target: TARGET, "{}: multi-pack-index written without a bitmap: {why}", git_dir.display());
     }
@@ -136,12 +144,55 @@ pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
     Ok(report)
 }
 
-/// A full repack of the repository at `git_dir` on demand (`packd repack -adb`), under the
-/// maintenance lock. Not available until `packd_maint::repack` is.
-pub fn run_full(git_dir: &Path) -> Result<Report, MaintenanceError> {
+/// Writes the commit-graph of the repository at `git_dir` afresh (git's default options).
+fn write_commit_graph(git_dir: &Path) -> Result<(), String> {
+    use packd_reach::commit_graph::{reachable_tips, write_commit_graph, GraphOptions};
+    let repo =
+        Repository::open(git_dir, &RepositoryOptions::default()).map_err(|e| e.to_string())?;
+    let tips = reachable_tips(&repo).map_err(|e| e.to_string())?;
+    write_commit_graph(&repo, &tips, &GraphOptions::for_repository(&repo))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The number of the repository's own packs.
+fn pack_count(git_dir: &Path) -> Result<usize, MaintenanceError> {
     let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
-    let _held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
-    Err(MaintenanceError::FullUnavailable)
+    let own = repo.objects().own_storage().cloned();
+    Ok(repo
+        .objects()
+        .packs_with_storage()
+        .filter(|(s, _)| own.as_ref().is_some_and(|o| std::sync::Arc::ptr_eq(o, s)))
+        .count())
+}
+
+/// A full repack of the repository at `git_dir` on demand, as `packd repack -adb` (all
+/// reachable objects into one pack with a bitmap, unreachable ones into a cruft pack, the
+/// commit-graph written). Refused while another maintenance runs, as [`run_auto`].
+pub fn run_full(git_dir: &Path) -> Result<Report, MaintenanceError> {
+    let started = Instant::now();
+    let cpu_start = thread_cpu_time();
+    let packs_before = pack_count(git_dir)?;
+    let options = crate::repack::RepackOptions {
+        all: true,
+        delete_redundant: true,
+        bitmap: true,
+        ..Default::default()
+    };
+    let repacked = crate::repack::repack(git_dir, &options, &crate::repack::NoProgress)?;
+    let report = Report {
+        kind: Kind::Full,
+        packs_before,
+        packs_after: pack_count(git_dir)?,
+        rolled_up: repacked.packs_removed as usize,
+        new_objects: repacked.objects as u32,
+        loose: repacked.loose_removed as usize,
+        bitmap: repacked.bitmap.is_some(),
+        cpu: thread_cpu_time().saturating_sub(cpu_start),
+        wall: started.elapsed(),
+    };
+    log(git_dir, &report);
+    Ok(report)
 }
 
 /// Logs the one line of a maintenance done.

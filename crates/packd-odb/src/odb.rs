@@ -478,11 +478,51 @@ fn vanished(id: &ObjectId) -> Error {
 }
 
 /// Opens one objects directory: its multi-pack-index, its packs, its loose objects.
+/// How many times an objects directory is read again when a repack changed it while it was
+/// being read.
+const MAX_REREADS: usize = 20;
+
+/// Opens one objects directory: its packs, multi-pack-index and loose objects. A repack may
+/// change the directory meanwhile (a pack listed and deleted before it is opened; a new
+/// multi-pack-index naming a pack that was not there yet when the directory was listed): then
+/// it is read again, as git looks at its packs again, up to [`MAX_REREADS`] times.
 fn open_source(
     storage: Arc<dyn Storage>,
     next_pack_id: &mut u32,
     hash: HashKind,
 ) -> Result<Source> {
+    let first_id = *next_pack_id;
+    let mut rereads = 0;
+    loop {
+        *next_pack_id = first_id;
+        match open_source_once(&storage, next_pack_id, hash) {
+            Ok(Some(source)) => return Ok(source),
+            Ok(None) if rereads < MAX_REREADS => {}
+            Err(Error::Storage(e)) if e.is_not_found() && rereads < MAX_REREADS => {}
+            Ok(None) => {
+                // Changing all the time: the last try's error.
+                return open_source_once(&storage, next_pack_id, hash)?.ok_or_else(|| {
+                    Error::corrupt(
+                        storage.describe("pack/multi-pack-index"),
+                        0,
+                        "names a pack which does not exist",
+                    )
+                });
+            }
+            Err(e) => return Err(e),
+        }
+        rereads += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1 << rereads.min(5)));
+    }
+}
+
+/// One try of [`open_source`]: `None` when the multi-pack-index names a pack the listing
+/// did not show but the directory holds now (it changed meanwhile).
+fn open_source_once(
+    storage: &Arc<dyn Storage>,
+    next_pack_id: &mut u32,
+    hash: HashKind,
+) -> Result<Option<Source>> {
     let mut idx_names: Vec<String> = storage
         .list("pack")?
         .into_iter()
@@ -493,6 +533,10 @@ fn open_source(
     for name in &idx_names {
         let full = format!("pack/{name}");
         if !storage.exists(&format!("pack/{}.pack", name.trim_end_matches(".idx"))) {
+            if !storage.exists(&full) {
+                // Deleted since the listing (a repack rolled it up): read again.
+                return Ok(None);
+            }
             tracing::warn!(
                 "{}: no pack beside this index; skipped",
                 storage.describe(&full)
@@ -512,16 +556,19 @@ fn open_source(
             let midx = MultiPackIndex::from_bytes(blob.name(), blob.read_all()?)?;
             let mut map = Vec::with_capacity(midx.pack_names().len());
             for name in midx.pack_names() {
-                let pos = packs
+                let Some(pos) = packs
                     .iter()
                     .position(|p: &Arc<Pack>| p.index().name().ends_with(&format!("/{name}")))
-                    .ok_or_else(|| {
-                        Error::corrupt(
-                            blob.name(),
-                            0,
-                            format!("names pack {name}, which does not exist"),
-                        )
-                    })?;
+                else {
+                    if storage.exists(&format!("pack/{name}")) {
+                        return Ok(None);
+                    }
+                    return Err(Error::corrupt(
+                        blob.name(),
+                        0,
+                        format!("names pack {name}, which does not exist"),
+                    ));
+                };
                 map.push(pos);
             }
             Some((Arc::new(midx), map))
@@ -532,13 +579,13 @@ fn open_source(
     let outside_midx = (0..packs.len())
         .filter(|i| midx.as_ref().is_none_or(|(_, map)| !map.contains(i)))
         .collect();
-    Ok(Source {
+    Ok(Some(Source {
         storage: storage.clone(),
         packs,
         midx,
         outside_midx,
-        loose: LooseStore::new(storage),
-    })
+        loose: LooseStore::new(storage.clone()),
+    }))
 }
 
 /// Lists `objects_dir` and, recursively, the objects directories its alternates name.

@@ -265,6 +265,17 @@ impl Verifier {
     }
 }
 
+/// Lowers the scheduling priority of the calling thread by `nice` (Linux applies a thread's
+/// own id to that thread alone): for threads whose work must only take CPU that serving does
+/// not want. A failure leaves it at the server's priority.
+pub(crate) fn lower_this_threads_priority(nice: i32) {
+    // SAFETY: plain system calls on this thread's own id.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
 /// A verification for one of [`Argon2Threads`]' threads.
 type Argon2Job = Box<dyn FnOnce() + Send>;
 
@@ -283,13 +294,8 @@ impl Argon2Threads {
             let started = std::thread::Builder::new()
                 .name(format!("packd-argon2-{n}"))
                 .spawn(move || {
-                    // Linux applies a thread's own id to that thread alone. A failure leaves
-                    // it at the server's priority, as before.
-                    // SAFETY: plain system calls on this thread's own id.
-                    unsafe {
-                        let tid = libc::gettid() as libc::id_t;
-                        libc::setpriority(libc::PRIO_PROCESS, tid, ARGON2_NICE);
-                    }
+                    crate::stopping::block_stop_signals_here();
+                    lower_this_threads_priority(ARGON2_NICE);
                     loop {
                         let job = rx.lock().recv();
                         match job {

@@ -262,6 +262,7 @@ fn serve_push(
         ReceivePack::new(target.git_dir(), options).serve(&mut stream, out)
     };
     // A repository made for this push is kept or removed before the client reads the report.
+    let git_dir = target.git_dir().to_path_buf();
     drop(target);
     if created {
         let _ = writer.write_all(&held);
@@ -272,6 +273,7 @@ fn serve_push(
         Ok(stats) => {
             log.status = "ok".into();
             log.objects = stats.objects;
+            shared.pushed(&git_dir, &stats);
             if let Some(e) = stats.unpack_error {
                 log.note = format!("push refused: {e}");
             }

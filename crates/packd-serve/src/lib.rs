@@ -19,6 +19,7 @@ pub mod create;
 pub mod credentials;
 pub mod daemon;
 pub mod http;
+pub mod maintenance;
 pub mod memory;
 pub mod pace;
 pub mod paths;
@@ -93,6 +94,9 @@ pub struct Config {
     /// Whether pushes run the repository's hooks, and their timeout (`--no-hooks`,
     /// `--hook-timeout`).
     pub hooks: packd_protocol::hooks::HookOptions,
+    /// Threads of the maintenance run after pushes (`--maintenance-threads`; 0, as with
+    /// `--no-maintenance`: none, and no maintenance): see [`maintenance`].
+    pub maintenance_threads: usize,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -160,6 +164,19 @@ pub struct Shared {
     pub slots: Arc<admission::Slots>,
     /// The stages of a graceful stop (see [`stopping`]).
     pub stopping: stopping::Stopping,
+    /// The maintenance after pushes, unless disabled (see [`maintenance`]).
+    pub maintenance: Option<maintenance::Maintenance>,
+}
+
+impl Shared {
+    /// Tells the maintenance pool that a push to `git_dir` updated refs.
+    pub fn pushed(&self, git_dir: &std::path::Path, stats: &packd_protocol::PushStats) {
+        if stats.updated > 0 && stats.unpack_error.is_none() {
+            if let Some(m) = &self.maintenance {
+                m.after_push(git_dir);
+            }
+        }
+    }
 }
 
 /// A bound server, not yet accepting.
@@ -212,6 +229,8 @@ impl Server {
                     config.limits.max_connections_per_address,
                 ),
                 stopping: stopping::Stopping::default(),
+                maintenance: (config.maintenance_threads > 0)
+                    .then(|| maintenance::Maintenance::start(config.maintenance_threads)),
             }),
         })
     }
@@ -277,6 +296,16 @@ impl Server {
         });
         // Threads still blocked on a client after the cut are not waited for.
         runtime.shutdown_background();
+        if let Some(m) = &shared.maintenance {
+            for git_dir in m.finish(shared.limits.shutdown_grace) {
+                tracing::warn!(
+                    target: LIFECYCLE,
+                    "{}: maintenance still running after {:?}, abandoned (safe: it leaves no partial file)",
+                    git_dir.display(),
+                    shared.limits.shutdown_grace
+                );
+            }
+        }
         if result.is_ok() {
             tracing::info!(
                 target: LIFECYCLE,

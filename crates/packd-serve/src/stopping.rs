@@ -117,6 +117,21 @@ pub async fn until_cut(cut: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Blocks SIGTERM and SIGINT in the calling thread: for threads started before
+/// [`take_signals`] (the maintenance and Argon2 pools, started when the server is bound),
+/// which would otherwise take a signal meant for the signal thread and die of it.
+pub fn block_stop_signals_here() {
+    #[cfg(unix)]
+    // SAFETY: the sigset is initialised by sigemptyset before use; pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Blocks SIGTERM and SIGINT in this thread (and the threads it starts from now on) and takes
 /// them in a thread of their own: the first calls `first`, the second exits the process.
 pub fn take_signals(first: impl FnOnce(&'static str) + Send + 'static) {

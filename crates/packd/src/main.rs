@@ -185,9 +185,11 @@ fn run() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PACKD_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(
-                    "warn,packd_serve::access=info,packd_serve::lifecycle=info",
-                )
+                tracing_subscriber::EnvFilter::new(if matches!(cli.command, Command::Serve(_)) {
+                    "warn,packd_serve::access=info,packd_serve::lifecycle=info,packd_maint=info"
+                } else {
+                    "warn,packd_serve::access=info,packd_serve::lifecycle=info"
+                })
             }),
         )
         .with_writer(std::io::stderr)

@@ -114,6 +114,19 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = packd_protocol::hooks::DEFAULT_HOOK_TIMEOUT_SECS)]
     hook_timeout: u64,
 
+    /// Run no maintenance after pushes. By default each push that updated refs is followed,
+    /// in the background, by a geometric repack of its repository (factor 2: its small packs
+    /// and loose objects rolled up into one pack, a multi-pack-index and its bitmap written),
+    /// at most one per repository at a time, pushes arriving meanwhile coalescing into one
+    /// more run.
+    #[arg(long)]
+    no_maintenance: bool,
+
+    /// Threads running maintenance after pushes (at nice +10, so that serving comes first;
+    /// 0: none, as --no-maintenance).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    maintenance_threads: usize,
+
     /// Most repositories kept open (indexes and bitmaps loaded) between requests.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_open_repos: usize,
@@ -159,6 +172,11 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
         hooks: packd_protocol::hooks::HookOptions {
             enabled: !args.no_hooks,
             timeout: Duration::from_secs(args.hook_timeout.max(1)),
+        },
+        maintenance_threads: if args.no_maintenance {
+            0
+        } else {
+            args.maintenance_threads
         },
     };
     let server = Server::bind(&config)?;

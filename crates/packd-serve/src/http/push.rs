@@ -261,6 +261,7 @@ pub(super) async fn receive_pack(
         match &result {
             Ok(stats) => {
                 log.objects = stats.objects;
+                shared.pushed(&git_dir, stats);
                 if let Some(e) = &stats.unpack_error {
                     tracing::info!("{}: push refused: {e}", git_dir.display());
                     log.note = format!("push refused: {e}");
