@@ -405,3 +405,53 @@ fn a_damaged_entry_in_the_clone_range_fails_the_fetch() {
         "no ref updated"
     );
 }
+
+#[test]
+fn a_repack_of_a_bitmapped_repository_counts_with_the_bitmap() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    repo.packd(&["repack", "-adb"], None).assert_success();
+    let before = repo.all_ids();
+    // A push since: a loose commit outside the bitmap, on main.
+    let tree = id_of(&repo, "HEAD^{tree}");
+    let head = id_of(&repo, "HEAD");
+    let commit = repo.git_str(&["commit-tree", "-m", "pushed", "-p", &head, &tree]);
+    repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
+    let mut cmd = std::process::Command::new(PACKD);
+    apply_env(&mut cmd, sb.path());
+    cmd.env("PACKD_LOG", "packd_maint=debug")
+        .arg("-C")
+        .arg(&repo.path)
+        .args(["repack", "-adb"]);
+    let run = run_cmd(cmd, None, PACKD_TIMEOUT);
+    run.assert_success();
+    assert!(
+        run.err().contains("counted with the bitmap"),
+        "{}",
+        run.err()
+    );
+    git_checks(&repo, true);
+    let mut expected = before;
+    expected.push(commit.trim().to_string());
+    expected.sort();
+    assert_eq!(repo.all_ids(), expected);
+    assert_eq!(repo.loose_count(), 0);
+    // The layout holds: a default clone is still a range of the pack.
+    let clone = sb.init_bare("c.git");
+    let url = format!("file://{}", repo.path.display());
+    let up = format!("--upload-pack=env PACKD_LOG=packd_pack=debug {PACKD} upload-pack");
+    let run = clone.git_run(
+        &[
+            "fetch",
+            "--no-write-fetch-head",
+            &up,
+            &url,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+        None,
+    );
+    run.assert_success();
+    assert!(run.err().contains("as they are"), "{}", run.err());
+    clone.git(&["fsck", "--strict", "--no-dangling"]);
+}

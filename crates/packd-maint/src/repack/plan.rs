@@ -147,6 +147,10 @@ fn enumerate(
     clone_tips.dedup();
     other_tips.sort_unstable();
     other_tips.dedup();
+    if let Some(listed) = super::count_bitmap::enumerate(repo, &clone_tips, &other_tips)? {
+        tracing::debug!("repack: counted with the bitmap");
+        return Ok(listed);
+    }
     let walker = Walker::new(repo);
     let mut seen = packd_odb::IdSet::default();
     let mut take = |reached: Vec<packd_reach::walk::Reached>, part: u8, out: &mut Vec<_>| {
