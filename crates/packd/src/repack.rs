@@ -56,17 +56,21 @@ pub struct Args {
     quiet: bool,
 }
 
-/// Phases on a progress bar, each finished with git's "done." line.
+/// Phases on progress bars, one a phase, each finished with git's "done." line.
 struct Bar {
-    bar: ProgressBar,
-    phase: std::sync::Mutex<Option<Phase>>,
+    current: std::sync::Mutex<Option<(Phase, ProgressBar)>>,
 }
 
 impl Bar {
     fn end_phase(&self) {
-        if let Some(phase) = self.phase.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let (pos, len) = (self.bar.position(), self.bar.length().unwrap_or(0));
-            self.bar.finish_and_clear();
+        let taken = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((phase, bar)) = taken {
+            let (pos, len) = (bar.position(), bar.length().unwrap_or(0));
+            bar.finish_and_clear();
             if len > 0 {
                 eprintln!("{}: 100% ({pos}/{len}), done.", phase.label());
             } else {
@@ -79,17 +83,23 @@ impl Bar {
 impl RepackProgress for Bar {
     fn start(&self, phase: Phase, total: u64) {
         self.end_phase();
-        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = Some(phase);
-        self.bar.reset();
-        self.bar.set_message(phase.label());
-        self.bar.set_length(total);
-        self.bar.set_position(0);
+        let template = if total > 0 {
+            "{msg}: {percent:>3}% ({pos}/{len})"
+        } else {
+            "{msg}: {pos}"
+        };
+        let bar = ProgressBar::new(total);
+        bar.set_style(ProgressStyle::with_template(template).expect("a valid template"));
+        bar.set_message(phase.label());
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((phase, bar));
     }
     fn update(&self, done: u64) {
-        if self.bar.length().is_some_and(|l| l > 0 && l < done) {
-            self.bar.set_length(done);
+        if let Some((_, bar)) = &*self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+            if bar.length().is_some_and(|l| l > 0 && l < done) {
+                bar.set_length(done);
+            }
+            bar.set_position(done);
         }
-        self.bar.set_position(done);
     }
 }
 
@@ -113,16 +123,8 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
     }
     // As git: progress (and the summary) only on a terminal.
     let show = !args.quiet && std::io::stderr().is_terminal();
-    let bar = show.then(|| {
-        let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template("{msg}: {percent:>3}% ({pos}/{len})")
-                .expect("a valid template"),
-        );
-        Bar {
-            bar,
-            phase: std::sync::Mutex::new(None),
-        }
+    let bar = show.then(|| Bar {
+        current: std::sync::Mutex::new(None),
     });
     let report = match &bar {
         Some(bar) => repack(repo.git_dir(), &options, bar),

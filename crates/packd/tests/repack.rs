@@ -349,3 +349,109 @@ fn geometric_repack_rolls_small_packs_up_with_a_midx() {
     let out = repo.git_run(&["rev-list", "--test-bitmap", "HEAD"], None);
     out.assert_success();
 }
+
+#[test]
+fn a_damaged_entry_in_the_clone_range_fails_the_fetch() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    repo.packd(&["repack", "-adb"], None).assert_success();
+    let head = id_of(&repo, "HEAD");
+    let pack = repo
+        .packs()
+        .into_iter()
+        .find(|p| {
+            repo.git_str(&["verify-pack", "-v", p.to_str().unwrap()])
+                .contains(&head)
+        })
+        .unwrap();
+    // The last blob entry of the pack's first half: inside what a default clone sends.
+    let verify = repo.git_str(&["verify-pack", "-v", pack.to_str().unwrap()]);
+    let mut blobs: Vec<(u64, u64)> = verify
+        .lines()
+        .filter(|l| l.len() > 40 && l.contains(" blob "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[4].parse().unwrap(), f[3].parse().unwrap())
+        })
+        .collect();
+    blobs.sort();
+    let (offset, size) = blobs[blobs.len() / 2];
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[(offset + size - 2) as usize] ^= 0x40;
+    let mut perms = std::fs::metadata(&pack).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&pack, perms).unwrap();
+    std::fs::write(&pack, &bytes).unwrap();
+
+    let clone = sb.init_bare("c.git");
+    let url = format!("file://{}", repo.path.display());
+    let up = format!("--upload-pack={PACKD} upload-pack");
+    let run = clone.git_run(
+        &[
+            "fetch",
+            "--no-write-fetch-head",
+            &up,
+            &url,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+        None,
+    );
+    assert!(!run.success(), "the fetch failed");
+    assert!(run.err().contains("CRC-32"), "{}", run.err());
+    assert!(
+        clone.git_str(&["for-each-ref"]).is_empty(),
+        "no ref updated"
+    );
+}
+
+#[test]
+fn a_repack_of_a_bitmapped_repository_counts_with_the_bitmap() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    repo.packd(&["repack", "-adb"], None).assert_success();
+    let before = repo.all_ids();
+    // A push since: a loose commit outside the bitmap, on main.
+    let tree = id_of(&repo, "HEAD^{tree}");
+    let head = id_of(&repo, "HEAD");
+    let commit = repo.git_str(&["commit-tree", "-m", "pushed", "-p", &head, &tree]);
+    repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
+    let mut cmd = std::process::Command::new(PACKD);
+    apply_env(&mut cmd, sb.path());
+    cmd.env("PACKD_LOG", "packd_maint=debug")
+        .arg("-C")
+        .arg(&repo.path)
+        .args(["repack", "-adb"]);
+    let run = run_cmd(cmd, None, PACKD_TIMEOUT);
+    run.assert_success();
+    assert!(
+        run.err().contains("counted with the bitmap"),
+        "{}",
+        run.err()
+    );
+    git_checks(&repo, true);
+    let mut expected = before;
+    expected.push(commit.trim().to_string());
+    expected.sort();
+    assert_eq!(repo.all_ids(), expected);
+    assert_eq!(repo.loose_count(), 0);
+    // The layout holds: a default clone is still a range of the pack.
+    let clone = sb.init_bare("c.git");
+    let url = format!("file://{}", repo.path.display());
+    let up = format!("--upload-pack=env PACKD_LOG=packd_pack=debug {PACKD} upload-pack");
+    let run = clone.git_run(
+        &[
+            "fetch",
+            "--no-write-fetch-head",
+            &up,
+            &url,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+        None,
+    );
+    run.assert_success();
+    assert!(run.err().contains("as they are"), "{}", run.err());
+    clone.git(&["fsck", "--strict", "--no-dangling"]);
+}

@@ -81,3 +81,59 @@ pub(super) fn prune_packed(repo: &Repository, storage: &dyn Storage) -> Result<u
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sets `path`'s mtime to `ago` before now (with touch: no crate for it here).
+    fn age(path: &Path, ago: &str) {
+        let status = std::process::Command::new("touch")
+            .arg("-d")
+            .arg(ago)
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn stale_temporaries_and_orphan_packs_go_young_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = dir.path().join("pack");
+        std::fs::create_dir_all(&pack).unwrap();
+        for name in [
+            "tmp_packd_1_0",
+            "tmp_packd_1_1",
+            "pack-aa.pack",
+            "pack-bb.pack",
+            "pack-bb.idx",
+            "tmp_pack_git",
+        ] {
+            std::fs::write(pack.join(name), b"x").unwrap();
+        }
+        for name in [
+            "tmp_packd_1_0",
+            "pack-aa.pack",
+            "pack-bb.pack",
+            "tmp_pack_git",
+        ] {
+            age(&pack.join(name), "2 hours ago");
+        }
+        remove_stale_temporaries(dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(&pack)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "pack-bb.idx",
+                "pack-bb.pack",
+                "tmp_pack_git",
+                "tmp_packd_1_1"
+            ]
+        );
+    }
+}

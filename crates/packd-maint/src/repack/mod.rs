@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! lock (objects/packd-maintenance.lock) ─> remove stale tmp_packd_* (over an hour old)
-//! count   -a: every object reachable from HEAD and refs/*, walking commits and trees:
+//! count   -a: every object reachable from HEAD and refs/*, by the bitmap when there is one
+//!             (count_bitmap), else walking commits and trees:
 //!             part 0 = what HEAD, refs/heads/* and refs/tags/* reach (a default clone),
 //!             part 1 = what only the other refs reach (refs/pull/*, notes, ...)
 //!         else: the loose objects (git's incremental repack)
@@ -24,8 +25,18 @@
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
 //! published, only a temporary file exists; after, the new pack and the old ones hold the same
 //! objects, and a half-done deletion leaves packs whose objects are in the new one.
+//!
+//! Measured on a copy of git/git (refs/pull/* dropped: 1,017 refs, 489,186 reachable of 849k
+//! objects, one 496 MB pack without bitmap), release build, one run each on a shared 2-core
+//! machine: `packd repack -adb` 16.2 s wall, 12.9 s CPU, 667 MB peak RSS (commit-graph
+//! included, 0.4 s), a 288.6 MB pack; `git repack -adb` 13.1 s, 10.4 s CPU, 580 MB, a
+//! 324.4 MB pack. Counting and planning (the walk, locating every object) take 11.2 s of it.
+//! Repacking that result again (its bitmap counts, in 0.14 s instead of the walk's 5.1 s):
+//! `packd repack -adb` 6.3 s wall, 7.5 s CPU, 586 MB; `git repack -adb` on git's own result
+//! 6.5 s, 6.2 s CPU, 568 MB.
 
 mod cleanup;
+mod count_bitmap;
 mod plan;
 mod write;
 
@@ -209,10 +220,17 @@ pub fn repack(
         .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
         .clone();
     let settings = plan::Settings::from_config(&repo, options);
+    let started = std::time::Instant::now();
     let planned = plan::plan(&repo, options, &settings, progress)?;
+    tracing::debug!(
+        "repack: {} objects counted and planned in {:.2?}",
+        planned.objs.len(),
+        started.elapsed()
+    );
     let mut report = RepackReport::default();
     let mut written =
         write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
+    tracing::debug!("repack: written at {:.2?}", started.elapsed());
     if options.all && options.delete_redundant {
         let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
         let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
@@ -234,6 +252,10 @@ pub fn repack(
         if report.packs_removed > 0 {
             cleanup::remove_midx(&*storage)?;
         }
+        tracing::debug!(
+            "repack: cruft pack and prune done at {:.2?}",
+            started.elapsed()
+        );
     }
     drop(planned);
     drop(repo);
@@ -250,6 +272,7 @@ pub fn repack(
         )
         .map_err(|e| RepackError::Bitmap(e.to_string()))?;
         report.bitmap = Some(written.bitmap_path);
+        tracing::debug!("repack: bitmap written at {:.2?}", started.elapsed());
     }
     if options.commit_graph && options.all {
         let repo = open()?;
@@ -262,6 +285,7 @@ pub fn repack(
         if graph.commits > 0 {
             report.commit_graph = Some(graph.path);
         }
+        tracing::debug!("repack: commit-graph written at {:.2?}", started.elapsed());
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)

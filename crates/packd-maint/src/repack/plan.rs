@@ -147,6 +147,10 @@ fn enumerate(
     clone_tips.dedup();
     other_tips.sort_unstable();
     other_tips.dedup();
+    if let Some(listed) = super::count_bitmap::enumerate(repo, &clone_tips, &other_tips)? {
+        tracing::debug!("repack: counted with the bitmap");
+        return Ok(listed);
+    }
     let walker = Walker::new(repo);
     let mut seen = packd_odb::IdSet::default();
     let mut take = |reached: Vec<packd_reach::walk::Reached>, part: u8, out: &mut Vec<_>| {
@@ -196,7 +200,13 @@ pub(super) fn plan(
         Vec::new()
     };
     progress.start(Phase::Enumerating, 0);
+    let started = std::time::Instant::now();
     let listed = enumerate(repo, options)?;
+    tracing::debug!(
+        "repack: {} objects listed in {:.2?}",
+        listed.len(),
+        started.elapsed()
+    );
     progress.update(listed.len() as u64);
 
     // Where each object is, and what its entry is a delta against.
@@ -239,7 +249,12 @@ pub(super) fn plan(
         index.insert(o.id, i as u32);
     }
 
+    tracing::debug!("repack: objects located at {:.2?}", started.elapsed());
     let how = decide(repo, options, settings, &objs, &index, progress)?;
+    tracing::debug!(
+        "repack: reuse and delta search decided at {:.2?}",
+        started.elapsed()
+    );
 
     let mut order: Vec<u32> = (0..objs.len() as u32).collect();
     order.sort_by_key(|&i| {
@@ -322,6 +337,11 @@ fn decide(
     let candidates_of: Vec<u32> = (0..objs.len() as u32)
         .filter(|&i| reused_base[i as usize].is_none())
         .collect();
+    tracing::debug!(
+        "repack: {} on-disk deltas reused, {} objects to the delta search",
+        objs.len() - candidates_of.len(),
+        candidates_of.len()
+    );
     progress.start(Phase::Compressing, candidates_of.len() as u64);
     let mut how: Vec<How> = (0..objs.len())
         .map(|i| {
