@@ -33,23 +33,8 @@ mkdir -p "$data/results"
 work=$(mktemp -d "$data/index-pack-tmp.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Runs "$2..." under /usr/bin/time; appends "cpu wall rss_mb" to the file $1.
-timed() {
-  local out=$1
-  shift
-  /usr/bin/time -f '%U %S %e %M' -o "$work/time" "$@" > "$work/stdout" 2> "$work/stderr" || {
-    echo "failed: $*" >&2
-    cat "$work/stderr" >&2
-    exit 1
-  }
-  awk '{ printf "%.3f %.3f %.1f\n", $1 + $2, $3, $4 / 1024 }' "$work/time" >> "$out"
-}
-
-# Median of column $2 of file $1.
-median() {
-  sort -g -k"$2","$2" "$1" | awk -v c="$2" '{ v[NR] = $c } END {
-    if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+# shellcheck source=lib/timed.sh
+source "$here/lib/timed.sh"
 
 # The sorted `git show-index` lines of an index, "offset id crc".
 show_index() { git show-index < "$1" | sort; }

@@ -231,11 +231,14 @@ def wait_port(port, proc, what):
 class Packd:
     """A running `packd serve` over the repository's parent directory."""
 
-    def __init__(self, packd, root, extra=()):
+    def __init__(self, packd, root, extra=(), log=None, env=None):
+        """`log`: a file that takes the server's stderr (its log lines; default: dropped);
+        `env`: its environment (default this process's)."""
         self.port = free_port()
         self.proc = subprocess.Popen([packd, "serve", "--root", root, "--listen",
                                       f"127.0.0.1:{self.port}", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=log or subprocess.DEVNULL, env=env)
         wait_port(self.port, self.proc, "packd serve")
 
     def fetch(self, name, wants, haves, out_path, include_tag=False):
