@@ -24,8 +24,7 @@ pub(super) fn enumerate(
     };
     let never = AtomicBool::new(false);
     let peeled = IdMap::default();
-    let Some(clone) = index.difference_with_outside(repo, clone_tips, &[], &peeled, &never)?
-    else {
+    let Some(clone) = index.difference_with_outside(repo, clone_tips, &[], &peeled, &never)? else {
         return Ok(None);
     };
     let rest = if other_tips.is_empty() {
