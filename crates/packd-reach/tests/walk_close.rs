@@ -9,7 +9,10 @@ use std::process::{Command, Stdio};
 
 /// A bare repository with `main`'s commits c1..c60 (one a second) and `side` (s1..s5, off
 /// c35, merged by c40); returns it with the commits' ids by mark name.
-fn history() -> (tempfile::TempDir, std::collections::HashMap<String, ObjectId>) {
+fn history() -> (
+    tempfile::TempDir,
+    std::collections::HashMap<String, ObjectId>,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r.git");
     let git = |args: &[&str]| {
@@ -43,7 +46,11 @@ fn history() -> (tempfile::TempDir, std::collections::HashMap<String, ObjectId>)
         commit(&mut stream, "main", &format!("c{i}"), i, &from);
     }
     for i in 1..=5 {
-        let parent = if i == 1 { "c35".to_string() } else { format!("s{}", i - 1) };
+        let parent = if i == 1 {
+            "c35".to_string()
+        } else {
+            format!("s{}", i - 1)
+        };
         commit(&mut stream, "side", &format!("s{i}"), 35 + i, &[&parent]);
     }
     for i in 36..=60 {
@@ -112,9 +119,7 @@ fn wants_near_the_haves_are_close_and_far_ones_are_not() {
         .commits_close(&[id("c41")], &[id("c35")], 20)
         .unwrap());
     // 55 commits apart: more than 20 read, given up.
-    assert!(!walker
-        .commits_close(&[id("c60")], &[id("c5")], 20)
-        .unwrap());
+    assert!(!walker.commits_close(&[id("c60")], &[id("c5")], 20).unwrap());
     // No haves: the whole history, more than 20.
     assert!(!walker.commits_close(&[id("c60")], &[], 20).unwrap());
     assert!(walker.commits_close(&[id("c60")], &[], 100).unwrap());
