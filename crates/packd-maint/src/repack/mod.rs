@@ -31,6 +31,9 @@
 //! machine: `packd repack -adb` 16.2 s wall, 12.9 s CPU, 667 MB peak RSS (commit-graph
 //! included, 0.4 s), a 288.6 MB pack; `git repack -adb` 13.1 s, 10.4 s CPU, 580 MB, a
 //! 324.4 MB pack. Counting and planning (the walk, locating every object) take 11.2 s of it.
+//! Repacking that result again (its bitmap counts, in 0.14 s instead of the walk's 5.1 s):
+//! `packd repack -adb` 6.3 s wall, 7.5 s CPU, 586 MB; `git repack -adb` on git's own result
+//! 6.5 s, 6.2 s CPU, 568 MB.
 
 mod cleanup;
 mod count_bitmap;

@@ -10,11 +10,9 @@
 //!            ──> by plan position: base (an item, or one the client has), compressed delta
 //! ```
 //!
-//! Only fetches are searched (the client has something): a clone's whole objects are the bases
-//! of the pack's chains, and a clone's deltas have their bases in the pack, but for those of
-//! a shallow or filtered clone, which go whole. The bitmap gives the name-hashes; without one
-//! (a walked plan) nothing is searched here and the walk's path bases serve (`write.rs`,
-//! `delta_against_path_base`).
+//! In a clone (the client has nothing) whole objects are not searched: they are the bases of
+//! the pack's chains. The bitmap gives the name-hashes; without one (a walked plan) nothing is
+//! searched here and the walk's path bases serve (`write.rs`, `delta_against_path_base`).
 
 use super::{search_where, Candidate, Choice, SearchOptions};
 use crate::count::{Had, Planned, LOOSE};
@@ -73,7 +71,7 @@ pub(crate) struct NewDelta {
 impl PackServer {
     /// The new deltas of `plan`'s objects, by place in the plan (see the module documentation).
     /// Empty, at the cost of nothing but a look at each entry's header, when nothing needs a
-    /// search; at no cost for a clone or without a bitmap.
+    /// search; at no cost without a bitmap.
     pub(crate) fn new_deltas(
         &self,
         plan: &Planned,
@@ -85,10 +83,9 @@ impl PackServer {
         let (Some(index), Had::Bits(had)) = (self.loaded_bitmap(), &plan.had) else {
             return Ok(HashMap::new());
         };
-        // A clone's whole objects are its chains' bases, and its deltas' bases are sent.
-        if had.is_empty() {
-            return Ok(HashMap::new());
-        }
+        // A clone's whole objects are its chains' bases: only its deltas whose bases are not
+        // sent (a shallow or filtered clone's) are searched.
+        let fetch = !had.is_empty();
         // The objects to search, by stored form. Headers are read by copy, a window at a time,
         // as the writer reads (mapping them would leave every touched page of the pack
         // resident: 160 MB more for a clone of git/git's v2.39.0 when this read them mapped).
@@ -136,6 +133,7 @@ impl PackServer {
             )?;
             match send {
                 Send::Reuse { delta: true, .. } => {}
+                Send::Reuse { delta: false, .. } if !fetch => {}
                 _ => searched.push(i as u32),
             }
         }
@@ -167,7 +165,7 @@ impl PackServer {
             });
         }
         let targets = candidates.len();
-        if thin {
+        if thin && fetch {
             let mut scans = NameScans::new();
             let mut offered = HashSet::new();
             let mut preferred = Vec::new();

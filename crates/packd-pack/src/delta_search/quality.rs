@@ -9,6 +9,13 @@
 //! PACKD_DQ_REPO=REPO PACKD_DQ_LIST=list.txt PACKD_DQ_VERIFY=vp.txt \
 //!     cargo test --release -p packd-pack --lib delta_quality -- --ignored --nocapture
 //! ```
+//!
+//! Figures (2 shared cores): v2.35.0..v2.39.0, 17,152 objects: the encoder on git's 12,404
+//! pairs 0.970x git's bytes raw, 0.981x compressed; the search's pack 0.9956x git's, 1.4-2.2 s
+//! on one thread (git --threads=1: 5.5 s of CPU). v2.25.0..v2.39.0, 56,582 objects: 0.9375x
+//! raw, 0.958x compressed; pack 0.9851x (26,930,105 against 27,337,908 bytes; its deltas
+//! 0.986x, its whole objects 0.985x, libdeflater against zlib), 5.4 s on one thread (git: 17.8 s
+//! of CPU on two).
 
 use super::*;
 use crate::delta_encode::DeltaIndex;
