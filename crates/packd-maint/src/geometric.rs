@@ -28,6 +28,7 @@ use packd_reach::bitmap::write::{
     write_midx_bitmap_leaving_out, NoProgress, WriteError, WriteOptions,
 };
 use packd_storage::{Storage, StorageError};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -198,7 +199,20 @@ pub fn geometric_repack(
 pub fn geometric_repack_locked(
     repo: &Repository,
     options: &GeometricOptions,
+    held: &Held,
+) -> Result<GeometricOutcome, GeometricError> {
+    geometric_repack_leaving(repo, options, held, &HashSet::new())
+}
+
+/// [`geometric_repack_locked`] that leaves the packs named in `untouched` (`pack-<hex>.idx`)
+/// out of the progression: they are neither rolled up nor counted, as `.keep` packs. Maintenance
+/// after a small push rolls up only the packs outside the multi-pack-index this way (with
+/// `write_midx` off), so that the multi-pack-index and its bitmap stay valid unwritten.
+pub fn geometric_repack_leaving(
+    repo: &Repository,
+    options: &GeometricOptions,
     _held: &Held,
+    untouched: &HashSet<String>,
 ) -> Result<GeometricOutcome, GeometricError> {
     if options.factor == 0 {
         return Err(GeometricError::BadFactor(options.factor));
@@ -211,7 +225,10 @@ pub fn geometric_repack_locked(
         ..Default::default()
     };
 
-    let mut candidates: Vec<&PackInfo> = packs.iter().filter(|p| !p.keep && !p.cruft).collect();
+    let mut candidates: Vec<&PackInfo> = packs
+        .iter()
+        .filter(|p| !p.keep && !p.cruft && !untouched.contains(&p.idx_name))
+        .collect();
     candidates.sort_by(|a, b| (a.pack.len(), &a.idx_name).cmp(&(b.pack.len(), &b.idx_name)));
     let weights: Vec<u32> = candidates.iter().map(|p| p.pack.len()).collect();
     let rolled: Vec<&PackInfo> = candidates[..split(&weights, options.factor)].to_vec();

@@ -2,22 +2,28 @@
 //! pushes and `packd maintenance run` runs by hand.
 //!
 //! ```text
-//! run_auto   maintenance lock (try) -> geometric repack, factor 2: the small packs and the
-//!            loose objects rolled up, multi-pack-index and its bitmap, rolled-up packs and
-//!            packed loose objects deleted
-//!            then, still under the lock, the commit-graph written again (its failure,
-//!            `core.commitGraph=false` included, is logged and ends nothing)
+//! run_auto   maintenance lock (try) -> the policy (crate::auto_policy) decides:
+//!            full:    geometric repack, factor 2: the small packs and the loose objects
+//!                     rolled up, multi-pack-index and its bitmap, rolled-up packs and packed
+//!                     loose objects deleted; then, still under the lock, the commit-graph
+//!                     written again (its failure, `core.commitGraph=false` included, is
+//!                     logged and ends nothing)
+//!            roll-up: few objects outside the bitmap: a geometric repack of the packs
+//!                     outside it and the loose objects only; nothing else written
 //! run_full   full repack (`packd_maint::repack::repack`, as `packd repack -adb`: unreachable
 //!            objects into a cruft pack), which takes the lock itself
 //! both       one log line, target `packd_maint`:
-//!            maintenance done repo=<git dir> kind=geometric|full cpu_ms=.. wall_ms=..
+//!            maintenance done repo=<git dir> kind=geometric|roll-up|full cpu_ms=.. wall_ms=..
 //!                packs_before=.. packs_after=.. rolled_up=.. new_objects=.. loose=.. bitmap=..
 //! ```
 //!
 //! `cpu_ms` is the CPU time of the thread that ran it (`CLOCK_THREAD_CPUTIME_ID`): a
 //! maintenance runs on one thread, and serving's threads are not counted.
 
-use crate::geometric::{geometric_repack_locked, GeometricError, GeometricOptions};
+use crate::auto_policy::{Coverage, Decision};
+use crate::geometric::{
+    geometric_repack_leaving, geometric_repack_locked, GeometricError, GeometricOptions,
+};
 use crate::lock::{self, LockError};
 use packd_odb::{Repository, RepositoryOptions};
 use std::path::Path;
@@ -29,8 +35,11 @@ pub const TARGET: &str = "packd_maint";
 /// Which maintenance ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// A geometric repack (after pushes).
+    /// A geometric repack with a multi-pack-index, its bitmap and the commit-graph (after
+    /// pushes, once enough objects lie outside the bitmap).
     Geometric,
+    /// A geometric repack of the packs outside the bitmap only (after a small push).
+    RollUp,
     /// A full repack (on demand).
     Full,
 }
@@ -40,6 +49,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Geometric => "geometric",
+            Kind::RollUp => "roll-up",
             Kind::Full => "full",
         }
     }
@@ -112,7 +122,10 @@ pub fn thread_cpu_time() -> Duration {
 }
 
 /// The maintenance after pushes for the repository at `git_dir`: a geometric repack with
-/// factor 2, loose objects packed, a multi-pack-index and its bitmap. Refused with
+/// factor 2, loose objects packed, a multi-pack-index, its bitmap and the commit-graph; or,
+/// while few objects lie outside the bitmap ([`crate::auto_policy`]), a geometric repack of
+/// the packs outside it only (the repository-wide files cost seconds to write, a push's
+/// objects are counted past the bitmap cheaply). Refused with
 /// [`LockError::Busy`] (see [`MaintenanceError::is_busy`]) while another maintenance of the
 /// repository runs. Logs one line (see the module documentation).
 pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
@@ -120,17 +133,31 @@ pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
     let cpu_start = thread_cpu_time();
     let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
     let held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
-    let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
-    let graph = write_commit_graph(git_dir);
+    let (kind, outcome) = match Coverage::of(&repo)?.decide() {
+        Decision::Full => {
+            let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
+            let graph = write_commit_graph(git_dir);
+            if let Err(why) = graph {
+                tracing::warn!(target: TARGET, "{}: no commit-graph written: {why}", git_dir.display());
+            }
+            (Kind::Geometric, outcome)
+        }
+        Decision::RollUpOutside { covered } => {
+            let options = GeometricOptions {
+                write_midx: false,
+                write_bitmap: false,
+                ..GeometricOptions::default()
+            };
+            let outcome = geometric_repack_leaving(&repo, &options, &held, &covered)?;
+            (Kind::RollUp, outcome)
+        }
+    };
     drop(held);
-    if let Err(why) = graph {
-        tracing::warn!(target: TARGET, "{}: no commit-graph written: {why}", git_dir.display());
-    }
     if let Some(why) = &outcome.bitmap_error {
         tracing::warn!(target: TARGET, "{}: multi-pack-index written without a bitmap: {why}", git_dir.display());
     }
     let report = Report {
-        kind: Kind::Geometric,
+        kind,
         packs_before: outcome.packs_before,
         packs_after: outcome.packs_after,
         rolled_up: outcome.rolled_up.len(),

@@ -230,6 +230,34 @@ impl<'a> Walker<'a> {
         include: &[ObjectId],
         exclude: &[ObjectId],
     ) -> Result<(Vec<ObjectId>, IdSet, IdMap<CommitInfo>)> {
+        Ok(self
+            .limited_commits_within(include, exclude, usize::MAX)?
+            .expect("no limit"))
+    }
+
+    /// Whether the limited walk of [`Walker::reachable`]'s commits (`include` not reachable
+    /// from `exclude`, commits only) reads at most `limit` commits: a cheap test that a fetch's
+    /// wants lie close to its haves, stopped as soon as the walk reads more.
+    pub fn commits_close(
+        &self,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+        limit: usize,
+    ) -> Result<bool> {
+        Ok(self
+            .limited_commits_within(include, exclude, limit)?
+            .is_some())
+    }
+
+    /// [`Walker::limited_commits`], given up (`None`) once it has read more than `limit`
+    /// commits.
+    #[allow(clippy::type_complexity)]
+    fn limited_commits_within(
+        &self,
+        include: &[ObjectId],
+        exclude: &[ObjectId],
+        limit: usize,
+    ) -> Result<Option<(Vec<ObjectId>, IdSet, IdMap<CommitInfo>)>> {
         /// Steps past the point where only excluded commits remain, as git takes.
         const SLOP: u32 = 5;
         let mut walk = LimitedWalk::default();
@@ -242,6 +270,9 @@ impl<'a> Walker<'a> {
         let mut result = Vec::new();
         let mut slop = SLOP;
         while let Some((time, id)) = walk.heap.pop() {
+            if walk.read.len() > limit {
+                return Ok(None);
+            }
             walk.in_heap.remove(&id);
             let parents = walk.read[&id].parents.clone();
             if !walk.uninteresting.contains(&id) {
@@ -271,7 +302,7 @@ impl<'a> Walker<'a> {
         }
         // A commit listed before its exclusion reached it is not in the answer.
         result.retain(|id| !walk.uninteresting.contains(id));
-        Ok((result, walk.uninteresting, walk.read))
+        Ok(Some((result, walk.uninteresting, walk.read)))
     }
 
     /// The objects reachable from `query.include` and not from `query.exclude`: commits newest

@@ -139,13 +139,15 @@ fn ten_pushes_leave_a_geometric_progression_with_a_multi_pack_index_and_its_bitm
     assert!(sizes.len() < 10, "pushes' packs were rolled up: {sizes:?}");
     assert_git_accepts(&served, "main");
     let log = server.log_text();
+    // The first push's run has no bitmap to leave alone: it writes everything.
+    assert!(log.contains("kind=\"geometric\""), "{log}");
     let line = log
         .lines()
         .rfind(|l| l.contains("maintenance done"))
         .unwrap();
     for field in [
         "repo=",
-        "kind=\"geometric\"",
+        "kind=",
         "cpu_ms=",
         "wall_ms=",
         "packs_before=",
@@ -385,6 +387,93 @@ fn maintenance_run_rolls_up_what_git_repack_geometric_rolls_up() {
         assert_git_accepts(&by_packd, "p0");
         by_packd.git(&["verify-pack", &pack_idx_any(&by_packd)]);
     }
+}
+
+/// Adds one pack of `n` new objects to `repo` (`n - 2` blobs, a tree, a root commit on
+/// `refs/heads/<branch>`) by fast-import, as a push leaves one.
+fn add_pack(repo: &Repo, branch: &str, n: usize) {
+    repo.git(&["config", "fastimport.unpackLimit", "0"]);
+    let blobs = n.saturating_sub(2).max(1);
+    let mut stream = String::new();
+    for b in 0..blobs {
+        let data = format!("{branch} blob {b}\n");
+        stream += &format!("blob\nmark :{}\ndata {}\n{data}\n", b + 1, data.len());
+    }
+    stream += &format!(
+        "commit refs/heads/{branch}\ncommitter T <t@t> 1700000000 +0000\ndata 2\n{branch}\n"
+    );
+    for b in 0..blobs {
+        stream += &format!("M 100644 :{} f{b}\n", b + 1);
+    }
+    stream += "\n";
+    repo.fast_import(stream.as_bytes());
+}
+
+/// The names in the repository's pack directory, sorted.
+fn pack_dir_names(repo: &Repo) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_small_push_outside_a_large_bitmap_only_rolls_up_the_new_packs() {
+    let sb = Sandbox::new();
+    let repo = sb.init_bare("r.git");
+    make_packs(&repo, &[400], 0);
+    repo.git(&["repack", "-adbq"]);
+    let bitmapped: Vec<String> = pack_dir_names(&repo);
+    assert!(
+        bitmapped.iter().any(|n| n.ends_with(".bitmap")),
+        "{bitmapped:?}"
+    );
+    let graph = repo.git_dir.join("objects/info/commit-graph");
+    assert!(!graph.exists());
+
+    // Two pushes' packs and two loose objects: 15 objects outside the bitmap's 400, under
+    // the 1/20 that makes maintenance write the repository-wide files again.
+    add_pack(&repo, "s1", 6);
+    add_pack(&repo, "s2", 7);
+    for l in 0..2 {
+        repo.git_stdin(
+            &["hash-object", "-w", "--stdin"],
+            format!("loose {l}\n").as_bytes(),
+        );
+    }
+    let run = repo.packd(&["maintenance", "run"], None);
+    assert!(run.success(), "{}", run.err());
+    assert!(run.err().contains("roll-up maintenance"), "{}", run.err());
+    // The small packs and the loose objects rolled up into one pack; the bitmapped pack and
+    // its files untouched; no multi-pack-index, no commit-graph.
+    assert_eq!(pack_sizes(&repo), vec![15, 400]);
+    let names = pack_dir_names(&repo);
+    for name in &bitmapped {
+        assert!(names.contains(name), "{name} gone: {names:?}");
+    }
+    assert_eq!(names.len(), bitmapped.len() + 3, "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("multi-pack-index")),
+        "{names:?}"
+    );
+    assert!(!graph.exists());
+    assert!(repo.git_str(&["count-objects"]).starts_with("0 objects"));
+    let fsck = repo.git_run(&["fsck", "--strict", "--no-dangling"], None);
+    assert!(fsck.success(), "fsck: {}{}", fsck.out(), fsck.err());
+    let test = repo.git_run(&["rev-list", "--test-bitmap", "p0"], None);
+    assert!(test.err().contains("OK!"), "{}", test.err());
+
+    // Past the threshold (15 + 30 > 400 / 20): everything, as before.
+    add_pack(&repo, "s3", 30);
+    let run = repo.packd(&["maintenance", "run"], None);
+    assert!(run.success(), "{}", run.err());
+    assert!(run.err().contains("geometric maintenance"), "{}", run.err());
+    assert!(graph.exists());
+    repo.git(&["commit-graph", "verify"]);
+    repo.git(&["multi-pack-index", "verify"]);
+    assert_git_accepts(&repo, "s3");
 }
 
 /// One `.idx` of the repository, as a path.
