@@ -115,10 +115,11 @@ pub struct Args {
     hook_timeout: u64,
 
     /// Run no maintenance after pushes. By default each push that updated refs is followed,
-    /// in the background, by a geometric repack of its repository (factor 2: its small packs
-    /// and loose objects rolled up into one pack, a multi-pack-index and its bitmap written),
-    /// at most one per repository at a time, pushes arriving meanwhile coalescing into one
-    /// more run.
+    /// in the background, by a geometric repack of its repository (factor 2): while the
+    /// objects outside the bitmapped packs stay under 1/20 of those in them, only the packs
+    /// outside and loose objects are rolled up; past that, all small packs, then a
+    /// multi-pack-index, its bitmap and the commit-graph. At most one per repository at a
+    /// time; pushes arriving meanwhile coalesce into one more run.
     #[arg(long)]
     no_maintenance: bool,
 
