@@ -455,3 +455,42 @@ fn a_repack_of_a_bitmapped_repository_counts_with_the_bitmap() {
     assert!(run.err().contains("as they are"), "{}", run.err());
     clone.git(&["fsck", "--strict", "--no-dangling"]);
 }
+
+#[test]
+fn a_full_repack_reuses_the_old_bitmaps_and_writes_what_building_from_nothing_writes() {
+    let sb = Sandbox::new();
+    let repo = history(&sb, "r.git");
+    // git's bitmap over git's pack, then a push since: a commit outside it, on main.
+    // Nothing unreachable either (a cruft pack would make it a multi-pack-index bitmap).
+    repo.git(&["repack", "-adbq"]);
+    repo.git(&["prune", "--expire=now"]);
+    let tree = id_of(&repo, "HEAD^{tree}");
+    let head = id_of(&repo, "HEAD");
+    let commit = repo.git_str(&["commit-tree", "-m", "pushed", "-p", &head, &tree]);
+    repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
+    let mut cmd = std::process::Command::new(PACKD);
+    apply_env(&mut cmd, sb.path());
+    cmd.env("PACKD_LOG", "packd_reach::bitmap=debug,packd_maint=debug")
+        .arg("-C")
+        .arg(&repo.path)
+        .args(["repack", "-adb"]);
+    let run = run_cmd(cmd, None, PACKD_TIMEOUT);
+    run.assert_success();
+    let built = run
+        .err()
+        .lines()
+        .find(|l| l.contains(" reused of "))
+        .unwrap_or_else(|| panic!("no bitmap log line: {}", run.err()))
+        .to_string();
+    assert!(!built.contains("(0 reused"), "{}", run.err());
+    git_checks(&repo, true);
+    let bitmap_file = |repo: &Repo| {
+        let pack = repo.packs().into_iter().next().expect("one pack");
+        std::fs::read(pack.with_extension("bitmap")).expect("a bitmap")
+    };
+    let reused = bitmap_file(&repo);
+    // The same pack's bitmap built from nothing: the same bytes.
+    repo.packd(&["write-bitmap", "-q"], None).assert_success();
+    let from_nothing = bitmap_file(&repo);
+    assert_eq!(reused, from_nothing, "{built}");
+}

@@ -227,6 +227,11 @@ pub fn repack(
         planned.objs.len(),
         started.elapsed()
     );
+    let prior = if options.bitmap && options.all {
+        prior_bitmaps(&planned.replaced_packs, &*storage)
+    } else {
+        None
+    };
     let mut report = RepackReport::default();
     let mut written =
         write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
@@ -265,12 +270,14 @@ pub fn repack(
     }
     if options.bitmap && options.all {
         let repo = open()?;
-        let written = packd_reach::bitmap::write::write_bitmap(
+        let written = packd_reach::bitmap::write::write_bitmap_reusing(
             &repo,
             &Default::default(),
             &packd_reach::bitmap::write::NoProgress,
+            prior.as_ref(),
         )
         .map_err(|e| RepackError::Bitmap(e.to_string()))?;
+        drop(prior);
         report.bitmap = Some(written.bitmap_path);
         tracing::debug!("repack: bitmap written at {:.2?}", started.elapsed());
     }
@@ -289,4 +296,28 @@ pub fn repack(
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)
+}
+
+/// The bitmap of the one pack a full repack replaces, when it has one, kept (with the ids it
+/// numbers) so that the new bitmap reuses its commits' bitmaps; `None` otherwise, or when it
+/// cannot be read (the new bitmap is then built from nothing).
+fn prior_bitmaps(
+    replaced: &[std::sync::Arc<packd_odb::pack::Pack>],
+    storage: &dyn packd_storage::Storage,
+) -> Option<packd_reach::bitmap::reuse::PriorBitmaps> {
+    let [pack] = replaced else { return None };
+    let opened = packd_reach::bitmap::PackBitmap::open_for_pack(storage, pack)
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            b.map(|b| packd_reach::bitmap::reuse::PriorBitmaps::of_pack(b, pack))
+                .transpose()
+                .map_err(|e| e.to_string())
+        });
+    match opened {
+        Ok(prior) => prior,
+        Err(e) => {
+            tracing::debug!("repack: the old bitmap is not reused: {e}");
+            None
+        }
+    }
 }

@@ -551,6 +551,31 @@ impl<'a, 'p> Builder<'a, 'p> {
         }
     }
 
+    /// Takes `bitmaps` (by the bit position of their commit; from an earlier file, see
+    /// `super::reuse`) as built, so that walks stop at those commits and OR them in, and
+    /// `hashes` (by bit position, 0 for none) as the name hashes of objects no walk names.
+    /// Returns the commits (numbers) whose bitmap was taken.
+    pub(crate) fn seed(
+        &mut self,
+        bitmaps: HashMap<u32, Encoded>,
+        hashes: &[u32],
+    ) -> std::collections::HashSet<u32> {
+        for (p, &h) in hashes.iter().enumerate() {
+            if h != 0 {
+                self.name_hashes[self.objects.index_of[p] as usize] = h;
+            }
+        }
+        let mut taken = std::collections::HashSet::new();
+        for (p, bits) in bitmaps {
+            if let Some(c) = self.graph.number_at(p) {
+                self.held += bits.heap_bytes();
+                self.built.insert(c, Ok(bits));
+                taken.insert(c);
+            }
+        }
+        taken
+    }
+
     /// Bytes of encoded bitmaps held so far.
     pub(crate) fn held_bytes(&self) -> usize {
         self.held

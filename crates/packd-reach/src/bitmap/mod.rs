@@ -41,6 +41,7 @@
 mod build;
 mod error;
 mod open;
+pub mod reuse;
 pub mod select;
 pub mod write;
 

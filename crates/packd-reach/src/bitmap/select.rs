@@ -165,8 +165,16 @@ impl Chosen {
 
 /// Selects the commits to bitmap among those of `graph` (see the module documentation); with
 /// `every_tip` (and at most [`MAX_EVERY_TIP`] distinct tips), every tip is treated as when
-/// there are few.
-pub(crate) fn select(graph: &CommitGraph, tips: &[Tip], every_tip: bool) -> Vec<(u32, Reason)> {
+/// there are few. A window of the history spacing with no tip in it picks a commit of
+/// `preferred` (by commit number; empty: none) when it has one: the commits an earlier file
+/// has bitmaps for, which are then reused rather than built (git's writer prefers them too).
+pub(crate) fn select_preferring(
+    graph: &CommitGraph,
+    tips: &[Tip],
+    every_tip: bool,
+    preferred: &[bool],
+) -> Vec<(u32, Reason)> {
+    let is_preferred = |c: u32| preferred.get(c as usize).copied().unwrap_or(false);
     let n = graph.len();
     let mut chosen = Chosen {
         list: Vec::new(),
@@ -297,6 +305,7 @@ pub(crate) fn select(graph: &CommitGraph, tips: &[Tip], every_tip: bool) -> Vec<
             .iter()
             .copied()
             .find(|&c| unchosen_tip(c))
+            .or_else(|| span.iter().copied().find(|&c| is_preferred(c)))
             .or_else(|| {
                 span.iter()
                     .copied()

@@ -33,6 +33,7 @@
 //! Only a pack on the local disk can be written (the storage layer reads; it does not write).
 
 use super::build::{Builder, CommitGraph, PackObjects, Unbitmappable};
+use super::reuse::PriorBitmaps;
 use super::select::{self, Reason, Tip, TipClass};
 use super::{BITMAP_OPT_FULL_DAG, BITMAP_OPT_HASH_CACHE, BITMAP_OPT_LOOKUP_TABLE};
 use crate::ewah::Bitmap;
@@ -269,11 +270,22 @@ pub fn write_bitmap(
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
+    write_bitmap_reusing(repo, options, progress, None)
+}
+
+/// [`write_bitmap`], a pack bitmap reusing the bitmaps of `prior` (see
+/// [`write_pack_bitmap_reusing`]); a multi-pack-index bitmap is built from nothing.
+pub fn write_bitmap_reusing(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+    prior: Option<&PriorBitmaps>,
+) -> Result<WriteReport, WriteError> {
     let packs = own_packs(repo)?;
     if options.midx || packs.len() > 1 {
         write_midx_bitmap(repo, options, progress)
     } else {
-        write_pack_bitmap(repo, options, progress)
+        write_pack_bitmap_reusing(repo, options, progress, prior)
     }
 }
 
@@ -282,6 +294,20 @@ pub fn write_pack_bitmap(
     repo: &Repository,
     options: &WriteOptions,
     progress: &dyn Progress,
+) -> Result<WriteReport, WriteError> {
+    write_pack_bitmap_reusing(repo, options, progress, None)
+}
+
+/// [`write_pack_bitmap`], taking the bitmaps of `prior` (an earlier pack's file, see
+/// [`super::reuse`]) for the commits it covers instead of building them: a full repack of a
+/// bitmapped pack then walks only the history above them. The file is the same as one built
+/// from nothing but for the name hashes of objects only reused bitmaps reach (the old
+/// file's).
+pub fn write_pack_bitmap_reusing(
+    repo: &Repository,
+    options: &WriteOptions,
+    progress: &dyn Progress,
+    prior: Option<&PriorBitmaps>,
 ) -> Result<WriteReport, WriteError> {
     let packs = own_packs(repo)?;
     let pack = match packs.as_slice() {
@@ -311,6 +337,7 @@ pub fn write_pack_bitmap(
         options,
         progress,
         false,
+        prior,
     )?;
 
     // Files.
@@ -424,6 +451,7 @@ pub fn write_midx_bitmap_leaving_out(
         options,
         progress,
         true,
+        None,
     )?;
 
     let bitmap_name = format!("multi-pack-index-{}.bitmap", packd_odb::hex(&checksum));
@@ -477,6 +505,7 @@ struct Built {
 /// Selects, builds and serializes the bitmaps over `objects` (`checksum`: what the file
 /// records; `what`: the pack or multi-pack-index, for messages). With `strict`, a selected
 /// commit that reaches an object outside `objects` is an error rather than skipped.
+#[allow(clippy::too_many_arguments)]
 fn build_bitmaps(
     repo: &Repository,
     objects: &PackObjects<'_>,
@@ -485,6 +514,7 @@ fn build_bitmaps(
     options: &WriteOptions,
     progress: &dyn Progress,
     strict: bool,
+    prior: Option<&PriorBitmaps>,
 ) -> Result<Built, WriteError> {
     let started = std::time::Instant::now();
     let graph = {
@@ -529,7 +559,27 @@ fn build_bitmaps(
         });
     }
 
-    let selected = select::select(&graph, &tips, options.every_tip);
+    let (prior_bitmaps, prior_hashes) = match prior {
+        Some(prior) => {
+            let (mapped, hashes) = prior.map_onto(objects)?;
+            (mapped, hashes)
+        }
+        None => Default::default(),
+    };
+    let mut preferred = vec![
+        false;
+        if prior_bitmaps.is_empty() {
+            0
+        } else {
+            graph.len()
+        }
+    ];
+    for &p in prior_bitmaps.keys() {
+        if let Some(c) = graph.number_at(p) {
+            preferred[c as usize] = true;
+        }
+    }
+    let selected = select::select_preferring(&graph, &tips, options.every_tip, &preferred);
     tracing::debug!(
         "selected {} commits of {} ({} tips) in {:?}",
         selected.len(),
@@ -542,14 +592,20 @@ fn build_bitmaps(
     let mut order: Vec<(u32, Reason)> = selected.clone();
     order.sort_by_key(|&(c, _)| graph.rank(c));
     let mut builder = Builder::new(objects, &graph);
+    let reused = builder.seed(prior_bitmaps, &prior_hashes);
+    drop(prior_hashes);
     progress.start(Stage::Building, order.len() as u64);
     for (k, &(c, _)) in order.iter().enumerate() {
-        builder.build(c)?;
+        if !reused.contains(&c) {
+            builder.build(c)?;
+        }
         progress.update(k as u64 + 1);
     }
     tracing::debug!(
-        "built {} bitmaps ({} KiB encoded; {} trees read, {} entries) in {:?}",
+        "built {} bitmaps ({} reused of {} earlier ones; {} KiB encoded; {} trees read, {} entries) in {:?}",
         order.len(),
+        order.iter().filter(|(c, _)| reused.contains(c)).count(),
+        reused.len(),
         builder.held_bytes() >> 10,
         builder.trees_read,
         builder.entries_seen,
