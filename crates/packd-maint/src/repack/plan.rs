@@ -367,9 +367,15 @@ fn decide(
             settings.compression as i32
         },
     };
+    // A search for each part; the second (what only other refs reach: refs/pull/* and the
+    // like, mostly other versions of the clone part's files) also offers, as bases only, the
+    // clone part's objects that are written whole and share a name hash with one of its own
+    // (whole, so that no chain grows past the depth through them). Each part alone left
+    // git/git's -adf at 1.094x git's pack bytes; one search over both parts, the clone part's
+    // windows crowded with objects it may not use, at 1.125x.
     let decided = AtomicU64::new(0);
     for part in [CLONE, REST] {
-        let members: Vec<u32> = candidates_of
+        let mut members: Vec<u32> = candidates_of
             .iter()
             .copied()
             .filter(|&i| objs[i as usize].part == part)
@@ -377,9 +383,27 @@ fn decide(
         if members.is_empty() {
             continue;
         }
+        let searched = members.len();
+        if part == REST {
+            let hashes: std::collections::HashSet<(u32, u8)> = members
+                .iter()
+                .map(|&i| {
+                    let o = &objs[i as usize];
+                    (o.name_hash, kind_rank(o.kind))
+                })
+                .collect();
+            members.extend((0..objs.len() as u32).filter(|&i| {
+                let o = &objs[i as usize];
+                o.part == CLONE
+                    && o.name_hash != 0
+                    && matches!(how[i as usize], How::ReuseWhole | How::Compress)
+                    && hashes.contains(&(o.name_hash, kind_rank(o.kind)))
+            }));
+        }
         let candidates = members
             .par_iter()
-            .map(|&i| {
+            .enumerate()
+            .map(|(c, &i)| {
                 let o = &objs[i as usize];
                 let size = match &o.loc {
                     Some(loc) => odb.header_at(&o.id, loc)?.size,
@@ -390,7 +414,7 @@ fn decide(
                     kind: o.kind,
                     size,
                     name_hash: o.name_hash,
-                    base_only: false,
+                    base_only: c >= searched,
                 })
             })
             .collect::<Result<Vec<_>, RepackError>>()?;
@@ -406,10 +430,10 @@ fn decide(
             Ok(object.data)
         };
         let choices = delta_search::search(&candidates, &search_options, &load, &|n| {
-            progress.update(before + n)
+            progress.update(before + n.min(searched as u64))
         })?;
-        decided.fetch_add(members.len() as u64, Ordering::Relaxed);
-        for (c, choice) in choices.into_iter().enumerate() {
+        decided.fetch_add(searched as u64, Ordering::Relaxed);
+        for (c, choice) in choices.into_iter().enumerate().take(searched) {
             if let Choice::Delta {
                 base,
                 delta_size,
