@@ -131,3 +131,39 @@ fn a_fetch_of_whole_objects_gets_deltas() {
         );
     }
 }
+
+/// A fetch whose objects are exactly one pack of whole objects (the pushed commits packed
+/// with `pack.window=0`) is not sent as that pack: its objects get deltas against what the
+/// client has, as git's upload-pack without bitmaps gives them.
+#[test]
+fn a_pack_of_whole_objects_is_not_sent_as_it_is_to_a_fetch() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let old_objects = repo.git_str(&["rev-list", "--objects", "old"]);
+    let new_objects = repo.git_str(&["rev-list", "--objects", "old..main"]);
+    let prefix = repo.pack_dir().join("pack");
+    let prefix = prefix.to_str().unwrap();
+    let before = repo.packs();
+    repo.git_stdin(&["pack-objects", "-q", prefix], old_objects.as_bytes());
+    repo.git_stdin(
+        &["pack-objects", "-q", "--window=0", prefix],
+        new_objects.as_bytes(),
+    );
+    for pack in before {
+        for ext in ["pack", "idx", "bitmap", "rev"] {
+            let _ = std::fs::remove_file(pack.with_extension(ext));
+        }
+    }
+    assert_eq!(repo.packs().len(), 2);
+    let mut packd = Command::new(PACKD);
+    apply_env(&mut packd, &repo.home);
+    packd
+        .arg("-C")
+        .arg(&repo.path)
+        .args(["pack-objects", "--thin"]);
+    let ours = pack_of(&mut packd, "main\n^old\n");
+    let deltas = delta_count(&sb, &repo, &ours);
+    // Two blobs changed by each of 20 commits: most against the client's versions (36
+    // here; 0 when the pack went out as it is).
+    assert!(deltas >= 30, "{deltas} deltas in {} bytes", ours.len());
+}
