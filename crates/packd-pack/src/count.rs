@@ -201,11 +201,6 @@ impl Sorter {
 /// their deltas.
 const MAX_AFTER_WHOLE: usize = 4096;
 
-/// A fetch whose wants lie outside the bitmap and whose commits to read, from both sides
-/// down to where they meet, are at most this many is counted by the plain walk (see
-/// `PackServer::walk_is_cheaper`).
-const CLOSE_FETCH_COMMITS: usize = 1000;
-
 /// Bytes of the objects sent after a pack's entries, at most, together (each is held whole
 /// while it is compressed again).
 const MAX_AFTER_WHOLE_BYTES: u64 = 32 << 20;
@@ -281,10 +276,7 @@ impl PackServer {
             && request.client_shallow.is_empty()
             && !matches!(request.filter, Some(Filter::TreeDepth(n)) if n > 0);
         if bitmap_ok {
-            if let Some(index) = self
-                .bitmap()
-                .filter(|i| !self.walk_is_cheaper(i, request, &haves))
-            {
+            if let Some(index) = self.bitmap() {
                 let peeled = wanted_tags_peeled(&request.wants, tag_refs);
                 if let Some(answer) =
                     index.difference_with_outside(repo, &request.wants, &haves, &peeled, cancel)?
@@ -427,37 +419,6 @@ impl PackServer {
         let mut planned = sorter.finish(Had::Ids(counted.had));
         planned.path_bases = counted.path_bases;
         Ok(planned)
-    }
-
-    /// Whether the plain walk answers `request` (with the `haves` the server has) more
-    /// cheaply than the bitmap: some want lies outside the bitmap (pushed since it was
-    /// written, which maintenance leaves so until enough accumulate) and the wants are within
-    /// [`CLOSE_FETCH_COMMITS`] commits of the haves. The bitmap would then walk from the
-    /// nearest bitmapped commits for both sides (git/git, a fetch of one day 100 days of
-    /// pushes past the bitmap: 0.17 s CPU, against 0.026 s for the walk; a fetch of that day
-    /// with a fresh bitmap 0.024 s).
-    fn walk_is_cheaper(
-        &self,
-        index: &packd_reach::bitmap_walk::BitmapIndex,
-        request: &FetchRequest,
-        haves: &[ObjectId],
-    ) -> bool {
-        if haves.is_empty()
-            || request.filter.is_some()
-            || request.wants.iter().all(|w| index.contains(w))
-        {
-            return false;
-        }
-        let walker = packd_reach::walk::Walker::new(&self.repo);
-        let (Ok(wants), Ok(had)) = (
-            walk::peel(&walker, &request.wants),
-            walk::peel(&walker, haves),
-        ) else {
-            return false;
-        };
-        walker
-            .commits_close(&wants.commits, &had.commits, CLOSE_FETCH_COMMITS)
-            .unwrap_or(false)
     }
 
     /// Whether `after` (objects sent whole after a pack's entries) is few and small enough to
