@@ -106,9 +106,8 @@ fn reachable(repo: &Repo) -> String {
     ids.join("\n")
 }
 
-#[test]
-fn ten_pushes_leave_a_geometric_progression_with_a_multi_pack_index_and_its_bitmap() {
-    let sb = Sandbox::new();
+/// An empty bare repository `root/r.git` to serve, and the root.
+fn served_repo(sb: &Sandbox) -> (std::path::PathBuf, Repo) {
     let root = sb.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
@@ -117,6 +116,13 @@ fn ten_pushes_leave_a_geometric_progression_with_a_multi_pack_index_and_its_bitm
         git_dir: root.join("r.git"),
         home: sb.home.clone(),
     };
+    (root, served)
+}
+
+#[test]
+fn ten_pushes_leave_a_geometric_progression_with_a_multi_pack_index_and_its_bitmap() {
+    let sb = Sandbox::new();
+    let (root, served) = served_repo(&sb);
     let server = Server::start(&sb, &root, &["--allow-push"]);
     let url = server.http_url("r.git");
     let client = sb.init("client");
@@ -183,14 +189,7 @@ fn ten_pushes_leave_a_geometric_progression_with_a_multi_pack_index_and_its_bitm
 #[test]
 fn pushes_racing_maintenance_lose_nothing() {
     let sb = Sandbox::new();
-    let root = sb.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
-    let served = Repo {
-        path: root.join("r.git"),
-        git_dir: root.join("r.git"),
-        home: sb.home.clone(),
-    };
+    let (root, served) = served_repo(&sb);
     let server = Server::start(&sb, &root, &["--allow-push"]);
     let url = server.http_url("r.git");
     let client = sb.init("client");
@@ -299,14 +298,7 @@ fn maintenance_by_hand_and_the_servers_exclude_each_other() {
 #[test]
 fn no_maintenance_leaves_the_pushes_packs_alone() {
     let sb = Sandbox::new();
-    let root = sb.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
-    let served = Repo {
-        path: root.join("r.git"),
-        git_dir: root.join("r.git"),
-        home: sb.home.clone(),
-    };
+    let (root, served) = served_repo(&sb);
     let server = Server::start(&sb, &root, &["--allow-push", "--no-maintenance"]);
     let url = server.http_url("r.git");
     let client = sb.init("client");
@@ -537,14 +529,7 @@ fn idx_files(repo: &Repo) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_rolled_up_packs_deltas_stay_deltas() {
     let sb = Sandbox::new();
-    let root = sb.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    sb.git_in(&root, &["init", "-q", "--bare", "r.git"]);
-    let served = Repo {
-        path: root.join("r.git"),
-        git_dir: root.join("r.git"),
-        home: sb.home.clone(),
-    };
+    let (root, served) = served_repo(&sb);
     let server = Server::start(&sb, &root, &["--allow-push", "--no-maintenance"]);
     let url = server.http_url("r.git");
     let client = sb.init("client");
