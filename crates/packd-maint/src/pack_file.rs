@@ -199,11 +199,9 @@ impl PackFileWriter {
             header: Vec::with_capacity(32),
             piece: Vec::new(),
         };
-        let mut head = [0u8; 12];
-        head[..4].copy_from_slice(b"PACK");
-        head[4..8].copy_from_slice(&2u32.to_be_bytes());
-        head[8..].copy_from_slice(&object_count.to_be_bytes());
-        writer.stream.put(&head)?;
+        writer
+            .stream
+            .put(&packd_odb::pack::data::encode_pack_header(object_count))?;
         Ok(writer)
     }
 

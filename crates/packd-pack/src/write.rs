@@ -33,8 +33,8 @@ use crate::recipe::{Recipe, RecipeWriter, Step};
 use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
 use bytes::Bytes;
 use packd_odb::pack::data::{
-    decode_entry_header, encode_ofs_distance, encode_type_and_size, EntryHeader, EntryKind,
-    OFS_DELTA, REF_DELTA,
+    decode_entry_header, encode_ofs_distance, encode_pack_header, encode_type_and_size,
+    EntryHeader, EntryKind, OFS_DELTA, REF_DELTA,
 };
 use packd_odb::pack::Pack;
 use packd_odb::{HashKind, ObjectId};
@@ -971,11 +971,7 @@ fn stores_nearly_all_whole(pack: &Pack) -> Result<bool, PackError> {
 /// (version 2, its object count): then the file, sent as it is, is that stream.
 pub(crate) fn sends_as_is(pack: &Pack) -> Result<bool, PackError> {
     let head = pack.data().read(0..12).map_err(packd_odb::Error::from)?;
-    let mut expected = [0u8; 12];
-    expected[..4].copy_from_slice(b"PACK");
-    expected[4..8].copy_from_slice(&2u32.to_be_bytes());
-    expected[8..].copy_from_slice(&pack.len().to_be_bytes());
-    Ok(head[..] == expected)
+    Ok(head[..] == encode_pack_header(pack.len()))
 }
 
 /// The pack whose entries the stream for `plan` copies in one run before the objects that
@@ -1106,11 +1102,7 @@ impl PackServer {
         let count = u32::try_from(plan.items.len())
             .map_err(|_| PackError::BadRequest("more than 2^32 objects to send".into()))?;
         let mut output = Output::new(out, true, None);
-        let mut head = Vec::with_capacity(12);
-        head.extend_from_slice(b"PACK");
-        head.extend_from_slice(&2u32.to_be_bytes());
-        head.extend_from_slice(&count.to_be_bytes());
-        output.write(&head)?;
+        output.write(&encode_pack_header(count))?;
 
         let mut stats = PackStats {
             objects: count,

@@ -85,11 +85,7 @@ pub(super) fn write_prefix(
         None
     };
     let mut output = Output::new(out, true, None);
-    let mut head = Vec::with_capacity(12);
-    head.extend_from_slice(b"PACK");
-    head.extend_from_slice(&2u32.to_be_bytes());
-    head.extend_from_slice(&count.to_be_bytes());
-    output.write(&head)?;
+    output.write(&packd_odb::pack::data::encode_pack_header(count))?;
     let mut stats = PackStats {
         objects: count,
         reused: count,

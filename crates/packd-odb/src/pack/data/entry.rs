@@ -36,6 +36,16 @@ pub const OFS_DELTA: u8 = 6;
 /// See [`OFS_DELTA`].
 pub const REF_DELTA: u8 = 7;
 
+/// The 12 bytes a version 2 pack of `count` objects starts with: `PACK`, the version, the
+/// count, all big-endian.
+pub fn encode_pack_header(count: u32) -> [u8; 12] {
+    let mut head = [0u8; 12];
+    head[..4].copy_from_slice(b"PACK");
+    head[4..8].copy_from_slice(&2u32.to_be_bytes());
+    head[8..].copy_from_slice(&count.to_be_bytes());
+    head
+}
+
 /// Appends an entry header's first part to `out`: the type number and the inflated size (what
 /// follows for deltas, a distance or a base id, is the caller's).
 pub fn encode_type_and_size(out: &mut Vec<u8>, type_num: u8, mut size: u64) {

@@ -17,6 +17,6 @@ mod entry;
 pub mod input;
 
 pub use entry::{
-    decode_entry_header, encode_ofs_distance, encode_type_and_size, EntryHeader, EntryKind,
-    OFS_DELTA, REF_DELTA,
+    decode_entry_header, encode_ofs_distance, encode_pack_header, encode_type_and_size,
+    EntryHeader, EntryKind, OFS_DELTA, REF_DELTA,
 };
