@@ -444,29 +444,8 @@ pub(crate) fn count(
     cancelled(cancel)?;
 
     // What the client's have commits hold at their roots: excluded, and delta bases.
-    let mut had = IdSet::default();
-    let mut had_trees = Vec::new();
-    for id in &haves.commits {
-        had.insert(*id);
-        had_trees.push(walker.commit(id)?.tree);
-    }
-    for (id, _) in &haves.others {
-        had.insert(*id);
-    }
     let mut depth_seen: IdMap<u64> = IdMap::default();
-    let mut unfiltered = Vec::new();
-    for &tree in &had_trees {
-        walk_tree(
-            repo,
-            tree,
-            0,
-            None,
-            &mut depth_seen,
-            &mut unfiltered,
-            cancel,
-        )?;
-    }
-    had.extend(unfiltered);
+    let (had, had_trees) = had_at_roots(repo, &walker, &haves, &mut depth_seen, cancel)?;
 
     let mut objects = Vec::new();
     let mut sent = IdSet::default();
@@ -527,6 +506,78 @@ pub(crate) fn count(
     objects.retain(|id| unique.insert(*id));
     Ok(Counted {
         objects,
+        had,
+        path_bases,
+    })
+}
+
+/// The have commits and tags, their trees and blobs (named directly), and everything their
+/// commits' root trees hold (marked seen at its depth in `depth_seen`): objects the client
+/// has, for delta bases. Also the root trees.
+fn had_at_roots(
+    repo: &Repository,
+    walker: &Walker,
+    haves: &Peeled,
+    depth_seen: &mut IdMap<u64>,
+    cancel: &AtomicBool,
+) -> Result<(IdSet, Vec<ObjectId>), PackError> {
+    let mut had = IdSet::default();
+    let mut had_trees = Vec::new();
+    for id in &haves.commits {
+        had.insert(*id);
+        had_trees.push(walker.commit(id)?.tree);
+    }
+    for (id, _) in &haves.others {
+        had.insert(*id);
+    }
+    let mut unfiltered = Vec::new();
+    for &tree in &had_trees {
+        walk_tree(repo, tree, 0, None, depth_seen, &mut unfiltered, cancel)?;
+    }
+    had.extend(unfiltered);
+    Ok((had, had_trees))
+}
+
+/// Counts `request` (no filter, no shallow) as git's plain walk does, `git rev-list
+/// --objects WANTS --not HAVES`: the commits the wants reach and the haves do not, and what
+/// their trees hold but the trees of the edge commits (excluded parents of those commits);
+/// less what the haves' root trees hold, which git's walk sends when a have is not an edge.
+/// Not the set difference: what only older commits of the haves hold (a file brought back to
+/// an old version) is sent, as git sends it. git answers a fetch by this walk when none of its
+/// haves is in the bitmapped pack (see `PackServer::walk_is_cheaper`).
+pub(crate) fn count_plain(
+    repo: &Repository,
+    request: &FetchRequest,
+    cancel: &AtomicBool,
+) -> Result<Counted, PackError> {
+    let walker = Walker::new(repo);
+    let reached = walker.reachable(&Query {
+        include: request.wants.clone(),
+        exclude: request.haves.clone(),
+        objects: true,
+        exact: false,
+    })?;
+    cancelled(cancel)?;
+    let haves = peel(&walker, &request.haves)?;
+    let mut depth_seen: IdMap<u64> = IdMap::default();
+    let (had, had_trees) = had_at_roots(repo, &walker, &haves, &mut depth_seen, cancel)?;
+    let mut trees = Vec::new();
+    for r in &reached {
+        if r.kind == ObjectKind::Commit {
+            trees.push(walker.commit(&r.id)?.tree);
+        }
+    }
+    let path_bases = if request.thin && !had_trees.is_empty() {
+        path_bases(repo, &had_trees, &trees, &had, cancel)?
+    } else {
+        IdMap::default()
+    };
+    Ok(Counted {
+        objects: reached
+            .into_iter()
+            .map(|r| r.id)
+            .filter(|id| !had.contains(id))
+            .collect(),
         had,
         path_bases,
     })

@@ -7,7 +7,8 @@
 //! (wants, haves) pairs the pack is indexed by
 //! `git index-pack` into a repository holding the haves (with `--fix-thin` for thin packs) and
 //! its objects compared with `git rev-list --objects` (exactly with a bitmap, at least the
-//! needed objects when walking); `git fsck --strict` and `git verify-pack` must pass, the
+//! needed objects when walking, and at most git's answer when packd walks as git does: wants
+//! past the bitmap, haves off it); `git fsck --strict` and `git verify-pack` must pass, the
 //! wants must be connected, `--no-ofs-delta` packs must hold no ofs-delta. Also: a full clone
 //! of the bitmapped layout is its pack file byte for byte; `--include-tag` against
 //! `git pack-objects --include-tag`; filters against `git rev-list --filter`; `--depth` against
@@ -652,12 +653,58 @@ fn known(repo: &Repo, haves: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The objects `repo`'s bitmap numbers: those of the pack with a `.bitmap`, or of the packs
+/// its multi-pack-index lists.
+fn bitmapped_ids(repo: &Repo) -> Ids {
+    let midx = std::fs::read(repo.pack_dir().join("multi-pack-index")).unwrap_or_default();
+    let mut ids = Ids::new();
+    for pack in repo.packs() {
+        let idx = pack.with_extension("idx");
+        let name = file_name(&idx);
+        let listed = midx.windows(name.len()).any(|w| w == name.as_bytes());
+        if pack.with_extension("bitmap").exists() || listed {
+            let out = repo.git_stdin(&["show-index"], &std::fs::read(&idx).unwrap());
+            ids.extend(
+                String::from_utf8(out)
+                    .unwrap()
+                    .lines()
+                    .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string)),
+            );
+        }
+    }
+    ids
+}
+
+/// Whether packd may count `case` in `layout` as git's plain walk does (see
+/// `PackServer::walk_is_cheaper`): a want outside the bitmap, every want a commit or a tag of
+/// one, haves and none of them in the bitmapped objects. git 2.39 walks so too then (it takes
+/// its bitmap only when a have is in the bitmapped pack), so the pack may hold what only the
+/// haves' older commits hold, as git's does.
+fn may_walk_as_git(repo: &Repo, layout: Layout, case: &Case, haves: &[String]) -> bool {
+    if !matches!(layout, Layout::BitmapLoose | Layout::MidxNewerPack) || haves.is_empty() {
+        return false;
+    }
+    let bitmapped = bitmapped_ids(repo);
+    let id = |rev: &str| repo.git_str(&["rev-parse", "--verify", rev]);
+    let peeled = |rev: &str| id(&format!("{rev}^{{}}"));
+    let is_commit = |rev: &str| repo.git_str(&["cat-file", "-t", &peeled(rev)]) == "commit";
+    case.wants.iter().any(|w| !bitmapped.contains(&id(w)))
+        && case.wants.iter().all(|w| is_commit(w))
+        && haves
+            .iter()
+            .all(|h| !bitmapped.contains(&id(h)) && !bitmapped.contains(&peeled(h)))
+}
+
 /// A case's oracle in one layout, shared by its thin, non-thin and no-ofs-delta runs.
 struct Expect {
     /// The haves the repository has.
     haves: Vec<String>,
     /// What a client with the haves' whole history needs.
     needed: Ids,
+    /// When packd may count the case as git's plain walk does, git's answer
+    /// (`rev-list --objects --use-bitmap-index`, a walk here): the pack then holds at least
+    /// `needed` and at most this.
+    git_walk: Option<Ids>,
     /// Everything the wants reach.
     reach: Ids,
     /// A repository holding what the haves reach (an alternate of each destination).
@@ -682,10 +729,13 @@ fn expect(fx: &Fixture, layout: Layout, case: &Case, n: usize) -> Expect {
             case.name
         );
     }
+    let git_walk = may_walk_as_git(repo, layout, case, &haves)
+        .then(|| rev_list(repo, &["--use-bitmap-index"], &case.wants, &haves));
     let had = repo_with(&fx.sb, &format!("had-{n}"), repo, &haves);
     Expect {
         haves,
         needed,
+        git_walk,
         reach,
         had,
     }
@@ -737,7 +787,13 @@ fn check_case(
                 "{ctx}: no delta against an object the client has"
             );
         }
-        if layout.exact() {
+        if let Some(git) = &expect.git_walk {
+            assert!(produced.count as usize >= expected.len());
+            assert!(
+                produced.count as usize <= git.len(),
+                "{ctx}: sends more than git"
+            );
+        } else if layout.exact() {
             assert_eq!(
                 produced.count as usize,
                 expected.len(),
@@ -754,7 +810,16 @@ fn check_case(
             produced.count as usize,
             "{ctx}: distinct objects"
         );
-        if layout.exact() {
+        if let Some(git) = &expect.git_walk {
+            let missing: Ids = expected.difference(ids).cloned().collect();
+            assert!(missing.is_empty(), "{ctx}: pack lacks {}", show(&missing));
+            let more: Ids = ids.difference(git).cloned().collect();
+            assert!(
+                more.is_empty(),
+                "{ctx}: pack has objects git's walk does not send: {}",
+                show(&more)
+            );
+        } else if layout.exact() {
             assert_same_ids(&ctx, ids, expected);
         } else {
             let missing: Ids = expected.difference(ids).cloned().collect();
