@@ -48,6 +48,15 @@ pub struct Args {
     /// With --geometric: write a multi-pack-index over the packs that stay.
     #[arg(long, requires = "geometric")]
     write_midx: bool,
+    /// With -a: leave this pack (`pack-<hex>.pack`) as it is, as if it had a `.keep` file.
+    #[arg(long = "keep-pack", value_name = "NAME")]
+    keep_pack: Vec<String>,
+    /// With -a: pack the objects of kept packs too (repack.packKeptObjects; default: with -b).
+    #[arg(long, overrides_with = "no_pack_kept_objects")]
+    pack_kept_objects: bool,
+    /// With -a: leave the objects of kept packs out of the new pack.
+    #[arg(long, overrides_with = "pack_kept_objects")]
+    no_pack_kept_objects: bool,
     /// Do not write a commit-graph after the repack.
     #[arg(long)]
     no_write_commit_graph: bool,
@@ -114,6 +123,12 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         window: args.window,
         depth: args.depth,
         commit_graph: !args.no_write_commit_graph,
+        keep_packs: args.keep_pack.clone(),
+        pack_kept_objects: match (args.pack_kept_objects, args.no_pack_kept_objects) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
     };
     if let Some(factor) = args.geometric {
         return geometric(repo, args, factor);

@@ -6,7 +6,9 @@
 //! count   -a: every object reachable from HEAD and refs/*, by the bitmap when there is one
 //!             (count_bitmap), else walking commits and trees:
 //!             part 0 = what HEAD, refs/heads/* and refs/tags/* reach (a default clone),
-//!             part 1 = what only the other refs reach (refs/pull/*, notes, ...)
+//!             part 1 = what only the other refs reach (refs/pull/*, notes, ...);
+//!             objects of kept packs (a .keep file, --keep-pack) left out, as git's
+//!             --honor-pack-keep, unless kept objects are packed (-b, repack.packKeptObjects)
 //!         else: the loose objects (git's incremental repack)
 //! plan    reuse an on-disk delta when its base is written too, no later a part (and no -f);
 //!         every other object goes to the delta search (one per part), whose whole answers
@@ -65,6 +67,14 @@ pub struct RepackOptions {
     pub depth: Option<u32>,
     /// Write a commit-graph after (git does with `gc`, and `fetch.writeCommitGraph`).
     pub commit_graph: bool,
+    /// `--keep-pack=<name>` (each `pack-<hex>.pack`): packs treated as if they had a `.keep`
+    /// file: neither replaced nor removed, and (unless kept objects are packed) their objects
+    /// left out of the new pack.
+    pub keep_packs: Vec<String>,
+    /// `--pack-kept-objects` / `--no-pack-kept-objects`; `None`: `repack.packKeptObjects`,
+    /// else git's default, packed exactly when `-b` writes a pack bitmap (so that the bitmap
+    /// covers every reachable object).
+    pub pack_kept_objects: Option<bool>,
 }
 
 impl Default for RepackOptions {
@@ -78,6 +88,8 @@ impl Default for RepackOptions {
             window: None,
             depth: None,
             commit_graph: true,
+            keep_packs: Vec::new(),
+            pack_kept_objects: None,
         }
     }
 }
@@ -237,7 +249,9 @@ pub fn repack(
         write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
     tracing::debug!("repack: written at {:.2?}", started.elapsed());
     if options.all && options.delete_redundant {
-        let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        // What the walk reached: the new pack's objects and those left in kept packs.
+        let mut reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        reachable_set.extend(planned.left_in_kept.iter().copied());
         let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
         let old = &planned.replaced_packs;
         let cruft_options = crate::cruft::CruftOptions::from_config(&repo, SystemTime::now())?;
@@ -262,13 +276,22 @@ pub fn repack(
             started.elapsed()
         );
     }
+    let bitmap = options.bitmap && options.all && planned.left_in_kept.is_empty();
+    if options.bitmap && options.all && !bitmap {
+        // git's pack-objects: "disabling bitmap writing, as some objects are not being
+        // packed" (a pack bitmap must cover everything its pack's commits reach).
+        tracing::warn!(
+            "no bitmap written: {} objects stay in kept packs",
+            planned.left_in_kept.len()
+        );
+    }
     drop(planned);
     drop(repo);
     if options.delete_redundant {
         let repo = open()?;
         report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
     }
-    if options.bitmap && options.all {
+    if bitmap {
         let repo = open()?;
         let written = packd_reach::bitmap::write::write_bitmap_reusing(
             &repo,

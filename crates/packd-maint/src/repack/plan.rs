@@ -98,8 +98,27 @@ pub(super) struct Planned {
     pub(super) how: Vec<How>,
     /// The objects in write order (bases still to be pulled ahead of their deltas).
     pub(super) order: Vec<u32>,
-    /// The packs the new one replaces (with -a; `.keep` packs left out).
+    /// The packs the new one replaces (with -a; kept packs left out).
     pub(super) replaced_packs: Vec<std::sync::Arc<packd_odb::pack::Pack>>,
+    /// Reachable objects not written because a kept pack holds them (git's
+    /// `--honor-pack-keep`); empty when kept objects are packed.
+    pub(super) left_in_kept: Vec<ObjectId>,
+}
+
+/// Whether the pack `name` (`pack/pack-<hex>.pack`) of `storage` is kept: it has a `.keep`
+/// file, or `--keep-pack` names it (as `pack-<hex>.pack`).
+fn is_kept(storage: &dyn packd_storage::Storage, name: &str, options: &RepackOptions) -> bool {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    options.keep_packs.iter().any(|k| k == base) || storage.exists(&name.replace(".pack", ".keep"))
+}
+
+/// Whether objects of kept packs go into the new pack: `--[no-]pack-kept-objects`, else
+/// `repack.packKeptObjects`, else only when `-b` writes a pack bitmap (git's default).
+fn packs_kept_objects(repo: &Repository, options: &RepackOptions) -> bool {
+    options
+        .pack_kept_objects
+        .or_else(|| repo.config().get_bool("repack.packKeptObjects"))
+        .unwrap_or(options.bitmap)
 }
 
 /// The order of kinds within a part: commits, tags, trees, blobs (git's compute_write_order).
@@ -189,19 +208,29 @@ pub(super) fn plan(
 ) -> Result<Planned, RepackError> {
     let odb = repo.objects();
     let storage = odb.own_storage();
-    let replaced: Vec<_> = if options.all {
+    let (kept, replaced): (Vec<_>, Vec<_>) = if options.all {
         odb.packs_with_storage()
             .filter(|(s, _)| storage.is_some_and(|own| std::sync::Arc::ptr_eq(own, s)))
-            .map(|(s, p)| (s, p.clone()))
-            .filter(|(s, p)| !s.exists(&p.name().replace(".pack", ".keep")))
-            .map(|(_, p)| p)
-            .collect()
+            .map(|(s, p)| (is_kept(&**s, p.name(), options), p.clone()))
+            .partition(|(k, _)| *k)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
+    let replaced: Vec<_> = replaced.into_iter().map(|(_, p)| p).collect();
     progress.start(Phase::Enumerating, 0);
     let started = std::time::Instant::now();
-    let listed = enumerate(repo, options)?;
+    let mut listed = enumerate(repo, options)?;
+    // git's --honor-pack-keep: an object any kept pack holds is not written again.
+    let mut left_in_kept = Vec::new();
+    if !kept.is_empty() && !packs_kept_objects(repo, options) {
+        listed.retain(|(id, ..)| {
+            let in_kept = kept.iter().any(|(_, p)| p.index().find(id).is_some());
+            if in_kept {
+                left_in_kept.push(*id);
+            }
+            !in_kept
+        });
+    }
     tracing::debug!(
         "repack: {} objects listed in {:.2?}",
         listed.len(),
@@ -266,6 +295,7 @@ pub(super) fn plan(
         how,
         order,
         replaced_packs: replaced,
+        left_in_kept,
     })
 }
 

@@ -1,0 +1,154 @@
+//! `packd repack` against stock git's `git repack` on copies of one repository: the objects
+//! of each pack after (`git show-index`), which packs stay, and `git fsck --strict`, for
+//! kept packs (`.keep`, `--keep-pack`), `--write-midx` without `--geometric`, and the
+//! incremental repack's object set (loose objects reachable from refs, reflogs and the
+//! index; unreachable ones stay loose).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+
+/// Five commits on `main` (a file each, changed each time) and an annotated tag at the third.
+fn stream() -> Vec<u8> {
+    let mut s = String::new();
+    for c in 1..=5u32 {
+        s += &format!(
+            "commit refs/heads/main\nmark :{c}\ncommitter A <a@e.com> {} +0000\ndata 4\nc{c:02}\n",
+            1_700_000_000 + c
+        );
+        for f in 1..=2u32 {
+            let body: String = (1..=40u32)
+                .map(|l| format!("line {l} of {f}{}\n", if l == c { " changed" } else { "" }))
+                .collect();
+            s += &format!("M 644 inline d{f}/f{f}\ndata {}\n{body}\n", body.len());
+        }
+    }
+    s += "tag v1\nfrom :3\ntagger T <t@e.com> 1700002000 +0000\ndata 4\nv1!\n";
+    s.into_bytes()
+}
+
+/// The test repository, every object reachable: `main`'s first three commits (and the tag)
+/// in one pack, the other two in a second, and a loose commit on top of `main`.
+fn two_packs(sb: &Sandbox, name: &str) -> Repo {
+    let repo = sb.init_bare(name);
+    repo.fast_import(&stream());
+    repo.git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
+    let imported = repo.packs();
+    repo.git_stdin(
+        &["pack-objects", "-q", "--revs", "objects/pack/pack"],
+        b"refs/tags/v1\n",
+    );
+    repo.git_stdin(
+        &["pack-objects", "-q", "--revs", "objects/pack/pack"],
+        b"refs/heads/main\n^refs/tags/v1\n",
+    );
+    // What fast-import wrote (loose objects, or a pack when many) goes.
+    for pack in imported {
+        for ext in ["pack", "idx"] {
+            std::fs::remove_file(pack.with_extension(ext)).unwrap();
+        }
+    }
+    repo.git(&["prune-packed"]);
+    repo.commit_on_main("loose on top\n");
+    assert_eq!(repo.packs().len(), 2);
+    assert_eq!(repo.loose_count(), 1);
+    repo
+}
+
+/// The objects of each pack (sorted ids, one set a pack), the packs sorted.
+fn pack_contents(repo: &Repo) -> BTreeSet<Vec<String>> {
+    repo.packs()
+        .iter()
+        .map(|pack| pack_ids(repo, &pack.with_extension("idx")))
+        .collect()
+}
+
+/// The ids `git show-index` lists for the index `idx`, sorted.
+fn pack_ids(repo: &Repo, idx: &std::path::Path) -> Vec<String> {
+    let out = repo.git_stdin(&["show-index"], &std::fs::read(idx).unwrap());
+    let mut ids: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The pack whose commits the tag reaches (the older one), as `pack-<hex>.pack`.
+fn older_pack(repo: &Repo) -> String {
+    let tag = repo.git_str(&["rev-parse", "refs/tags/v1"]);
+    let pack = repo
+        .packs()
+        .into_iter()
+        .find(|p| pack_ids(repo, &p.with_extension("idx")).contains(&tag))
+        .unwrap();
+    file_name(&pack)
+}
+
+/// Runs `git repack ARGS` on one copy of a fresh repository and `packd repack ARGS` on
+/// another, with `prepare` run on each first (given the older pack's name); checks both with
+/// `git fsck --strict` and returns each one's pack contents, and whether the older pack is
+/// still there.
+fn both(args: &[&str], prepare: impl Fn(&Repo, &str)) -> [(BTreeSet<Vec<String>>, bool); 2] {
+    let sb = Sandbox::new();
+    let theirs = two_packs(&sb, "theirs.git");
+    let ours = theirs.copy_as(&sb, "ours.git");
+    let older = older_pack(&theirs);
+    let mut out = Vec::new();
+    for (repo, by_git) in [(&theirs, true), (&ours, false)] {
+        prepare(repo, &older);
+        let owned: Vec<String> = args.iter().map(|a| a.replace("OLDER", &older)).collect();
+        let mut full = vec!["repack"];
+        full.extend(owned.iter().map(String::as_str));
+        if by_git {
+            repo.git(&full);
+        } else {
+            repo.packd(&full, None).assert_success();
+        }
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+        out.push((pack_contents(repo), repo.pack_dir().join(&older).exists()));
+    }
+    [out.remove(0), out.remove(0)]
+}
+
+fn keep_file(repo: &Repo, older: &str) {
+    std::fs::write(repo.pack_dir().join(older.replace(".pack", ".keep")), b"").unwrap();
+}
+
+#[test]
+fn a_kept_packs_objects_are_not_packed_again_as_git_does() {
+    for args in [&["-a", "-d"][..], &["-a"][..]] {
+        let [git, packd] = both(args, keep_file);
+        assert!(git.1, "git keeps the kept pack");
+        assert_eq!(git.0.len(), if args.len() == 2 { 2 } else { 3 });
+        assert_eq!(packd, git, "{args:?}: packs after");
+    }
+}
+
+#[test]
+fn keep_pack_names_a_pack_to_keep_as_git_does() {
+    let [git, packd] = both(&["-a", "-d", "--keep-pack=OLDER"], |_, _| {});
+    assert!(git.1);
+    assert_eq!(git.0.len(), 2);
+    assert_eq!(packd, git);
+}
+
+#[test]
+fn with_a_bitmap_kept_objects_are_packed_too_as_git_does() {
+    // git's default: -b packs the kept packs' objects, so that the bitmap covers them all.
+    let [git, packd] = both(&["-a", "-d", "-b"], keep_file);
+    assert!(git.1);
+    assert_eq!(packd, git);
+    let [git, packd] = both(&["-a", "-d", "--no-pack-kept-objects"], |repo, older| {
+        keep_file(repo, older);
+        repo.git(&["config", "repack.packKeptObjects", "true"]);
+    });
+    assert_eq!(packd, git, "the option over the config");
+    let [git, packd] = both(&["-a", "-d"], |repo, older| {
+        keep_file(repo, older);
+        repo.git(&["config", "repack.packKeptObjects", "true"]);
+    });
+    assert_eq!(packd, git, "repack.packKeptObjects");
+}
