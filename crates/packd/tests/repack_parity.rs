@@ -152,3 +152,108 @@ fn with_a_bitmap_kept_objects_are_packed_too_as_git_does() {
     });
     assert_eq!(packd, git, "repack.packKeptObjects");
 }
+
+/// The loose objects, sorted.
+fn loose_ids(repo: &Repo) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(repo.objects_dir()).unwrap() {
+        let entry = entry.unwrap();
+        let dir = entry.file_name().to_string_lossy().into_owned();
+        if dir.len() == 2 && dir.chars().all(|c| c.is_ascii_hexdigit()) {
+            for file in std::fs::read_dir(entry.path()).unwrap() {
+                out.push(format!(
+                    "{dir}{}",
+                    file.unwrap().file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A loose commit of a new file `name` (blob and tree loose too) on top of `parent`.
+fn loose_commit(repo: &Repo, parent: &str, name: &str) -> String {
+    let blob = String::from_utf8(repo.git_stdin(
+        &["hash-object", "-w", "--stdin"],
+        format!("{name} only\n").as_bytes(),
+    ))
+    .unwrap();
+    let tree = String::from_utf8(repo.git_stdin(
+        &["mktree"],
+        format!("100644 blob {}\t{name}\n", blob.trim()).as_bytes(),
+    ))
+    .unwrap();
+    let parent = repo.git_str(&["rev-parse", parent]);
+    repo.git_str(&["commit-tree", "-m", name, "-p", &parent, tree.trim()])
+}
+
+/// Loose objects of every kind of reachability on top of [`two_packs`]: a commit on `main`
+/// (reachable), one only `main`'s reflog names, a dangling blob, an annotated tag of a packed
+/// commit, a blob only a packed commit's tree names, a blob only the index names and a tree
+/// only its cache-tree names; the index written in `index_version`.
+fn loose_of_every_kind(sb: &Sandbox, index_version: &str) -> Repo {
+    let repo = two_packs(sb, "base.git");
+    repo.git(&["config", "core.logAllRefUpdates", "always"]);
+    let main = repo.git_str(&["rev-parse", "refs/heads/main"]);
+    let only_in_reflog = loose_commit(&repo, &main, "reflog");
+    repo.git(&[
+        "update-ref",
+        "-m",
+        "away",
+        "refs/heads/main",
+        &only_in_reflog,
+    ]);
+    repo.git(&["update-ref", "-m", "back", "refs/heads/main", &main]);
+    let on_main = loose_commit(&repo, &main, "main");
+    repo.git(&["update-ref", "refs/heads/main", &on_main]);
+    repo.git_stdin(&["hash-object", "-w", "--stdin"], b"dangling\n");
+    repo.git(&["tag", "-a", "-m", "annotated", "t2", "refs/tags/v1^{}"]);
+    // A packed commit and tree whose blob stays loose: git does not enter a packed commit.
+    let odd = loose_commit(&repo, &main, "odd");
+    let odd_tree = repo.git_str(&["rev-parse", &format!("{odd}^{{tree}}")]);
+    repo.git_stdin(
+        &["pack-objects", "-q", "objects/pack/pack"],
+        format!("{odd}\n{odd_tree}\n").as_bytes(),
+    );
+    repo.git(&["prune-packed"]);
+    repo.git(&["update-ref", "refs/heads/odd", &odd]);
+    // The index: a blob of its own and, from write-tree, a cache-tree tree.
+    let indexed = String::from_utf8(
+        repo.git_stdin(&["hash-object", "-w", "--stdin"], b"only in the index\n"),
+    )
+    .unwrap();
+    let info = format!("100644,{},sub/indexed", indexed.trim());
+    repo.git(&["update-index", "--add", "--cacheinfo", &info]);
+    repo.git(&["update-index", "--index-version", index_version]);
+    repo.git(&["write-tree"]);
+    repo
+}
+
+#[test]
+fn an_incremental_repack_packs_what_gits_packs() {
+    for (index_version, args) in [("2", &["repack"][..]), ("4", &["repack", "-d"][..])] {
+        let sb = Sandbox::new();
+        let base = loose_of_every_kind(&sb, index_version);
+        let loose_before = loose_ids(&base);
+        let theirs = base.copy_as(&sb, "theirs.git");
+        let ours = base.copy_as(&sb, "ours.git");
+        theirs.git(args);
+        ours.packd(args, None).assert_success();
+        for repo in [&theirs, &ours] {
+            repo.git(&["fsck", "--strict", "--no-dangling"]);
+        }
+        let (git, packd) = (pack_contents(&theirs), pack_contents(&ours));
+        let old = pack_contents(&base);
+        let new: Vec<_> = git.difference(&old).collect();
+        assert_eq!(new.len(), 1, "git wrote one pack");
+        // All but the dangling blob and the one only a packed tree names.
+        assert_eq!(new[0].len(), loose_before.len() - 2, "{new:?}");
+        assert_eq!(packd, git, "index v{index_version}, {args:?}: the packs");
+        assert_eq!(
+            loose_ids(&ours),
+            loose_ids(&theirs),
+            "{args:?}: loose after"
+        );
+    }
+}

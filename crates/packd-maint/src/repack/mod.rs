@@ -9,7 +9,8 @@
 //!             part 1 = what only the other refs reach (refs/pull/*, notes, ...);
 //!             objects of kept packs (a .keep file, --keep-pack) left out, as git's
 //!             --honor-pack-keep, unless kept objects are packed (-b, repack.packKeptObjects)
-//!         else: the loose objects (git's incremental repack)
+//!         else: the loose objects that refs, reflogs and the index reach (git's
+//!             incremental repack, see incremental)
 //! plan    reuse an on-disk delta when its base is written too, no later a part (and no -f);
 //!         every other object goes to the delta search (one per part), whose whole answers
 //!         reuse their on-disk whole entry unless -F
@@ -39,6 +40,8 @@
 
 mod cleanup;
 mod count_bitmap;
+mod incremental;
+mod index_file;
 mod plan;
 mod write;
 

@@ -138,16 +138,11 @@ fn enumerate(
 ) -> Result<Vec<(ObjectId, ObjectKind, u32, u8)>, RepackError> {
     let mut out = Vec::new();
     if !options.all {
-        for id in repo.objects().loose_ids()? {
-            if repo.objects().locate_packed(&id)?.is_some() {
-                continue;
-            }
-            let Some(header) = repo.objects().header(&id)? else {
-                continue;
-            };
-            out.push((id, header.kind, 0, CLONE));
-        }
-        return Ok(out);
+        // git's incremental repack: the loose objects refs, reflogs and the index reach.
+        return Ok(super::incremental::loose_reachable(repo)?
+            .into_iter()
+            .map(|(id, kind, hash)| (id, kind, hash, CLONE))
+            .collect());
     }
     let refs = repo.refs();
     let mut clone_tips = Vec::new();
