@@ -16,9 +16,10 @@ ones stay loose), as git does. With -a, writes everything HEAD and refs/* reach 
 what a default clone wants (HEAD, refs/heads/*, refs/tags/*) first, so that such a clone is \
 one range of the file. With -a -d, objects of the old packs and loose ones that nothing reaches go to a \
 cruft pack with their mtimes (gc.pruneExpire drops the old ones), as `git gc` does. A \
-commit-graph is written after -a. With --geometric=N, rolls small packs up as `git repack \
---geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, the \
-rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
+commit-graph is written after -a. With --write-midx, a multi-pack-index over the packs that \
+stay (-b: its bitmap instead of the pack's). With --geometric=N, rolls small packs up as `git \
+repack --geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, \
+the rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
 same time fails."
 )]
 pub struct Args {
@@ -46,8 +47,9 @@ pub struct Args {
     /// Roll packs up so that each holds at least N times the objects of the next smaller.
     #[arg(long, value_name = "N")]
     geometric: Option<u32>,
-    /// With --geometric: write a multi-pack-index over the packs that stay.
-    #[arg(long, requires = "geometric")]
+    /// Write a multi-pack-index over the packs that stay (with -b, its bitmap instead of the
+    /// pack's).
+    #[arg(short = 'm', long)]
     write_midx: bool,
     /// With -a: leave this pack (`pack-<hex>.pack`) as it is, as if it had a `.keep` file.
     #[arg(long = "keep-pack", value_name = "NAME")]
@@ -125,6 +127,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         depth: args.depth,
         commit_graph: !args.no_write_commit_graph,
         keep_packs: args.keep_pack.clone(),
+        write_midx: args.write_midx,
         pack_kept_objects: match (args.pack_kept_objects, args.no_pack_kept_objects) {
             (true, _) => Some(true),
             (_, true) => Some(false),
@@ -134,8 +137,8 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
     if let Some(factor) = args.geometric {
         return geometric(repo, args, factor);
     }
-    if args.bitmap && !args.all {
-        eprintln!("warning: -b needs -a: no bitmap written");
+    if args.bitmap && !args.all && !args.write_midx {
+        eprintln!("warning: -b needs -a or --write-midx: no bitmap written");
     }
     // As git: progress (and the summary) only on a terminal.
     let show = !args.quiet && std::io::stderr().is_terminal();
@@ -150,6 +153,9 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         bar.end_phase();
     }
     let report = report?;
+    if let Some(e) = &report.midx_bitmap_error {
+        eprintln!("warning: no multi-pack-index bitmap: {e}");
+    }
     if show {
         eprintln!(
             "Total {} (delta {}), reused {} (delta {}), pack-reused 0",

@@ -257,3 +257,90 @@ fn an_incremental_repack_packs_what_gits_packs() {
         );
     }
 }
+
+/// The packs (`pack-<hex>.idx`) the multi-pack-index names: its PNAM chunk.
+fn midx_packs(repo: &Repo) -> Vec<String> {
+    let midx = std::fs::read(repo.pack_dir().join("multi-pack-index")).unwrap();
+    assert_eq!(&midx[..4], b"MIDX");
+    let chunks = midx[6] as usize;
+    let table = |i: usize| {
+        let at = 12 + 12 * i;
+        let offset = u64::from_be_bytes(midx[at + 4..at + 12].try_into().unwrap()) as usize;
+        (&midx[at..at + 4], offset)
+    };
+    let i = (0..chunks).find(|&i| table(i).0 == b"PNAM").unwrap();
+    let (start, end) = (table(i).1, table(i + 1).1);
+    midx[start..end]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8(n.to_vec()).unwrap())
+        .collect()
+}
+
+/// The objects of each pack the multi-pack-index names, as [`pack_contents`].
+fn midx_contents(repo: &Repo) -> BTreeSet<Vec<String>> {
+    midx_packs(repo)
+        .iter()
+        .map(|idx| pack_ids(repo, &repo.pack_dir().join(idx)))
+        .collect()
+}
+
+/// The pack bitmaps left.
+fn pack_bitmaps(repo: &Repo) -> usize {
+    std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .filter(|e| {
+            let name = e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            name.starts_with("pack-") && name.ends_with(".bitmap")
+        })
+        .count()
+}
+
+#[test]
+fn write_midx_without_geometric_covers_the_packs_that_stay_as_gits() {
+    for args in [
+        &["repack", "-a", "-d", "--write-midx"][..],
+        &["repack", "-a", "-d", "--write-midx", "-b"][..],
+        &["repack", "-a", "--write-midx", "-b"][..],
+        &["repack", "--write-midx"][..],
+        &["repack", "-d", "--write-midx", "-b"][..],
+    ] {
+        let sb = Sandbox::new();
+        let theirs = two_packs(&sb, "theirs.git");
+        // A kept pack: it stays, and the multi-pack-index names it.
+        let ours = theirs.copy_as(&sb, "ours.git");
+        keep_file(&theirs, &older_pack(&theirs));
+        keep_file(&ours, &older_pack(&ours));
+        theirs.git(args);
+        ours.packd(args, None).assert_success();
+        for repo in [&theirs, &ours] {
+            repo.git(&["fsck", "--strict", "--no-dangling"]);
+            repo.git(&["multi-pack-index", "verify"]);
+            if args.contains(&"-b") {
+                let out = repo.git_run(&["rev-list", "--test-bitmap", "HEAD"], None);
+                out.assert_success();
+                assert!(out.err().contains("OK!"), "{}", out.err());
+            }
+        }
+        assert_eq!(
+            pack_contents(&ours),
+            pack_contents(&theirs),
+            "{args:?}: packs"
+        );
+        assert_eq!(
+            midx_contents(&ours),
+            midx_contents(&theirs),
+            "{args:?}: midx"
+        );
+        assert_eq!(
+            pack_bitmaps(&ours),
+            pack_bitmaps(&theirs),
+            "{args:?}: pack bitmaps"
+        );
+    }
+}

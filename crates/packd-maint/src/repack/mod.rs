@@ -22,7 +22,9 @@
 //!         the old ones), then under the prune lock the old packs (.idx first, so that readers
 //!         stop seeing a pack before its data goes) and loose objects are removed
 //!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
-//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
+//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> --write-midx: a
+//!         multi-pack-index over the packs that stay (-b: its bitmap instead of the pack's)
+//!         ─> commit-graph
 //! ```
 //!
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
@@ -78,6 +80,10 @@ pub struct RepackOptions {
     /// else git's default, packed exactly when `-b` writes a pack bitmap (so that the bitmap
     /// covers every reachable object).
     pub pack_kept_objects: Option<bool>,
+    /// `--write-midx`: then a multi-pack-index over the packs that stay (kept ones, the new
+    /// ones, and with `-a` but not `-d` the old ones); with `-b` the bitmap is the
+    /// multi-pack-index's (no pack bitmap, the packs' old ones removed), with or without `-a`.
+    pub write_midx: bool,
 }
 
 impl Default for RepackOptions {
@@ -93,6 +99,7 @@ impl Default for RepackOptions {
             commit_graph: true,
             keep_packs: Vec::new(),
             pack_kept_objects: None,
+            write_midx: false,
         }
     }
 }
@@ -169,6 +176,8 @@ pub struct RepackReport {
     pub bitmap: Option<PathBuf>,
     /// The commit-graph written.
     pub commit_graph: Option<PathBuf>,
+    /// With --write-midx -b: why the multi-pack-index was written without a bitmap.
+    pub midx_bitmap_error: Option<String>,
 }
 
 /// Why a repack failed.
@@ -198,6 +207,9 @@ pub enum RepackError {
     /// Writing the commit-graph failed.
     #[error("writing the commit-graph: {0}")]
     CommitGraph(String),
+    /// Writing the multi-pack-index (--write-midx) failed.
+    #[error("writing the multi-pack-index: {0}")]
+    Midx(String),
     /// The repository has no objects storage of its own.
     #[error("{0}: no objects directory of its own")]
     NoStorage(String),
@@ -242,7 +254,7 @@ pub fn repack(
         planned.objs.len(),
         started.elapsed()
     );
-    let prior = if options.bitmap && options.all {
+    let prior = if options.bitmap && options.all && !options.write_midx {
         prior_bitmaps(&planned.replaced_packs, &*storage)
     } else {
         None
@@ -279,8 +291,9 @@ pub fn repack(
             started.elapsed()
         );
     }
-    let bitmap = options.bitmap && options.all && planned.left_in_kept.is_empty();
-    if options.bitmap && options.all && !bitmap {
+    let bitmap =
+        options.bitmap && options.all && !options.write_midx && planned.left_in_kept.is_empty();
+    if options.bitmap && options.all && !options.write_midx && !bitmap {
         // git's pack-objects: "disabling bitmap writing, as some objects are not being
         // packed" (a pack bitmap must cover everything its pack's commits reach).
         tracing::warn!(
@@ -307,6 +320,14 @@ pub fn repack(
         report.bitmap = Some(written.bitmap_path);
         tracing::debug!("repack: bitmap written at {:.2?}", started.elapsed());
     }
+    if options.write_midx {
+        let repo = open()?;
+        report.midx_bitmap_error = write_midx(&repo, &*storage, options.bitmap)?;
+        tracing::debug!(
+            "repack: multi-pack-index written at {:.2?}",
+            started.elapsed()
+        );
+    }
     if options.commit_graph && options.all {
         let repo = open()?;
         let graph = (|| {
@@ -322,6 +343,29 @@ pub fn repack(
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)
+}
+
+/// `--write-midx`: the multi-pack-index over every pack of the repository now (git's
+/// `midx_included_packs` without `--geometric`: the kept packs, the new ones and the old ones
+/// not removed), with its bitmap if `bitmap` (then the packs' own bitmaps go, as git removes
+/// those the multi-pack-index covers). The reason a bitmap could not be written (the packs
+/// not closed under reachability: reachable objects loose), if so.
+fn write_midx(
+    repo: &Repository,
+    storage: &dyn packd_storage::Storage,
+    bitmap: bool,
+) -> Result<Option<String>, RepackError> {
+    let mut outcome = crate::geometric::GeometricOutcome::default();
+    crate::geometric::write_midx(repo, bitmap, &[], &mut outcome)
+        .map_err(|e| RepackError::Midx(e.to_string()))?;
+    if outcome.bitmap {
+        for name in storage.list("pack")? {
+            if name.starts_with("pack-") && name.ends_with(".bitmap") {
+                storage.delete(&format!("pack/{name}"))?;
+            }
+        }
+    }
+    Ok(outcome.bitmap_error)
 }
 
 /// The bitmap of the one pack a full repack replaces, when it has one, kept (with the ids it

@@ -113,12 +113,13 @@ fn is_kept(storage: &dyn packd_storage::Storage, name: &str, options: &RepackOpt
 }
 
 /// Whether objects of kept packs go into the new pack: `--[no-]pack-kept-objects`, else
-/// `repack.packKeptObjects`, else only when `-b` writes a pack bitmap (git's default).
+/// `repack.packKeptObjects`, else only when `-b` writes a pack bitmap, that is without
+/// `--write-midx` (git's default).
 fn packs_kept_objects(repo: &Repository, options: &RepackOptions) -> bool {
     options
         .pack_kept_objects
         .or_else(|| repo.config().get_bool("repack.packKeptObjects"))
-        .unwrap_or(options.bitmap)
+        .unwrap_or(options.bitmap && !options.write_midx)
 }
 
 /// The order of kinds within a part: commits, tags, trees, blobs (git's compute_write_order).
