@@ -60,6 +60,9 @@ pub struct Args {
     /// With -a: leave the objects of kept packs out of the new pack.
     #[arg(long, overrides_with = "pack_kept_objects")]
     no_pack_kept_objects: bool,
+    /// With -a -d: pack the unreachable objects too (old packs' and loose), no cruft pack.
+    #[arg(short = 'k', long)]
+    keep_unreachable: bool,
     /// Do not write a commit-graph after the repack.
     #[arg(long)]
     no_write_commit_graph: bool,
@@ -128,6 +131,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         commit_graph: !args.no_write_commit_graph,
         keep_packs: args.keep_pack.clone(),
         write_midx: args.write_midx,
+        keep_unreachable: args.keep_unreachable,
         pack_kept_objects: match (args.pack_kept_objects, args.no_pack_kept_objects) {
             (true, _) => Some(true),
             (_, true) => Some(false),

@@ -344,3 +344,31 @@ fn write_midx_without_geometric_covers_the_packs_that_stay_as_gits() {
         );
     }
 }
+
+#[test]
+fn keep_unreachable_packs_what_gits_packs() {
+    for kept in [false, true] {
+        let sb = Sandbox::new();
+        let base = loose_of_every_kind(&sb, "2");
+        // The odd branch's packed commit and tree become unreachable too.
+        base.git(&["update-ref", "-d", "refs/heads/odd"]);
+        if kept {
+            keep_file(&base, &older_pack(&base));
+        }
+        let theirs = base.copy_as(&sb, "theirs.git");
+        let ours = base.copy_as(&sb, "ours.git");
+        let args = ["repack", "-a", "-d", "-k"];
+        theirs.git(&args);
+        ours.packd(&args, None).assert_success();
+        for repo in [&theirs, &ours] {
+            repo.git(&["fsck", "--strict", "--no-dangling"]);
+            assert_eq!(repo.all_ids(), base.all_ids(), "nothing is lost");
+        }
+        assert_eq!(pack_contents(&ours), pack_contents(&theirs), "kept {kept}");
+        assert_eq!(
+            loose_ids(&ours),
+            loose_ids(&theirs),
+            "kept {kept}: loose after"
+        );
+    }
+}

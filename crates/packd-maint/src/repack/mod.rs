@@ -9,6 +9,7 @@
 //!             part 1 = what only the other refs reach (refs/pull/*, notes, ...);
 //!             objects of kept packs (a .keep file, --keep-pack) left out, as git's
 //!             --honor-pack-keep, unless kept objects are packed (-b, repack.packKeptObjects)
+//!             with -d -k: every other object of the old packs and loose one, in part 1
 //!         else: the loose objects that refs, reflogs and the index reach (git's
 //!             incremental repack, see incremental)
 //! plan    reuse an on-disk delta when its base is written too, no later a part (and no -f);
@@ -19,7 +20,7 @@
 //!         delta of part 0 has its base in part 0, so a default clone is one range of the pack
 //! publish pack, .rev, .idx (pack_file) ─> -a -d: the objects of the old packs and the loose
 //!         ones that nothing reaches go to a cruft pack (crate::cruft, gc.pruneExpire drops
-//!         the old ones), then under the prune lock the old packs (.idx first, so that readers
+//!         the old ones; with -k there are none: the new pack took them), then under the prune lock the old packs (.idx first, so that readers
 //!         stop seeing a pack before its data goes) and loose objects are removed
 //!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
 //!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> --write-midx: a
@@ -84,6 +85,9 @@ pub struct RepackOptions {
     /// ones, and with `-a` but not `-d` the old ones); with `-b` the bitmap is the
     /// multi-pack-index's (no pack bitmap, the packs' old ones removed), with or without `-a`.
     pub write_midx: bool,
+    /// `-k`/`--keep-unreachable` (with `-a -d`): the unreachable objects of the old packs and
+    /// the loose ones go into the new pack, rather than a cruft pack: nothing is dropped.
+    pub keep_unreachable: bool,
 }
 
 impl Default for RepackOptions {
@@ -100,6 +104,7 @@ impl Default for RepackOptions {
             keep_packs: Vec::new(),
             pack_kept_objects: None,
             write_midx: false,
+            keep_unreachable: false,
         }
     }
 }

@@ -194,6 +194,41 @@ fn enumerate(
     Ok(out)
 }
 
+/// `-k` with `-a -d` (git's `--keep-unreachable --pack-loose-unreachable`): every other object
+/// of the packs replaced and every loose object no kept pack holds joins `listed` (in the
+/// last part), so that nothing is left for a cruft pack and nothing is lost.
+fn add_unreachable(
+    repo: &Repository,
+    replaced: &[std::sync::Arc<packd_odb::pack::Pack>],
+    kept: &[(bool, std::sync::Arc<packd_odb::pack::Pack>)],
+    left_in_kept: &[ObjectId],
+    listed: &mut Vec<(ObjectId, ObjectKind, u32, u8)>,
+) -> Result<(), RepackError> {
+    let odb = repo.objects();
+    let mut have: packd_odb::IdSet = listed.iter().map(|(id, ..)| *id).collect();
+    have.extend(left_in_kept.iter().copied());
+    let mut more: Vec<ObjectId> = Vec::new();
+    for pack in replaced {
+        for i in 0..pack.len() {
+            more.push(pack.index().id(i));
+        }
+    }
+    more.extend(
+        odb.loose_ids()?
+            .into_iter()
+            .filter(|id| !kept.iter().any(|(_, p)| p.index().find(id).is_some())),
+    );
+    for id in more {
+        if !have.insert(id) {
+            continue;
+        }
+        if let Some(header) = odb.header(&id)? {
+            listed.push((id, header.kind, 0, REST));
+        }
+    }
+    Ok(())
+}
+
 /// Counts the objects to write and decides how each is written (see the module
 /// documentation of `repack`).
 pub(super) fn plan(
@@ -226,6 +261,9 @@ pub(super) fn plan(
             }
             !in_kept
         });
+    }
+    if options.all && options.delete_redundant && options.keep_unreachable && !replaced.is_empty() {
+        add_unreachable(repo, &replaced, &kept, &left_in_kept, &mut listed)?;
     }
     tracing::debug!(
         "repack: {} objects listed in {:.2?}",
