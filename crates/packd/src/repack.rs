@@ -12,7 +12,7 @@ use std::process::ExitCode;
 #[command(
     after_help = "Packs the repository's objects as `git repack` does. Without -a, packs the \
 loose objects that HEAD, refs/*, the reflogs and the index reach into a new pack (unreachable \
-ones stay loose), as git does. With -a, writes everything HEAD and refs/* reach into one pack, \
+ones stay loose), as git does. With -a, writes everything HEAD, refs/*, the reflogs and the index reach into one pack, \
 what a default clone wants (HEAD, refs/heads/*, refs/tags/*) first, so that such a clone is \
 one range of the file. With -a -d, objects of the old packs and loose ones that nothing reaches go to a \
 cruft pack with their mtimes (gc.pruneExpire drops the old ones), as `git gc` does. A \

@@ -372,3 +372,27 @@ fn keep_unreachable_packs_what_gits_packs() {
         );
     }
 }
+
+/// The objects of each pack but cruft packs (those with a `.mtimes`), as [`pack_contents`].
+fn non_cruft_contents(repo: &Repo) -> BTreeSet<Vec<String>> {
+    repo.packs()
+        .iter()
+        .filter(|p| !p.with_extension("mtimes").exists())
+        .map(|p| pack_ids(repo, &p.with_extension("idx")))
+        .collect()
+}
+
+#[test]
+fn a_full_repack_packs_what_reflogs_and_the_index_reach_as_git() {
+    let sb = Sandbox::new();
+    let base = loose_of_every_kind(&sb, "2");
+    let theirs = base.copy_as(&sb, "theirs.git");
+    let ours = base.copy_as(&sb, "ours.git");
+    theirs.git(&["repack", "-a", "-d"]);
+    ours.packd(&["repack", "-a", "-d"], None).assert_success();
+    for repo in [&theirs, &ours] {
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+    }
+    // git's -a -d leaves the dangling blob loose; packd keeps it in a cruft pack.
+    assert_eq!(non_cruft_contents(&ours), pack_contents(&theirs));
+}

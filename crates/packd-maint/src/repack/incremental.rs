@@ -38,20 +38,7 @@ pub(super) fn loose_reachable(
     for (_, id) in repo.refs().list("refs/")? {
         tips.push((id, Vec::new()));
     }
-    for id in reflog_ids(&repo.common_dir().join("logs")) {
-        // A reflog naming a pruned object: ignored, as git's --reflog does.
-        if odb.header(&id)?.is_some() {
-            tips.push((id, Vec::new()));
-        }
-    }
-    if repo.git_dir() != repo.common_dir() {
-        for id in reflog_ids(&repo.git_dir().join("logs")) {
-            if odb.header(&id)?.is_some() {
-                tips.push((id, Vec::new()));
-            }
-        }
-    }
-    tips.extend(super::index_file::objects(&repo.git_dir().join("index"))?);
+    tips.extend(reflog_and_index_tips(repo)?);
 
     let mut out = Vec::new();
     let mut seen = IdSet::default();
@@ -129,6 +116,27 @@ pub(super) fn loose_reachable(
         }
     }
     Ok(out)
+}
+
+/// What git's `--reflog --indexed-objects` add to the refs as tips: each reflog entry's ids
+/// that name an object here (a reflog naming a pruned object is ignored, as git does), and
+/// the index's blobs (with their paths) and cache-tree trees. A full repack (`-a`) walks from
+/// them too.
+pub(super) fn reflog_and_index_tips(
+    repo: &Repository,
+) -> Result<Vec<(ObjectId, Vec<u8>)>, RepackError> {
+    let mut tips = Vec::new();
+    let mut logs = reflog_ids(&repo.common_dir().join("logs"));
+    if repo.git_dir() != repo.common_dir() {
+        logs.extend(reflog_ids(&repo.git_dir().join("logs")));
+    }
+    for id in logs {
+        if repo.objects().header(&id)?.is_some() {
+            tips.push((id, Vec::new()));
+        }
+    }
+    tips.extend(super::index_file::objects(&repo.git_dir().join("index"))?);
+    Ok(tips)
 }
 
 /// Every id the reflogs under `logs` name (each entry's old and new, the null id left out).

@@ -6,7 +6,8 @@
 //! count   -a: every object reachable from HEAD and refs/*, by the bitmap when there is one
 //!             (count_bitmap), else walking commits and trees:
 //!             part 0 = what HEAD, refs/heads/* and refs/tags/* reach (a default clone),
-//!             part 1 = what only the other refs reach (refs/pull/*, notes, ...);
+//!             part 1 = what only the other refs, the reflogs and the index reach
+//!             (refs/pull/*, notes, ...; git's --all --reflog --indexed-objects);
 //!             objects of kept packs (a .keep file, --keep-pack) left out, as git's
 //!             --honor-pack-keep, unless kept objects are packed (-b, repack.packKeptObjects)
 //!             with -d -k: every other object of the old packs and loose one, in part 1

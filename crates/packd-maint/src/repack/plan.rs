@@ -158,6 +158,10 @@ fn enumerate(
             other_tips.push(id);
         }
     }
+    // git's -a: --all --reflog --indexed-objects; what only reflogs and the index reach goes
+    // with the other refs' part.
+    let extra = super::incremental::reflog_and_index_tips(repo)?;
+    other_tips.extend(extra.into_iter().map(|(id, _)| id));
     clone_tips.sort_unstable();
     clone_tips.dedup();
     other_tips.sort_unstable();
