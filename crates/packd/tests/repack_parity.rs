@@ -396,3 +396,28 @@ fn a_full_repack_packs_what_reflogs_and_the_index_reach_as_git() {
     // git's -a -d leaves the dangling blob loose; packd keeps it in a cruft pack.
     assert_eq!(non_cruft_contents(&ours), pack_contents(&theirs));
 }
+
+#[test]
+fn counted_with_a_bitmap_a_full_repack_still_packs_what_reflogs_and_the_index_reach() {
+    let sb = Sandbox::new();
+    let base = loose_of_every_kind(&sb, "2");
+    base.git(&["repack", "-a", "-d", "-b"]);
+    // After the bitmapped pack: a commit only the reflog names, a blob only the index names.
+    let main = base.git_str(&["rev-parse", "refs/heads/main"]);
+    let away = loose_commit(&base, &main, "away again");
+    base.git(&["update-ref", "-m", "away", "refs/heads/main", &away]);
+    base.git(&["update-ref", "-m", "back", "refs/heads/main", &main]);
+    let blob =
+        String::from_utf8(base.git_stdin(&["hash-object", "-w", "--stdin"], b"index 2\n")).unwrap();
+    let info = format!("100644,{},sub/second", blob.trim());
+    base.git(&["update-index", "--add", "--cacheinfo", &info]);
+    let theirs = base.copy_as(&sb, "theirs.git");
+    let ours = base.copy_as(&sb, "ours.git");
+    theirs.git(&["repack", "-a", "-d", "-b"]);
+    ours.packd(&["repack", "-a", "-d", "-b"], None)
+        .assert_success();
+    for repo in [&theirs, &ours] {
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+    }
+    assert_eq!(non_cruft_contents(&ours), pack_contents(&theirs));
+}

@@ -21,8 +21,9 @@
 //!         delta of part 0 has its base in part 0, so a default clone is one range of the pack
 //! publish pack, .rev, .idx (pack_file) ─> -a -d: the objects of the old packs and the loose
 //!         ones that nothing reaches go to a cruft pack (crate::cruft, gc.pruneExpire drops
-//!         the old ones; with -k there are none: the new pack took them), then under the prune lock the old packs (.idx first, so that readers
-//!         stop seeing a pack before its data goes) and loose objects are removed
+//!         the old ones; with -k there are none: the new pack took them), then under the
+//!         prune lock the old packs (.idx first, so that readers stop seeing a pack before
+//!         its data goes) and loose objects are removed
 //!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
 //!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> --write-midx: a
 //!         multi-pack-index over the packs that stay (-b: its bitmap instead of the pack's)
