@@ -272,7 +272,7 @@ pub fn geometric_repack_leaving(
     if options.write_midx {
         // Read again: the new pack, and any a push added meanwhile, are in.
         let fresh = Repository::open(repo.git_dir(), &RepositoryOptions::default())?;
-        write_midx(&fresh, options, &leave_out, &mut outcome)?;
+        write_midx(&fresh, options.write_bitmap, &leave_out, &mut outcome)?;
     }
     if options.delete {
         delete_rolled_up(storage.as_ref(), &leave_out)?;
@@ -288,15 +288,16 @@ pub fn geometric_repack_leaving(
     Ok(outcome)
 }
 
-/// Writes the multi-pack-index over the repository's packs but `leave_out`, with its bitmap
-/// if asked for and possible (else without, the reason kept in `outcome`).
-fn write_midx(
+/// Writes the multi-pack-index over the repository's packs but `leave_out` (`pack-<hex>.idx`
+/// names), with its bitmap if `write_bitmap` and possible (else without, the reason kept in
+/// `outcome`). `packd repack --write-midx` without `--geometric` writes it this way too.
+pub(crate) fn write_midx(
     repo: &Repository,
-    options: &GeometricOptions,
+    write_bitmap: bool,
     leave_out: &[String],
     outcome: &mut GeometricOutcome,
 ) -> Result<(), GeometricError> {
-    if options.write_bitmap {
+    if write_bitmap {
         let bitmap_options = WriteOptions {
             midx: true,
             ..WriteOptions::default()

@@ -14,7 +14,8 @@
 //! and the trailer is hashed as they go, so the pack is never held in memory: what is kept is
 //! one [`IndexEntry`] (36 bytes) an object, which the index needs anyway.
 //!
-//! Publish order: the pack first, then the `.rev`, then the `.idx` last. A reader (git or
+//! Publish order: the pack first, then the `.rev` (and any file of the pack's own the caller
+//! gives [`PackFileWriter::finish_with`], a cruft pack's `.mtimes`), then the `.idx` last. A reader (git or
 //! packd) finds packs by listing `pack-*.idx`: a pack without an index is invisible, and git's
 //! own `git repack` and `git index-pack` publish in this order for that reason. An index
 //! published before its pack would name a pack that is not there (git reports the pack
@@ -387,7 +388,19 @@ impl PackFileWriter {
 
     /// Ends the pack with its checksum and publishes it, its `.rev` and its `.idx`, in that
     /// order (see the module documentation).
-    pub fn finish(mut self) -> Result<WrittenPack, PackFileError> {
+    pub fn finish(self) -> Result<WrittenPack, PackFileError> {
+        self.finish_with(|_, _| Ok(()))
+    }
+
+    /// [`PackFileWriter::finish`] that also publishes files of the pack's own before its
+    /// `.idx`: `before_idx` gets the storage and the pack's checksum after the `.rev` is
+    /// published. A file a reader must find with the index (a cruft pack's `.mtimes`: an
+    /// index without it reads as an ordinary pack) is therefore in place when the index
+    /// appears; if `before_idx` fails, no index is published.
+    pub fn finish_with(
+        mut self,
+        before_idx: impl FnOnce(&dyn Storage, &[u8; 20]) -> Result<(), PackFileError>,
+    ) -> Result<WrittenPack, PackFileError> {
         if self.entries.len() as u64 != self.expected as u64 {
             return Err(PackFileError::Misuse(format!(
                 "{} objects written, {} announced",
@@ -418,6 +431,7 @@ impl PackFileWriter {
         drop(positions);
         publish_bytes(&*self.storage, &format!("{base}.rev"), &rev)?;
         drop(rev);
+        before_idx(&*self.storage, &checksum)?;
 
         let mut sorted = self.entries.clone();
         let idx = encode_v2(&mut sorted, &checksum);

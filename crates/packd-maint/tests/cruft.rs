@@ -531,3 +531,51 @@ fn objects_written_after_the_collection_are_never_pruned() {
     assert!(quarantined.exists());
     assert!(!has_object(&f.repo, &f.recent_blob));
 }
+
+/// The `.mtimes` is in place before the `.idx` appears, as git's pack-objects publishes them:
+/// when the `.mtimes` cannot be published (a directory in its place, on a copy of the
+/// repository whose cruft pack's name a first run learnt), the write fails and no index is
+/// published, so git sees no new pack, rather than an ordinary pack of unreachable objects.
+#[test]
+fn no_cruft_index_is_published_without_its_mtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture(dir.path());
+    let copy = dir.path().join("copy.git");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&f.repo)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let reachable: HashSet<ObjectId> = git(&f.repo, &["rev-list", "--objects", "--all"], None)
+        .lines()
+        .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap()).unwrap())
+        .collect();
+    let is_reachable = |id: &ObjectId| reachable.contains(id);
+    let write = |path: &Path| {
+        let repo = open(path);
+        let old: Vec<_> = repo.objects().packs().cloned().collect();
+        write_cruft_pack(&repo, &is_reachable, &old, &CruftOptions::default())
+    };
+    let first = write(&f.repo).unwrap();
+    let name = first.pack.expect("a cruft pack").name;
+    let stem = name.strip_suffix(".pack").unwrap();
+    let packs_seen = |repo: &Path| {
+        let counted = git(repo, &["count-objects", "-v"], None);
+        counted
+            .lines()
+            .find(|l| l.starts_with("packs: "))
+            .unwrap()
+            .to_string()
+    };
+    let before = packs_seen(&copy);
+    std::fs::create_dir(copy.join(format!("objects/{stem}.mtimes"))).unwrap();
+    assert!(write(&copy).is_err(), "the .mtimes cannot be published");
+    assert!(
+        !copy.join(format!("objects/{stem}.idx")).exists(),
+        "an index published without its .mtimes"
+    );
+    assert_eq!(packs_seen(&copy), before, "git sees no new pack");
+    git(&copy, &["fsck", "--strict", "--no-progress"], None);
+}

@@ -11,13 +11,15 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Packs the repository's objects as `git repack` does. Without -a, packs the \
-loose objects into a new pack. With -a, writes everything HEAD and refs/* reach into one pack, \
+loose objects that HEAD, refs/*, the reflogs and the index reach into a new pack (unreachable \
+ones stay loose), as git does. With -a, writes everything HEAD, refs/*, the reflogs and the index reach into one pack, \
 what a default clone wants (HEAD, refs/heads/*, refs/tags/*) first, so that such a clone is \
 one range of the file. With -a -d, objects of the old packs and loose ones that nothing reaches go to a \
 cruft pack with their mtimes (gc.pruneExpire drops the old ones), as `git gc` does. A \
-commit-graph is written after -a. With --geometric=N, rolls small packs up as `git repack \
---geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, the \
-rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
+commit-graph is written after -a. With --write-midx, a multi-pack-index over the packs that \
+stay (-b: its bitmap instead of the pack's). With --geometric=N, rolls small packs up as `git \
+repack --geometric=N` does (with --write-midx, a multi-pack-index; -b, its bitmap too; -d, \
+the rolled-up packs removed). Takes the repository's maintenance lock: a second repack at the \
 same time fails."
 )]
 pub struct Args {
@@ -45,9 +47,22 @@ pub struct Args {
     /// Roll packs up so that each holds at least N times the objects of the next smaller.
     #[arg(long, value_name = "N")]
     geometric: Option<u32>,
-    /// With --geometric: write a multi-pack-index over the packs that stay.
-    #[arg(long, requires = "geometric")]
+    /// Write a multi-pack-index over the packs that stay (with -b, its bitmap instead of the
+    /// pack's).
+    #[arg(short = 'm', long)]
     write_midx: bool,
+    /// With -a: leave this pack (`pack-<hex>.pack`) as it is, as if it had a `.keep` file.
+    #[arg(long = "keep-pack", value_name = "NAME")]
+    keep_pack: Vec<String>,
+    /// With -a: pack the objects of kept packs too (repack.packKeptObjects; default: with -b).
+    #[arg(long, overrides_with = "no_pack_kept_objects")]
+    pack_kept_objects: bool,
+    /// With -a: leave the objects of kept packs out of the new pack.
+    #[arg(long, overrides_with = "pack_kept_objects")]
+    no_pack_kept_objects: bool,
+    /// With -a -d: pack the unreachable objects too (old packs' and loose), no cruft pack.
+    #[arg(short = 'k', long)]
+    keep_unreachable: bool,
     /// Do not write a commit-graph after the repack.
     #[arg(long)]
     no_write_commit_graph: bool,
@@ -114,12 +129,20 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         window: args.window,
         depth: args.depth,
         commit_graph: !args.no_write_commit_graph,
+        keep_packs: args.keep_pack.clone(),
+        write_midx: args.write_midx,
+        keep_unreachable: args.keep_unreachable,
+        pack_kept_objects: match (args.pack_kept_objects, args.no_pack_kept_objects) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
     };
     if let Some(factor) = args.geometric {
         return geometric(repo, args, factor);
     }
-    if args.bitmap && !args.all {
-        eprintln!("warning: -b needs -a: no bitmap written");
+    if args.bitmap && !args.all && !args.write_midx {
+        eprintln!("warning: -b needs -a or --write-midx: no bitmap written");
     }
     // As git: progress (and the summary) only on a terminal.
     let show = !args.quiet && std::io::stderr().is_terminal();
@@ -134,6 +157,9 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         bar.end_phase();
     }
     let report = report?;
+    if let Some(e) = &report.midx_bitmap_error {
+        eprintln!("warning: no multi-pack-index bitmap: {e}");
+    }
     if show {
         eprintln!(
             "Total {} (delta {}), reused {} (delta {}), pack-reused 0",

@@ -10,9 +10,12 @@
 //! pack/pack-<checksum>.mtimes  one mtime per object in index order (super::mtimes)
 //! ```
 //!
-//! The `.mtimes` is published after the `.idx` (pack_file publishes the index when it
-//! finishes). In between, and if the writer dies there, git and packd see an ordinary pack of
-//! these objects, whose age is the pack's (now): they are kept longer, never dropped early.
+//! The `.mtimes` is published before the `.idx` (through [`PackFileWriter::finish_with`]), as
+//! git's pack-objects renames a pack's `.idx` after its `.pack`, `.rev` and `.mtimes`: readers
+//! find packs by their index, and an index without its `.mtimes` reads as an ordinary pack
+//! (git's `repack --geometric` would then roll its unreachable objects up into an ordinary
+//! pack, where they stay for good). A writer killed before the `.idx` leaves files no reader
+//! opens.
 
 use super::collect::{collect, Collected};
 use super::expire::select;
@@ -81,21 +84,23 @@ pub fn write_cruft_pack(
         compression_level(i64::from(level)),
     )?;
     write_entries(repo.objects(), &outcome.kept, &mut writer)?;
-    let written = writer.finish()?;
     let times: Vec<u32> = outcome.kept.iter().map(|(_, t)| *t).collect();
-    let bytes = mtimes::encode(&times, &written.checksum);
-    let name = format!("pack/{}.mtimes", written.base_name());
-    // The same objects in the same order: the pack existed (a cruft pack of the same
-    // objects), its .mtimes perhaps with other times, replaced by these.
-    match storage.read_versioned(&name)? {
-        None => {
-            crate::pack_file::publish_bytes(&*storage, &name, &bytes)?;
+    let written = writer.finish_with(|storage, checksum| {
+        let bytes = mtimes::encode(&times, checksum);
+        let name = format!("pack/pack-{}.mtimes", packd_odb::hex(checksum));
+        // The same objects in the same order: the pack existed (a cruft pack of the same
+        // objects), its .mtimes perhaps with other times, replaced by these.
+        match storage.read_versioned(&name)? {
+            None => {
+                crate::pack_file::publish_bytes(storage, &name, &bytes)?;
+            }
+            Some((old, version)) if old[..] != bytes[..] => {
+                storage.replace(&name, Some(&version), &bytes)?;
+            }
+            Some(_) => {}
         }
-        Some((old, version)) if old[..] != bytes[..] => {
-            storage.replace(&name, Some(&version), &bytes)?;
-        }
-        Some(_) => {}
-    }
+        Ok(())
+    })?;
     tracing::debug!(
         pack = %written.name,
         kept = outcome.kept.len(),

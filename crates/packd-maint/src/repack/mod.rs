@@ -6,8 +6,13 @@
 //! count   -a: every object reachable from HEAD and refs/*, by the bitmap when there is one
 //!             (count_bitmap), else walking commits and trees:
 //!             part 0 = what HEAD, refs/heads/* and refs/tags/* reach (a default clone),
-//!             part 1 = what only the other refs reach (refs/pull/*, notes, ...)
-//!         else: the loose objects (git's incremental repack)
+//!             part 1 = what only the other refs, the reflogs and the index reach
+//!             (refs/pull/*, notes, ...; git's --all --reflog --indexed-objects);
+//!             objects of kept packs (a .keep file, --keep-pack) left out, as git's
+//!             --honor-pack-keep, unless kept objects are packed (-b, repack.packKeptObjects)
+//!             with -d -k: every other object of the old packs and loose one, in part 1
+//!         else: the loose objects that refs, reflogs and the index reach (git's
+//!             incremental repack, see incremental)
 //! plan    reuse an on-disk delta when its base is written too, no later a part (and no -f);
 //!         every other object goes to the delta search (one per part), whose whole answers
 //!         reuse their on-disk whole entry unless -F
@@ -16,10 +21,13 @@
 //!         delta of part 0 has its base in part 0, so a default clone is one range of the pack
 //! publish pack, .rev, .idx (pack_file) ─> -a -d: the objects of the old packs and the loose
 //!         ones that nothing reaches go to a cruft pack (crate::cruft, gc.pruneExpire drops
-//!         the old ones), then under the prune lock the old packs (.idx first, so that readers
-//!         stop seeing a pack before its data goes) and loose objects are removed
+//!         the old ones; with -k there are none: the new pack took them), then under the
+//!         prune lock the old packs (.idx first, so that readers stop seeing a pack before
+//!         its data goes) and loose objects are removed
 //!         (cruft::prune); -d alone: loose objects now packed ─> multi-pack-index over removed
-//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
+//!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> --write-midx: a
+//!         multi-pack-index over the packs that stay (-b: its bitmap instead of the pack's)
+//!         ─> commit-graph
 //! ```
 //!
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
@@ -37,6 +45,8 @@
 
 mod cleanup;
 mod count_bitmap;
+mod incremental;
+mod index_file;
 mod plan;
 mod write;
 
@@ -65,6 +75,21 @@ pub struct RepackOptions {
     pub depth: Option<u32>,
     /// Write a commit-graph after (git does with `gc`, and `fetch.writeCommitGraph`).
     pub commit_graph: bool,
+    /// `--keep-pack=<name>` (each `pack-<hex>.pack`): packs treated as if they had a `.keep`
+    /// file: neither replaced nor removed, and (unless kept objects are packed) their objects
+    /// left out of the new pack.
+    pub keep_packs: Vec<String>,
+    /// `--pack-kept-objects` / `--no-pack-kept-objects`; `None`: `repack.packKeptObjects`,
+    /// else git's default, packed exactly when `-b` writes a pack bitmap (so that the bitmap
+    /// covers every reachable object).
+    pub pack_kept_objects: Option<bool>,
+    /// `--write-midx`: then a multi-pack-index over the packs that stay (kept ones, the new
+    /// ones, and with `-a` but not `-d` the old ones); with `-b` the bitmap is the
+    /// multi-pack-index's (no pack bitmap, the packs' old ones removed), with or without `-a`.
+    pub write_midx: bool,
+    /// `-k`/`--keep-unreachable` (with `-a -d`): the unreachable objects of the old packs and
+    /// the loose ones go into the new pack, rather than a cruft pack: nothing is dropped.
+    pub keep_unreachable: bool,
 }
 
 impl Default for RepackOptions {
@@ -78,6 +103,10 @@ impl Default for RepackOptions {
             window: None,
             depth: None,
             commit_graph: true,
+            keep_packs: Vec::new(),
+            pack_kept_objects: None,
+            write_midx: false,
+            keep_unreachable: false,
         }
     }
 }
@@ -154,6 +183,8 @@ pub struct RepackReport {
     pub bitmap: Option<PathBuf>,
     /// The commit-graph written.
     pub commit_graph: Option<PathBuf>,
+    /// With --write-midx -b: why the multi-pack-index was written without a bitmap.
+    pub midx_bitmap_error: Option<String>,
 }
 
 /// Why a repack failed.
@@ -183,6 +214,9 @@ pub enum RepackError {
     /// Writing the commit-graph failed.
     #[error("writing the commit-graph: {0}")]
     CommitGraph(String),
+    /// Writing the multi-pack-index (--write-midx) failed.
+    #[error("writing the multi-pack-index: {0}")]
+    Midx(String),
     /// The repository has no objects storage of its own.
     #[error("{0}: no objects directory of its own")]
     NoStorage(String),
@@ -227,7 +261,7 @@ pub fn repack(
         planned.objs.len(),
         started.elapsed()
     );
-    let prior = if options.bitmap && options.all {
+    let prior = if options.bitmap && options.all && !options.write_midx {
         prior_bitmaps(&planned.replaced_packs, &*storage)
     } else {
         None
@@ -237,7 +271,9 @@ pub fn repack(
         write::write_packs(&repo, &storage, &planned, &settings, progress, &mut report)?;
     tracing::debug!("repack: written at {:.2?}", started.elapsed());
     if options.all && options.delete_redundant {
-        let reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        // What the walk reached: the new pack's objects and those left in kept packs.
+        let mut reachable_set: packd_odb::IdSet = planned.objs.iter().map(|o| o.id).collect();
+        reachable_set.extend(planned.left_in_kept.iter().copied());
         let reachable = |id: &packd_odb::ObjectId| reachable_set.contains(id);
         let old = &planned.replaced_packs;
         let cruft_options = crate::cruft::CruftOptions::from_config(&repo, SystemTime::now())?;
@@ -262,13 +298,23 @@ pub fn repack(
             started.elapsed()
         );
     }
+    let bitmap =
+        options.bitmap && options.all && !options.write_midx && planned.left_in_kept.is_empty();
+    if options.bitmap && options.all && !options.write_midx && !bitmap {
+        // git's pack-objects: "disabling bitmap writing, as some objects are not being
+        // packed" (a pack bitmap must cover everything its pack's commits reach).
+        tracing::warn!(
+            "no bitmap written: {} objects stay in kept packs",
+            planned.left_in_kept.len()
+        );
+    }
     drop(planned);
     drop(repo);
     if options.delete_redundant {
         let repo = open()?;
         report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
     }
-    if options.bitmap && options.all {
+    if bitmap {
         let repo = open()?;
         let written = packd_reach::bitmap::write::write_bitmap_reusing(
             &repo,
@@ -280,6 +326,14 @@ pub fn repack(
         drop(prior);
         report.bitmap = Some(written.bitmap_path);
         tracing::debug!("repack: bitmap written at {:.2?}", started.elapsed());
+    }
+    if options.write_midx {
+        let repo = open()?;
+        report.midx_bitmap_error = write_midx(&repo, &*storage, options.bitmap)?;
+        tracing::debug!(
+            "repack: multi-pack-index written at {:.2?}",
+            started.elapsed()
+        );
     }
     if options.commit_graph && options.all {
         let repo = open()?;
@@ -296,6 +350,29 @@ pub fn repack(
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)
+}
+
+/// `--write-midx`: the multi-pack-index over every pack of the repository now (git's
+/// `midx_included_packs` without `--geometric`: the kept packs, the new ones and the old ones
+/// not removed), with its bitmap if `bitmap` (then the packs' own bitmaps go, as git removes
+/// those the multi-pack-index covers). The reason a bitmap could not be written (the packs
+/// not closed under reachability: reachable objects loose), if so.
+fn write_midx(
+    repo: &Repository,
+    storage: &dyn packd_storage::Storage,
+    bitmap: bool,
+) -> Result<Option<String>, RepackError> {
+    let mut outcome = crate::geometric::GeometricOutcome::default();
+    crate::geometric::write_midx(repo, bitmap, &[], &mut outcome)
+        .map_err(|e| RepackError::Midx(e.to_string()))?;
+    if outcome.bitmap {
+        for name in storage.list("pack")? {
+            if name.starts_with("pack-") && name.ends_with(".bitmap") {
+                storage.delete(&format!("pack/{name}"))?;
+            }
+        }
+    }
+    Ok(outcome.bitmap_error)
 }
 
 /// The bitmap of the one pack a full repack replaces, when it has one, kept (with the ids it

@@ -98,8 +98,28 @@ pub(super) struct Planned {
     pub(super) how: Vec<How>,
     /// The objects in write order (bases still to be pulled ahead of their deltas).
     pub(super) order: Vec<u32>,
-    /// The packs the new one replaces (with -a; `.keep` packs left out).
+    /// The packs the new one replaces (with -a; kept packs left out).
     pub(super) replaced_packs: Vec<std::sync::Arc<packd_odb::pack::Pack>>,
+    /// Reachable objects not written because a kept pack holds them (git's
+    /// `--honor-pack-keep`); empty when kept objects are packed.
+    pub(super) left_in_kept: Vec<ObjectId>,
+}
+
+/// Whether the pack `name` (`pack/pack-<hex>.pack`) of `storage` is kept: it has a `.keep`
+/// file, or `--keep-pack` names it (as `pack-<hex>.pack`).
+fn is_kept(storage: &dyn packd_storage::Storage, name: &str, options: &RepackOptions) -> bool {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    options.keep_packs.iter().any(|k| k == base) || storage.exists(&name.replace(".pack", ".keep"))
+}
+
+/// Whether objects of kept packs go into the new pack: `--[no-]pack-kept-objects`, else
+/// `repack.packKeptObjects`, else only when `-b` writes a pack bitmap, that is without
+/// `--write-midx` (git's default).
+fn packs_kept_objects(repo: &Repository, options: &RepackOptions) -> bool {
+    options
+        .pack_kept_objects
+        .or_else(|| repo.config().get_bool("repack.packKeptObjects"))
+        .unwrap_or(options.bitmap && !options.write_midx)
 }
 
 /// The order of kinds within a part: commits, tags, trees, blobs (git's compute_write_order).
@@ -119,16 +139,11 @@ fn enumerate(
 ) -> Result<Vec<(ObjectId, ObjectKind, u32, u8)>, RepackError> {
     let mut out = Vec::new();
     if !options.all {
-        for id in repo.objects().loose_ids()? {
-            if repo.objects().locate_packed(&id)?.is_some() {
-                continue;
-            }
-            let Some(header) = repo.objects().header(&id)? else {
-                continue;
-            };
-            out.push((id, header.kind, 0, CLONE));
-        }
-        return Ok(out);
+        // git's incremental repack: the loose objects refs, reflogs and the index reach.
+        return Ok(super::incremental::loose_reachable(repo)?
+            .into_iter()
+            .map(|(id, kind, hash)| (id, kind, hash, CLONE))
+            .collect());
     }
     let refs = repo.refs();
     let mut clone_tips = Vec::new();
@@ -143,6 +158,10 @@ fn enumerate(
             other_tips.push(id);
         }
     }
+    // git's -a: --all --reflog --indexed-objects; what only reflogs and the index reach goes
+    // with the other refs' part.
+    let extra = super::incremental::reflog_and_index_tips(repo)?;
+    other_tips.extend(extra.into_iter().map(|(id, _)| id));
     clone_tips.sort_unstable();
     clone_tips.dedup();
     other_tips.sort_unstable();
@@ -179,6 +198,41 @@ fn enumerate(
     Ok(out)
 }
 
+/// `-k` with `-a -d` (git's `--keep-unreachable --pack-loose-unreachable`): every other object
+/// of the packs replaced and every loose object no kept pack holds joins `listed` (in the
+/// last part), so that nothing is left for a cruft pack and nothing is lost.
+fn add_unreachable(
+    repo: &Repository,
+    replaced: &[std::sync::Arc<packd_odb::pack::Pack>],
+    kept: &[(bool, std::sync::Arc<packd_odb::pack::Pack>)],
+    left_in_kept: &[ObjectId],
+    listed: &mut Vec<(ObjectId, ObjectKind, u32, u8)>,
+) -> Result<(), RepackError> {
+    let odb = repo.objects();
+    let mut have: packd_odb::IdSet = listed.iter().map(|(id, ..)| *id).collect();
+    have.extend(left_in_kept.iter().copied());
+    let mut more: Vec<ObjectId> = Vec::new();
+    for pack in replaced {
+        for i in 0..pack.len() {
+            more.push(pack.index().id(i));
+        }
+    }
+    more.extend(
+        odb.loose_ids()?
+            .into_iter()
+            .filter(|id| !kept.iter().any(|(_, p)| p.index().find(id).is_some())),
+    );
+    for id in more {
+        if !have.insert(id) {
+            continue;
+        }
+        if let Some(header) = odb.header(&id)? {
+            listed.push((id, header.kind, 0, REST));
+        }
+    }
+    Ok(())
+}
+
 /// Counts the objects to write and decides how each is written (see the module
 /// documentation of `repack`).
 pub(super) fn plan(
@@ -189,19 +243,32 @@ pub(super) fn plan(
 ) -> Result<Planned, RepackError> {
     let odb = repo.objects();
     let storage = odb.own_storage();
-    let replaced: Vec<_> = if options.all {
+    let (kept, replaced): (Vec<_>, Vec<_>) = if options.all {
         odb.packs_with_storage()
             .filter(|(s, _)| storage.is_some_and(|own| std::sync::Arc::ptr_eq(own, s)))
-            .map(|(s, p)| (s, p.clone()))
-            .filter(|(s, p)| !s.exists(&p.name().replace(".pack", ".keep")))
-            .map(|(_, p)| p)
-            .collect()
+            .map(|(s, p)| (is_kept(&**s, p.name(), options), p.clone()))
+            .partition(|(k, _)| *k)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
+    let replaced: Vec<_> = replaced.into_iter().map(|(_, p)| p).collect();
     progress.start(Phase::Enumerating, 0);
     let started = std::time::Instant::now();
-    let listed = enumerate(repo, options)?;
+    let mut listed = enumerate(repo, options)?;
+    // git's --honor-pack-keep: an object any kept pack holds is not written again.
+    let mut left_in_kept = Vec::new();
+    if !kept.is_empty() && !packs_kept_objects(repo, options) {
+        listed.retain(|(id, ..)| {
+            let in_kept = kept.iter().any(|(_, p)| p.index().find(id).is_some());
+            if in_kept {
+                left_in_kept.push(*id);
+            }
+            !in_kept
+        });
+    }
+    if options.all && options.delete_redundant && options.keep_unreachable && !replaced.is_empty() {
+        add_unreachable(repo, &replaced, &kept, &left_in_kept, &mut listed)?;
+    }
     tracing::debug!(
         "repack: {} objects listed in {:.2?}",
         listed.len(),
@@ -266,6 +333,7 @@ pub(super) fn plan(
         how,
         order,
         replaced_packs: replaced,
+        left_in_kept,
     })
 }
 
