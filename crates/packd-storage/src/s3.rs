@@ -39,14 +39,15 @@
 //! the blob (in memory, then in an unnamed temporary file past [`SPOOL_IN_MEMORY`]) and
 //! publishes it by one `PUT` with `If-None-Match: *`; [`Storage::read_versioned`] returns the
 //! object's ETag as its [`Version`]; [`Storage::replace`] is a `PUT` with `If-Match: ETAG`
-//! (or `If-None-Match: *` to create). See `s3_write.rs` for what happens when the answer to a
-//! conditional write is lost.
+//! (or `If-None-Match: *` to create). Conditional writes go through a second client that
+//! retries nothing by itself; see `s3_write.rs` for what happens when the answer to one is
+//! lost.
 
 use crate::{check_range, Blob, NewBlob, Storage, StorageError, Version};
 use bytes::Bytes;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -132,7 +133,13 @@ impl Drop for Runtime {
 #[derive(Debug)]
 pub(crate) struct Shared {
     runtime: Runtime,
+    /// The client for reads (and unconditional requests): `object_store` retries what fails
+    /// with backoff.
     pub(crate) store: Arc<AmazonS3>,
+    /// The client for conditional writes, which retries nothing itself: a conditional `PUT`
+    /// whose answer was lost must not be sent again blindly (its second try would be refused
+    /// by the first one's success); `s3_write.rs` reads the key and decides.
+    pub(crate) writes: Arc<AmazonS3>,
     pub(crate) bucket: String,
 }
 
@@ -204,6 +211,14 @@ impl S3Storage {
         if config.allow_http || config.is_loopback_http() {
             builder = builder.with_allow_http(true);
         }
+        let writes = builder
+            .clone()
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .build()
+            .map_err(|e| fail(&e))?;
         let store = builder.build().map_err(|e| fail(&e))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -215,6 +230,7 @@ impl S3Storage {
             shared: Arc::new(Shared {
                 runtime: Runtime(Some(runtime)),
                 store: Arc::new(store),
+                writes: Arc::new(writes),
                 bucket: config.bucket.clone(),
             }),
             prefix: config.prefix.trim_matches('/').to_string(),
@@ -412,6 +428,9 @@ impl S3Blob {
 
     /// Fetches one batch of ranges (all non-empty, inside the blob) at once.
     fn fetch_batch(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, StorageError> {
+        if ranges.is_empty() {
+            return Ok(Vec::new());
+        }
         let store = self.shared.store.clone();
         let path = self.path.clone();
         let got = {

@@ -11,13 +11,17 @@
 //! The store decides a race atomically: of writers racing on one key, exactly one gets 200.
 //! What no protocol settles is a conditional write whose answer is lost (a dropped
 //! connection, a 5xx): it may or may not have been applied, and repeating it blindly would be
-//! refused by the write itself if it had landed. So when a conditional write fails without a
-//! definite answer, the key is read again: if it holds exactly the bytes written (and, for a
+//! refused by the write itself if it had landed. So these `PUT`s go through a client that
+//! retries nothing on its own (`object_store` would resend a request whose connection closed
+//! before the answer, and report our own success as a conflict), and when one fails without
+//! a definite answer the key is read again: if it holds exactly the bytes written (and, for a
 //! replace, a version other than the one expected), the write counts as done; another
 //! writer's identical bytes are indistinguishable from ours and leave the same state, which is
-//! what a caller of a compare-and-swap relies on. If the key is as it was, a transport error
-//! is retried once; anything else is the definite answer (AlreadyExists, Conflict). Blobs
-//! being created are spooled locally until publication, so the bytes to compare are at hand.
+//! what a caller of a compare-and-swap relies on. If the key is as it was, the write is sent
+//! again, after a backoff (100 ms, doubling; [`RETRIES_AFTER_LOST_ANSWER`] times at most);
+//! anything else is the definite answer (AlreadyExists, Conflict). A refusal after a retry is
+//! checked the same way, since the first try may have landed late. Blobs being created are
+//! spooled locally until publication, so the bytes to compare are at hand.
 
 use crate::s3::{storage_error, S3Storage, SPOOL_IN_MEMORY};
 use crate::write::{NewBlob, Version};
@@ -26,8 +30,9 @@ use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use std::io::Write;
 
-/// How many times a conditional write with a lost answer is sent again.
-const RETRIES_AFTER_LOST_ANSWER: u32 = 2;
+/// How many times a conditional write that failed without an answer (or with a 5xx) is sent
+/// again, once a read showed it did not land.
+const RETRIES_AFTER_LOST_ANSWER: u32 = 4;
 
 /// An immutable blob being written: its bytes in memory, then (past [`SPOOL_IN_MEMORY`]) in
 /// an unnamed temporary file, until one conditional `PUT` publishes them.
@@ -118,34 +123,48 @@ impl NewBlob for S3NewBlob {
         let bytes = self.bytes()?;
         let storage = &self.storage;
         let name = &self.name;
+        let exists = || StorageError::AlreadyExists {
+            name: storage.describe(name),
+        };
         let mut tries = 0;
         loop {
             let error = match put(storage, name, PutMode::Create, bytes.clone()) {
                 Ok(_) => return Ok(()),
-                Err(object_store::Error::AlreadyExists { .. })
-                | Err(object_store::Error::Precondition { .. }) => {
-                    return Err(StorageError::AlreadyExists {
-                        name: storage.describe(name),
-                    })
-                }
+                // Refused: another blob has the name, unless it is an earlier try of ours that
+                // landed after all (then our bytes are there: read below).
+                Err(e) if refused(&e) && tries == 0 => return Err(exists()),
                 Err(e) => e,
             };
-            // The answer is lost or an error: what is there now?
-            match get(storage, name) {
-                Ok(Some((now, _))) if now == bytes => return Ok(()),
-                Ok(Some(_)) => {
-                    return Err(StorageError::AlreadyExists {
-                        name: storage.describe(name),
-                    })
-                }
-                Ok(None) if lost_answer(&error) && tries < RETRIES_AFTER_LOST_ANSWER => {
+            match get(storage, name)? {
+                Some((now, _)) if now == bytes => return Ok(()),
+                Some(_) => return Err(exists()),
+                None if !refused(&error) && tries < RETRIES_AFTER_LOST_ANSWER => {
                     tries += 1;
                     tracing::warn!(blob = %storage.describe(name), %error, "retrying a create");
+                    std::thread::sleep(backoff(tries));
                 }
-                _ => return Err(storage_error(storage.describe(name), error)),
+                None => return Err(storage_error(storage.describe(name), error)),
             }
         }
     }
+}
+
+/// Whether a conditional write was refused by its condition (412, or 409 for a conditional
+/// write in flight at the same time, or 404 for `If-Match` on nothing on AWS): a definite
+/// answer, unlike an error.
+fn refused(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::Precondition { .. }
+            | object_store::Error::AlreadyExists { .. }
+            | object_store::Error::NotFound { .. }
+    )
+}
+
+/// How long to wait before the `try`th retry of a conditional write: 100 ms, doubling (a
+/// throttling store's 503 asks for time).
+fn backoff(tries: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(100 << tries.saturating_sub(1).min(6))
 }
 
 /// One `PUT` of `bytes` to blob `name` in `mode`.
@@ -161,7 +180,7 @@ fn put(
             store: "S3",
             source: Box::new(e),
         })?;
-    let store = storage.shared.store.clone();
+    let store = storage.shared.writes.clone();
     let options = PutOptions {
         mode,
         ..PutOptions::default()
@@ -185,22 +204,6 @@ fn get(storage: &S3Storage, name: &str) -> Result<Option<(Bytes, Option<String>)
         Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(storage_error(storage.describe(name), e)),
     }
-}
-
-/// Whether `e` is a transport failure (no HTTP answer at all): the request may or may not
-/// have reached the store.
-fn lost_answer(e: &object_store::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if err
-            .downcast_ref::<object_store::client::HttpError>()
-            .is_some()
-        {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 /// The [`Version`] of an ETag; a store that sends none cannot take a compare-and-swap.
@@ -257,11 +260,9 @@ pub(crate) fn replace(
                     },
                 };
             }
-            // 412 for a stale If-Match, 404 (AWS) for an If-Match on nothing, 412 or 409 for
-            // If-None-Match on something.
-            Err(object_store::Error::Precondition { .. })
-            | Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::NotFound { .. }) => return Err(conflict()),
+            // Refused by its condition: the blob changed, unless it is an earlier try of ours
+            // that landed after all (read below).
+            Err(e) if refused(&e) && tries == 0 => return Err(conflict()),
             Err(e) => e,
         };
         let now = read_versioned(storage, name)?;
@@ -270,17 +271,13 @@ pub(crate) fn replace(
             Some((now_bytes, v)) if *now_bytes == bytes && Some(v) != expected => {
                 return Ok(v.clone())
             }
-            _ if now_version == expected
-                && lost_answer(&error)
-                && tries < RETRIES_AFTER_LOST_ANSWER =>
-            {
+            _ if refused(&error) || now_version != expected => return Err(conflict()),
+            _ if tries < RETRIES_AFTER_LOST_ANSWER => {
                 tries += 1;
                 tracing::warn!(blob = %storage.describe(name), %error, "retrying a replace");
+                std::thread::sleep(backoff(tries));
             }
-            _ if now_version == expected => {
-                return Err(storage_error(storage.describe(name), error))
-            }
-            _ => return Err(conflict()),
+            _ => return Err(storage_error(storage.describe(name), error)),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! out of the bucket into a repository that `git verify-pack` and `git fsck --strict` pass.
 
 use packd_storage::{S3Config, S3Storage, Storage, StorageError};
-use packd_test_s3::S3Server;
+use packd_test_s3::{FaultProxy, S3Server};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -432,5 +432,92 @@ fn a_pack_written_through_the_storage_reads_back_byte_for_byte() {
     assert_eq!(
         git(&copy, &["rev-list", "--objects", "main"]),
         git(&repo, &["rev-list", "--objects", "main"])
+    );
+}
+
+/// A server with bucket `packd`, a proxy in front of it that loses requests and answers on
+/// demand, and a storage that reaches the server through the proxy.
+fn setup_with_faults() -> (S3Server, FaultProxy, S3Storage) {
+    let server = S3Server::start();
+    server.create_bucket("packd");
+    let proxy = FaultProxy::start(server.port());
+    let storage = S3Storage::new(&S3Config {
+        bucket: "packd".into(),
+        prefix: "repos/r.git".into(),
+        endpoint: Some(proxy.endpoint()),
+        region: Some(packd_test_s3::REGION.into()),
+        access_key_id: Some(server.access_key_id().into()),
+        secret_access_key: Some(server.secret_access_key().into()),
+        allow_http: false,
+    })
+    .unwrap();
+    (server, proxy, storage)
+}
+
+#[test]
+fn a_conditional_write_whose_answer_is_lost_is_settled_by_reading_again() {
+    let (_server, proxy, s) = setup_with_faults();
+    // The server applied the write; its answer never came. Sent again, it would be refused
+    // (its own first try made the condition false): the storage reads the key instead.
+    proxy.lose_next_answers(1);
+    let v1 = s.replace("stack/list", None, b"one").unwrap();
+    assert_eq!(
+        s.read_versioned("stack/list").unwrap().unwrap(),
+        (b"one"[..].into(), v1.clone())
+    );
+    proxy.lose_next_answers(1);
+    let v2 = s.replace("stack/list", Some(&v1), b"two").unwrap();
+    assert_eq!(
+        s.read_versioned("stack/list").unwrap().unwrap(),
+        (b"two"[..].into(), v2.clone())
+    );
+    proxy.lose_next_answers(1);
+    put(&s, "objects/pack/pack-1.pack", b"pack bytes").unwrap();
+    assert_eq!(
+        &s.open("objects/pack/pack-1.pack")
+            .unwrap()
+            .read_all()
+            .unwrap()[..],
+        b"pack bytes"
+    );
+
+    // A stale version is still refused, and so is a name that exists, with or without faults.
+    proxy.lose_next_answers(1);
+    let stale = s.replace("stack/list", Some(&v1), b"three");
+    assert!(
+        matches!(stale, Err(StorageError::Conflict { .. })),
+        "{stale:?}"
+    );
+    proxy.lose_next_answers(1);
+    let taken = put(&s, "objects/pack/pack-1.pack", b"other bytes");
+    assert!(
+        matches!(taken, Err(StorageError::AlreadyExists { .. })),
+        "{taken:?}"
+    );
+    assert_eq!(
+        s.read_versioned("stack/list").unwrap().unwrap().0,
+        &b"two"[..]
+    );
+}
+
+#[test]
+fn a_conditional_write_cut_before_the_server_saw_it_is_sent_again() {
+    let (_server, proxy, s) = setup_with_faults();
+    proxy.cut_next_requests(1);
+    let v1 = s.replace("stack/list", None, b"one").unwrap();
+    proxy.cut_next_requests(2);
+    let v2 = s.replace("stack/list", Some(&v1), b"two").unwrap();
+    assert_eq!(
+        s.read_versioned("stack/list").unwrap().unwrap(),
+        (b"two"[..].into(), v2)
+    );
+    proxy.cut_next_requests(1);
+    put(&s, "objects/pack/pack-1.pack", b"pack bytes").unwrap();
+    assert_eq!(
+        &s.open("objects/pack/pack-1.pack")
+            .unwrap()
+            .read_all()
+            .unwrap()[..],
+        b"pack bytes"
     );
 }

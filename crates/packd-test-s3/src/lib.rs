@@ -282,3 +282,118 @@ fn answers(port: u16) -> bool {
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 403")
 }
+
+/// A TCP proxy on 127.0.0.1 in front of a server, which can lose what passes through it on
+/// demand: the faults a client of object storage must survive without corrupting anything
+/// (a request cut before the server saw it, an answer lost after the server acted on it).
+/// Connections are relayed byte for byte otherwise. Stops accepting when dropped.
+#[derive(Debug)]
+pub struct FaultProxy {
+    port: u16,
+    faults: std::sync::Arc<Faults>,
+}
+
+/// The faults a [`FaultProxy`] is armed with: counters consumed by the next requests or
+/// answers that pass.
+#[derive(Debug, Default)]
+struct Faults {
+    stop: std::sync::atomic::AtomicBool,
+    cut_requests: std::sync::atomic::AtomicU32,
+    lose_answers: std::sync::atomic::AtomicU32,
+}
+
+impl Faults {
+    /// Takes one fault from `counter` if it holds any.
+    fn take(counter: &std::sync::atomic::AtomicU32) -> bool {
+        use std::sync::atomic::Ordering;
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+impl FaultProxy {
+    /// A proxy at a free port of 127.0.0.1 relaying to `upstream_port` of 127.0.0.1.
+    pub fn start(upstream_port: u16) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the proxy");
+        let port = listener.local_addr().expect("the proxy's port").port();
+        let faults = std::sync::Arc::new(Faults::default());
+        let shared = faults.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if shared.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let (Ok(client), Ok(server)) =
+                    (client, TcpStream::connect(("127.0.0.1", upstream_port)))
+                else {
+                    continue;
+                };
+                relay(client, server, shared.clone());
+            }
+        });
+        FaultProxy { port, faults }
+    }
+
+    /// The proxy's URL, to give the client instead of the server's.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The next `n` requests (the first bytes a client sends on a connection after this)
+    /// are cut: their connection is closed before the server sees anything of them.
+    pub fn cut_next_requests(&self, n: u32) {
+        self.faults
+            .cut_requests
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The next `n` answers are lost: the server got the whole request and acted on it, and
+    /// its answer's connection is closed before the client gets a byte of it.
+    pub fn lose_next_answers(&self, n: u32) {
+        self.faults
+            .lose_answers
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.faults
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accepting thread so that it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Relays one connection both ways on two threads, applying `faults`.
+fn relay(client: TcpStream, server: TcpStream, faults: std::sync::Arc<Faults>) {
+    let pipe =
+        |mut from: TcpStream, mut to: TcpStream, faults: std::sync::Arc<Faults>, requests: bool| {
+            move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match from.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let counter = if requests {
+                        &faults.cut_requests
+                    } else {
+                        &faults.lose_answers
+                    };
+                    if Faults::take(counter) || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = from.shutdown(std::net::Shutdown::Both);
+                let _ = to.shutdown(std::net::Shutdown::Both);
+            }
+        };
+    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    std::thread::spawn(pipe(client, server, faults.clone(), true));
+    std::thread::spawn(pipe(server2, client2, faults, false));
+}
