@@ -88,9 +88,13 @@ impl S3Config {
     /// (`AWS_ENDPOINT_URL`, `AWS_REGION` or `AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`).
     pub fn from_env(bucket: impl Into<String>, prefix: impl Into<String>) -> S3Config {
+        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+            .iter()
+            .find_map(|var| std::env::var(var).ok());
         S3Config {
             bucket: bucket.into(),
             prefix: prefix.into(),
+            endpoint,
             ..S3Config::default()
         }
     }
@@ -323,6 +327,8 @@ impl Storage for S3Storage {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, StorageError> {
+        // `refs/` names the same directory as `refs`, as on a disk.
+        let dir = dir.trim_end_matches('/');
         let prefix = if dir.is_empty() && self.prefix.is_empty() {
             None
         } else if dir.is_empty() {

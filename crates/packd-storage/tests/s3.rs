@@ -276,6 +276,7 @@ fn listing_existence_and_delete() {
     assert_eq!(s.list("").unwrap(), vec!["info", "pack", "x"]);
     assert_eq!(s.list("pack").unwrap(), vec!["pack-a.idx", "pack-a.pack"]);
     assert_eq!(s.list("x").unwrap(), vec!["y"]);
+    assert_eq!(s.list("x/").unwrap(), vec!["y"]);
     assert!(s.list("missing").unwrap().is_empty());
     // A sibling prefix that starts with the same letters is not listed.
     put(&s, "packs-other/one", b"1").unwrap();
