@@ -510,6 +510,7 @@ impl Blob for S3Blob {
                     next += 1;
                 }
                 let batch = &ranges[start..next];
+                tracing::debug!(ranges = batch.len(), bytes, "S3 read_many batch");
                 let fetch: Vec<Range<u64>> = batch
                     .iter()
                     .filter(|r| !r.is_empty() && check_range(&self.name, r, self.len).is_ok())
