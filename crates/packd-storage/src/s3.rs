@@ -41,7 +41,8 @@
 //! object's ETag as its [`Version`]; [`Storage::replace`] is a `PUT` with `If-Match: ETAG`
 //! (or `If-None-Match: *` to create). Conditional writes go through a second client that
 //! retries nothing by itself; see `s3_write.rs` for what happens when the answer to one is
-//! lost.
+//! lost. A blob is published by one `PUT`, which S3 bounds at 5 GiB; larger packs would need
+//! a multipart upload completed with `If-None-Match`, which is not written yet.
 
 use crate::{check_range, Blob, NewBlob, Storage, StorageError, Version};
 use bytes::Bytes;
@@ -361,9 +362,16 @@ impl Storage for S3Storage {
             return false;
         };
         let store = self.shared.store.clone();
-        self.shared
-            .block(async move { store.head(&path).await })
-            .is_ok()
+        match self.shared.block(async move { store.head(&path).await }) {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            // The trait answers yes or no; a store that cannot be asked is logged, so that a
+            // "missing" object caused by an outage can be told from a missing one.
+            Err(e) => {
+                tracing::warn!(blob = %self.describe(name), error = %e, "S3 HEAD failed");
+                false
+            }
+        }
     }
 
     fn describe(&self, name: &str) -> String {
