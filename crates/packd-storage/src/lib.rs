@@ -14,6 +14,12 @@ pub mod write;
 pub use write::{NewBlob, Version};
 mod local_write;
 pub use memory::MemoryBlob;
+#[cfg(feature = "s3")]
+mod s3;
+#[cfg(feature = "s3")]
+mod s3_write;
+#[cfg(feature = "s3")]
+pub use s3::{S3Config, S3Storage};
 
 use bytes::Bytes;
 use std::fmt;

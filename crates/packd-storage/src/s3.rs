@@ -1,0 +1,549 @@
+//! Blobs in a bucket of S3-compatible object storage (AWS S3, Ceph RGW, SeaweedFS, MinIO,
+//! the Versity gateway the tests run), through the `object_store` crate's S3 client.
+//!
+//! # On the bucket
+//!
+//! A bucket holds many repositories under one prefix, each in git's own layout, so that a
+//! repository copied out of the bucket key for key is one stock git reads:
+//!
+//! ```text
+//! s3://BUCKET/PREFIX/REPO/objects/pack/pack-<checksum>.pack   immutable, put if absent
+//! s3://BUCKET/PREFIX/REPO/objects/pack/pack-<checksum>.idx    immutable, put if absent
+//! s3://BUCKET/PREFIX/REPO/objects/pack/pack-<checksum>.rev    (and .bitmap) likewise
+//! s3://BUCKET/PREFIX/REPO/...                                 small mutable blobs (ref lists,
+//!                                                             leases), replaced by If-Match
+//! ```
+//!
+//! An [`S3Storage`] is rooted at one key prefix (for a repository's objects,
+//! `PREFIX/REPO/objects`), as a [`crate::LocalStorage`] is rooted at a directory; blob names
+//! are the same relative names (`pack/pack-X.idx`) on both. [`S3Storage::at`] roots another
+//! storage deeper in the same bucket, sharing the client and its connections. Keys never end
+//! in `/`, and a key is never also the "directory" of other keys (`x` beside `x/y`): some
+//! servers (the Versity gateway over a filesystem) refuse that, and git's layout never needs it.
+//!
+//! # Sync over async
+//!
+//! packd-storage's interface is synchronous (its callers are the object database's readers,
+//! run on plain threads or tokio's blocking pool) and `object_store` is async. Each storage
+//! owns a small tokio runtime of its own (two worker threads), shared by the storages
+//! [`S3Storage::at`] derives. A call spawns its request onto that runtime and waits for the
+//! answer on a channel, so it behaves the same on any thread: a plain one, a
+//! `spawn_blocking` thread of the server's runtime, even a task of another runtime (where
+//! `Runtime::block_on` would panic; a task that waits blocks its worker for one request, as a
+//! disk read does). The thread hop costs microseconds against a round trip of milliseconds.
+//! [`Blob::read_many`] puts several requests in flight at once on that runtime.
+//!
+//! # Writes
+//!
+//! [`crate::write`]'s operations map onto conditional requests: [`Storage::create`] buffers
+//! the blob (in memory, then in an unnamed temporary file past [`SPOOL_IN_MEMORY`]) and
+//! publishes it by one `PUT` with `If-None-Match: *`; [`Storage::read_versioned`] returns the
+//! object's ETag as its [`Version`]; [`Storage::replace`] is a `PUT` with `If-Match: ETAG`
+//! (or `If-None-Match: *` to create). Conditional writes go through a second client that
+//! retries nothing by itself; see `s3_write.rs` for what happens when the answer to one is
+//! lost. A blob is published by one `PUT`, which S3 bounds at 5 GiB; larger packs would need
+//! a multipart upload completed with `If-None-Match`, which is not written yet.
+
+use crate::{check_range, Blob, NewBlob, Storage, StorageError, Version};
+use bytes::Bytes;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Bytes a blob being created keeps in memory before it spills to a temporary file.
+pub const SPOOL_IN_MEMORY: usize = 8 << 20;
+
+/// The most bytes one [`Blob::read_many`] batch asks for at once: the batch is coalesced and
+/// fetched by `object_store` (several requests in flight), then yielded before the next batch
+/// is asked for, so a list of ranges covering a whole pack is never held in memory at once.
+const READ_MANY_BATCH_BYTES: u64 = 16 << 20;
+
+/// Where a bucket is and how to sign requests to it.
+#[derive(Clone, Debug, Default)]
+pub struct S3Config {
+    /// The bucket's name.
+    pub bucket: String,
+    /// The key prefix the storage is rooted at (no leading or trailing `/`; empty: the
+    /// bucket's top).
+    pub prefix: String,
+    /// The server's URL (`http://127.0.0.1:9000`); `None`: AWS's own, from the region.
+    pub endpoint: Option<String>,
+    /// The region requests are signed for (`us-east-1` when `None` and the environment names
+    /// none).
+    pub region: Option<String>,
+    /// The access key; `None`: from the environment (`AWS_ACCESS_KEY_ID`, a profile's
+    /// instance credentials, ...).
+    pub access_key_id: Option<String>,
+    /// The secret key that goes with [`S3Config::access_key_id`].
+    pub secret_access_key: Option<String>,
+    /// Whether plain `http://` endpoints are allowed. Always allowed for a loopback endpoint
+    /// (`127.0.0.1`, `localhost`, `[::1]`); elsewhere only if this or `AWS_ALLOW_HTTP` says so.
+    pub allow_http: bool,
+}
+
+impl S3Config {
+    /// A bucket and prefix, with everything else from the usual AWS environment variables
+    /// (`AWS_ENDPOINT_URL`, `AWS_REGION` or `AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`).
+    pub fn from_env(bucket: impl Into<String>, prefix: impl Into<String>) -> S3Config {
+        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+            .iter()
+            .find_map(|var| std::env::var(var).ok());
+        S3Config {
+            bucket: bucket.into(),
+            prefix: prefix.into(),
+            endpoint,
+            ..S3Config::default()
+        }
+    }
+
+    /// Whether the endpoint is a plain-HTTP URL to this machine.
+    fn is_loopback_http(&self) -> bool {
+        let Some(rest) = self
+            .endpoint
+            .as_deref()
+            .and_then(|e| e.strip_prefix("http://"))
+        else {
+            return false;
+        };
+        let host = rest.split('/').next().unwrap_or("");
+        let host = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => host.split(':').next().unwrap_or(""),
+        };
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+/// The runtime requests run on; shut down in the background when the last storage using it
+/// goes, so that dropping a storage inside an async context does not panic.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What the storages rooted in one bucket share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    runtime: Runtime,
+    /// The client for reads (and unconditional requests): `object_store` retries what fails
+    /// with backoff.
+    pub(crate) store: Arc<AmazonS3>,
+    /// The client for conditional writes, which retries nothing itself: a conditional `PUT`
+    /// whose answer was lost must not be sent again blindly (its second try would be refused
+    /// by the first one's success); `s3_write.rs` reads the key and decides.
+    pub(crate) writes: Arc<AmazonS3>,
+    pub(crate) bucket: String,
+}
+
+impl Shared {
+    /// Runs `request` on the storage's runtime and waits for its answer (see the module's
+    /// doc: this works on any thread).
+    pub(crate) fn block<F>(&self, request: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let rt = self
+            .runtime
+            .0
+            .as_ref()
+            .expect("the runtime lives as long as the storage");
+        rt.spawn(async move {
+            let _ = tx.send(request.await);
+        });
+        rx.recv()
+            .expect("a request on the S3 runtime ended without an answer")
+    }
+}
+
+/// A [`Storage`] rooted at a key prefix of a bucket.
+#[derive(Debug, Clone)]
+pub struct S3Storage {
+    pub(crate) shared: Arc<Shared>,
+    /// The prefix, without leading or trailing `/` (empty: the bucket's top).
+    pub(crate) prefix: String,
+}
+
+impl S3Storage {
+    /// Storage for the blobs under `config.prefix` of `config.bucket`. Fails if the
+    /// configuration is incomplete (no bucket, no region the signer can use, an `http://`
+    /// endpoint that is not allowed); makes no request.
+    pub fn new(config: &S3Config) -> Result<S3Storage, StorageError> {
+        let describe = format!("s3://{}/{}", config.bucket, config.prefix);
+        let fail = |e: &dyn std::fmt::Display| StorageError::Io {
+            name: describe.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("cannot configure the S3 client: {e}"),
+            ),
+        };
+        install_tls_provider();
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(&config.bucket)
+            // Path-style requests (`ENDPOINT/BUCKET/KEY`): what servers other than AWS's
+            // all answer, and AWS too.
+            .with_virtual_hosted_style_request(false);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let env_region =
+            std::env::var_os("AWS_REGION").or_else(|| std::env::var_os("AWS_DEFAULT_REGION"));
+        match (&config.region, env_region) {
+            (Some(region), _) => builder = builder.with_region(region),
+            (None, None) => builder = builder.with_region("us-east-1"),
+            (None, Some(_)) => {}
+        }
+        if let Some(key) = &config.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &config.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        if config.allow_http || config.is_loopback_http() {
+            builder = builder.with_allow_http(true);
+        }
+        let writes = builder
+            .clone()
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .build()
+            .map_err(|e| fail(&e))?;
+        let store = builder.build().map_err(|e| fail(&e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("packd-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| fail(&e))?;
+        Ok(S3Storage {
+            shared: Arc::new(Shared {
+                runtime: Runtime(Some(runtime)),
+                store: Arc::new(store),
+                writes: Arc::new(writes),
+                bucket: config.bucket.clone(),
+            }),
+            prefix: config.prefix.trim_matches('/').to_string(),
+        })
+    }
+
+    /// Storage rooted at `sub` below this one's prefix (`REPO/objects` below a server's
+    /// prefix), sharing the client, its connections and its runtime.
+    pub fn at(&self, sub: &str) -> S3Storage {
+        S3Storage {
+            shared: self.shared.clone(),
+            prefix: self.key(sub.trim_matches('/')),
+        }
+    }
+
+    /// The key prefix this storage is rooted at.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bucket key of blob `name`.
+    pub(crate) fn key(&self, name: &str) -> String {
+        match (self.prefix.is_empty(), name.is_empty()) {
+            (true, _) => name.to_string(),
+            (false, true) => self.prefix.clone(),
+            (false, false) => format!("{}/{name}", self.prefix),
+        }
+    }
+
+    /// The `object_store` path of blob `name`, refusing names that are not plain relative
+    /// paths (empty parts, `.`, `..`, a leading or trailing `/`).
+    pub(crate) fn path(&self, name: &str) -> Result<Path, StorageError> {
+        let bad = name.is_empty()
+            || name
+                .split('/')
+                .any(|part| part.is_empty() || part == "." || part == "..");
+        let parsed = if bad {
+            None
+        } else {
+            Path::parse(self.key(name)).ok()
+        };
+        parsed.ok_or_else(|| StorageError::Io {
+            name: self.describe(name),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a valid blob name (a relative path of plain parts)",
+            ),
+        })
+    }
+}
+
+/// Makes rustls' ring provider the process's default for TLS (reqwest is built without one of
+/// its own, which keeps a second C crypto library out of the build); does nothing if a default
+/// is already installed.
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// [`StorageError`] for an `object_store` error about blob `name` (described as `described`).
+pub(crate) fn storage_error(described: String, e: object_store::Error) -> StorageError {
+    match e {
+        object_store::Error::NotFound { .. } => StorageError::NotFound { name: described },
+        object_store::Error::AlreadyExists { .. } => {
+            StorageError::AlreadyExists { name: described }
+        }
+        object_store::Error::Precondition { .. } => StorageError::Conflict { name: described },
+        e => StorageError::Io {
+            name: described,
+            source: std::io::Error::other(e),
+        },
+    }
+}
+
+impl Storage for S3Storage {
+    fn open(&self, name: &str) -> Result<Arc<dyn Blob>, StorageError> {
+        let path = self.path(name)?;
+        let store = self.shared.store.clone();
+        let head = {
+            let path = path.clone();
+            self.shared.block(async move { store.head(&path).await })
+        };
+        let meta = head.map_err(|e| storage_error(self.describe(name), e))?;
+        Ok(Arc::new(S3Blob {
+            name: self.describe(name),
+            shared: self.shared.clone(),
+            path,
+            len: meta.size,
+            e_tag: meta.e_tag,
+        }))
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, StorageError> {
+        // `refs/` names the same directory as `refs`, as on a disk.
+        let dir = dir.trim_end_matches('/');
+        let prefix = if dir.is_empty() && self.prefix.is_empty() {
+            None
+        } else if dir.is_empty() {
+            Some(
+                Path::parse(&self.prefix)
+                    .map_err(|e| storage_error(self.describe(dir), e.into()))?,
+            )
+        } else {
+            Some(self.path(dir)?)
+        };
+        let store = self.shared.store.clone();
+        let listed = self
+            .shared
+            .block(async move { store.list_with_delimiter(prefix.as_ref()).await })
+            .map_err(|e| storage_error(self.describe(dir), e))?;
+        let mut names: Vec<String> = listed
+            .objects
+            .iter()
+            .map(|o| &o.location)
+            .chain(&listed.common_prefixes)
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        let Ok(path) = self.path(name) else {
+            return false;
+        };
+        let store = self.shared.store.clone();
+        match self.shared.block(async move { store.head(&path).await }) {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            // The trait answers yes or no; a store that cannot be asked is logged, so that a
+            // "missing" object caused by an outage can be told from a missing one.
+            Err(e) => {
+                tracing::warn!(blob = %self.describe(name), error = %e, "S3 HEAD failed");
+                false
+            }
+        }
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("s3://{}/{}", self.shared.bucket, self.key(name))
+    }
+
+    fn create(&self, name: &str) -> Result<Box<dyn NewBlob>, StorageError> {
+        self.path(name)?;
+        Ok(Box::new(crate::s3_write::S3NewBlob::start(
+            self.clone(),
+            name,
+        )))
+    }
+
+    fn read_versioned(&self, name: &str) -> Result<Option<(Bytes, Version)>, StorageError> {
+        crate::s3_write::read_versioned(self, name)
+    }
+
+    fn replace(
+        &self,
+        name: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<Version, StorageError> {
+        crate::s3_write::replace(self, name, expected, bytes)
+    }
+
+    fn delete(&self, name: &str) -> Result<bool, StorageError> {
+        crate::s3_write::delete(self, name)
+    }
+}
+
+/// One object of the bucket, read by ranged `GET`s. Its length and ETag are those `open`'s
+/// `HEAD` saw; each read asks for that ETag (`If-Match`), so a key replaced since (which
+/// git's layout never does to an immutable blob) fails the read rather than mixing bytes of
+/// two objects.
+#[derive(Debug)]
+struct S3Blob {
+    name: String,
+    shared: Arc<Shared>,
+    path: Path,
+    len: u64,
+    e_tag: Option<String>,
+}
+
+impl S3Blob {
+    /// An error naming the blob.
+    fn io(&self, message: String) -> StorageError {
+        StorageError::Io {
+            name: self.name.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, message),
+        }
+    }
+
+    /// Checks that the server sent exactly the bytes of `range`.
+    fn checked(&self, range: &Range<u64>, bytes: Bytes) -> Result<Bytes, StorageError> {
+        let want = range.end - range.start;
+        if bytes.len() as u64 != want {
+            return Err(self.io(format!(
+                "the store answered {} bytes for bytes {}..{} ({want} bytes)",
+                bytes.len(),
+                range.start,
+                range.end
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Fetches one batch of ranges (all non-empty, inside the blob) at once.
+    fn fetch_batch(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, StorageError> {
+        if ranges.is_empty() {
+            return Ok(Vec::new());
+        }
+        let store = self.shared.store.clone();
+        let path = self.path.clone();
+        let got = {
+            let ranges = ranges.clone();
+            self.shared
+                .block(async move { store.get_ranges(&path, &ranges).await })
+                .map_err(|e| storage_error(self.name.clone(), e))?
+        };
+        if got.len() != ranges.len() {
+            return Err(self.io(format!(
+                "the store answered {} ranges for {}",
+                got.len(),
+                ranges.len()
+            )));
+        }
+        ranges
+            .iter()
+            .zip(got)
+            .map(|(range, bytes)| self.checked(range, bytes))
+            .collect()
+    }
+}
+
+impl Blob for S3Blob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        check_range(&self.name, &range, self.len)?;
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let store = self.shared.store.clone();
+        let path = self.path.clone();
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.e_tag.clone(),
+            ..GetOptions::default()
+        };
+        let bytes = self
+            .shared
+            .block(async move { store.get_opts(&path, options).await?.bytes().await })
+            .map_err(|e| storage_error(self.name.clone(), e))?;
+        self.checked(&range, bytes)
+    }
+
+    fn read_many<'a>(
+        &'a self,
+        ranges: &'a [Range<u64>],
+    ) -> Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a> {
+        // Batches of consecutive ranges of at most READ_MANY_BATCH_BYTES (or one range);
+        // an empty or out-of-bounds range is answered in its place without a request.
+        let mut next = 0;
+        let mut ready: std::collections::VecDeque<Result<Bytes, StorageError>> =
+            std::collections::VecDeque::new();
+        Box::new(std::iter::from_fn(move || {
+            if ready.is_empty() && next < ranges.len() {
+                let start = next;
+                let mut bytes = 0;
+                while next < ranges.len()
+                    && (next == start
+                        || bytes + ranges[next].end.saturating_sub(ranges[next].start)
+                            <= READ_MANY_BATCH_BYTES)
+                {
+                    bytes += ranges[next].end.saturating_sub(ranges[next].start);
+                    next += 1;
+                }
+                let batch = &ranges[start..next];
+                tracing::debug!(ranges = batch.len(), bytes, "S3 read_many batch");
+                let fetch: Vec<Range<u64>> = batch
+                    .iter()
+                    .filter(|r| !r.is_empty() && check_range(&self.name, r, self.len).is_ok())
+                    .cloned()
+                    .collect();
+                match self.fetch_batch(fetch) {
+                    Ok(fetched) => {
+                        let mut fetched = fetched.into_iter();
+                        for r in batch {
+                            ready.push_back(match check_range(&self.name, r, self.len) {
+                                Err(e) => Err(e),
+                                Ok(()) if r.is_empty() => Ok(Bytes::new()),
+                                Ok(()) => Ok(fetched.next().expect("one answer per range")),
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        // The whole batch failed: the first range says why, and the iterator
+                        // ends there (callers stop at the first error).
+                        ready.push_back(Err(e));
+                        next = ranges.len();
+                    }
+                }
+            }
+            ready.pop_front()
+        }))
+    }
+}
