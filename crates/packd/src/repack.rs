@@ -114,6 +114,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         window: args.window,
         depth: args.depth,
         commit_graph: !args.no_write_commit_graph,
+        rewrite: false,
     };
     if let Some(factor) = args.geometric {
         return geometric(repo, args, factor);

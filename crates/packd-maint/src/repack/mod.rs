@@ -65,6 +65,10 @@ pub struct RepackOptions {
     pub depth: Option<u32>,
     /// Write a commit-graph after (git does with `gc`, and `fetch.writeCommitGraph`).
     pub commit_graph: bool,
+    /// Rewrite every object even when the bitmapped pack could be kept and appended to
+    /// (`maintenance::run_full`: a full repack on demand lays the default clone's objects
+    /// first, which appending does not).
+    pub rewrite: bool,
 }
 
 impl Default for RepackOptions {
@@ -78,6 +82,7 @@ impl Default for RepackOptions {
             window: None,
             depth: None,
             commit_graph: true,
+            rewrite: false,
         }
     }
 }
@@ -186,6 +191,9 @@ pub enum RepackError {
     /// The repository has no objects storage of its own.
     #[error("{0}: no objects directory of its own")]
     NoStorage(String),
+    /// Appending to the bitmapped pack failed.
+    #[error(transparent)]
+    Append(Box<crate::append::AppendError>),
 }
 
 impl From<LockError> for RepackError {
@@ -212,13 +220,16 @@ pub fn repack(
     let open = || Repository::open(git_dir, &Default::default());
     let repo = open()?;
     let objects = objects_dir(&repo);
-    let _held = lock::try_maintenance(&objects)?;
+    let held = lock::try_maintenance(&objects)?;
     cleanup::remove_stale_temporaries(&objects);
     let storage = repo
         .objects()
         .own_storage()
         .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
         .clone();
+    if let Some(report) = append_path(&repo, &held, options)? {
+        return Ok(report);
+    }
     let settings = plan::Settings::from_config(&repo, options);
     let started = std::time::Instant::now();
     let planned = plan::plan(&repo, options, &settings, progress)?;
@@ -320,4 +331,90 @@ fn prior_bitmaps(
             None
         }
     }
+}
+
+/// The append path (see the module documentation): `Some(report)` when it was taken.
+fn append_path(
+    repo: &Repository,
+    held: &lock::Held,
+    options: &RepackOptions,
+) -> Result<Option<RepackReport>, RepackError> {
+    if !(options.all && options.delete_redundant && options.bitmap)
+        || options.no_reuse_delta
+        || options.no_reuse_object
+        || options.rewrite
+    {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let surveyed = match crate::append::survey(repo) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("repack: not appending: {e}");
+            return Ok(None);
+        }
+    };
+    if !surveyed.base_all_reachable() {
+        tracing::debug!(
+            "repack: not appending: {} holds unreachable objects",
+            surveyed.base().name()
+        );
+        return Ok(None);
+    }
+    let graph_current = options.commit_graph && commit_graph_holds(repo, &surveyed);
+    let base_objects = surveyed.base().len() as u64;
+    let outcome = crate::append::append_surveyed(repo, held, surveyed, &|| Ok(()))
+        .map_err(|e| RepackError::Append(Box::new(e)))?;
+    tracing::debug!(
+        "repack: appended to the bitmapped pack in {:.2?}: {outcome:?}",
+        started.elapsed()
+    );
+    let objects_dir = objects_dir(repo);
+    let mut report = RepackReport {
+        objects: base_objects + outcome.appended,
+        reused: base_objects + outcome.reused,
+        deltas: outcome.deltas,
+        reused_deltas: outcome.deltas,
+        unreachable_kept: outcome.unreachable_kept,
+        unreachable_dropped: outcome.unreachable_dropped,
+        packs_removed: outcome.packs_removed,
+        loose_removed: outcome.loose_removed,
+        bitmap: packd_reach::bitmap::bitmap_name(&outcome.pack).map(|n| objects_dir.join(n)),
+        ..Default::default()
+    };
+    report.packs_written = std::iter::once(outcome.pack.clone())
+        .chain(outcome.cruft_pack.clone())
+        .collect();
+    let storage = repo
+        .objects()
+        .own_storage()
+        .ok_or_else(|| RepackError::NoStorage(repo.common_dir().display().to_string()))?
+        .clone();
+    let git_dir = repo.git_dir().to_path_buf();
+    let open = || Repository::open(&git_dir, &Default::default());
+    report.loose_removed += cleanup::prune_packed(&open()?, &*storage)?;
+    if options.commit_graph && !(graph_current && outcome.unchanged) {
+        let repo = open()?;
+        let graph = (|| {
+            let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
+            let graph_options = packd_reach::commit_graph::GraphOptions::for_repository(&repo);
+            packd_reach::commit_graph::write_commit_graph(&repo, &tips, &graph_options)
+        })()
+        .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
+        if graph.commits > 0 {
+            report.commit_graph = Some(graph.path);
+        }
+    } else if options.commit_graph {
+        tracing::debug!("repack: the commit-graph holds the reachable commits already");
+    }
+    Ok(Some(report))
+}
+
+/// Whether the repository's commit-graph holds exactly the commits the refs reach.
+fn commit_graph_holds(repo: &Repository, surveyed: &crate::append::Survey) -> bool {
+    let Some(graph) = repo.commit_graph() else {
+        return false;
+    };
+    let commits = surveyed.reachable_commits();
+    graph.len() as usize == commits.len() && commits.iter().all(|c| graph.lookup(c).is_some())
 }

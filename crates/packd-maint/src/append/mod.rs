@@ -1,0 +1,535 @@
+//! Appending to the bitmapped pack: a new pack made of the repository's bitmapped pack B as
+//! it is, byte for byte, followed by every reachable object outside it, so that B's bitmaps
+//! stay valid and a mirror clone stays one range of one pack, without re-planning, re-deltaing
+//! or re-bitmapping B's objects.
+//!
+//! ```text
+//! pack/pack-<P>.pack    "PACK", version 2, count N_B + N_new
+//!                       B's entries, byte for byte (same offsets, same CRCs, from B's .idx)
+//!                       the new objects' entries: commits, tags, trees, blobs in walk
+//!                       order; an on-disk delta whose base is in B or already written is
+//!                       copied (as an offset delta, into B's part too), anything else whole
+//!                       SHA-1 trailer
+//! pack/pack-<P>.rev     as any pack's (crate::pack_file)
+//! pack/pack-<P>.bitmap  B's bitmap extended (packd_reach::bitmap::extend): B's entries as
+//!                       they are, bitmaps for new commits (ref tips, the newest 100, one in
+//!                       100 older) after them
+//! pack/pack-<P>.idx     last: until it is published, readers see the repository as before
+//! ```
+//!
+//! Steps: survey (B's bitmap counts the refs' objects, walking only the objects outside B,
+//! as a fetch does: `BitmapIndex::difference_with_outside`), write P through
+//! [`PackFileWriter`] (`copy_pack_body`, then the new objects), the new commits' bitmaps,
+//! publish; then the objects of the other packs and the loose ones that nothing reaches go to
+//! a cruft pack ([`crate::cruft`]) and, under the prune lock, B, the other packs (`.idx`
+//! first) and the loose objects are removed, and a multi-pack-index (which names removed
+//! packs) with it. Objects already in B that a pushed pack holds again (`index-pack
+//! --fix-thin` copies thin bases) are written once: the walk never leaves B for them.
+//!
+//! With nothing outside B, B is kept unchanged (it already is the answer): only the other
+//! packs and loose objects, all duplicates or unreachable, go as above.
+
+use crate::lock;
+use crate::pack_file::{compression_level, PackFileError, PackFileWriter};
+use packd_odb::pack::Pack;
+use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind, Repository};
+use packd_reach::bitmap_walk::{BitmapIndex, WithOutside};
+use packd_reach::ewah::Bitmap;
+use packd_storage::Storage;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// New commits that each get a bitmap, newest first by committer date (the must-region of
+/// `packd_reach::bitmap::select`).
+const NEWEST: usize = 100;
+/// Past those, one new commit in this many gets one (the selection's narrowest window).
+const SPACING: usize = 100;
+
+/// What [`append_to_bitmapped`] did.
+#[derive(Debug, Clone, Default)]
+pub struct AppendOutcome {
+    /// Objects appended after B's (0: B kept unchanged).
+    pub appended: u64,
+    /// Of them, entries copied from other packs (deltas or whole).
+    pub reused: u64,
+    /// Of them, deltas.
+    pub deltas: u64,
+    /// Packs removed (B itself when a new pack replaced it, the other packs).
+    pub packs_removed: u64,
+    /// Loose objects removed.
+    pub loose_removed: u64,
+    /// Bitmaps added for new commits.
+    pub bitmaps_added: u32,
+    /// Whether B was kept unchanged (nothing outside it is reachable).
+    pub unchanged: bool,
+    /// The pack holding the reachable objects now (`pack/pack-<checksum>.pack`).
+    pub pack: String,
+    /// The cruft pack written for unreachable objects of the removed packs, if any.
+    pub cruft_pack: Option<String>,
+    /// Unreachable objects kept in the cruft pack.
+    pub unreachable_kept: u64,
+    /// Unreachable objects dropped as expired.
+    pub unreachable_dropped: u64,
+}
+
+/// Why appending failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The repository has no pack of its own with a `.bitmap` (not `.keep`, not cruft).
+    #[error("no bitmapped pack to append to")]
+    NoBitmappedPack,
+    /// B's bitmap cannot count the refs' objects (an object missing, or B not closed).
+    #[error("{0}: its bitmap cannot count the reachable objects")]
+    CannotCount(String),
+    /// Reading objects or refs failed.
+    #[error(transparent)]
+    Odb(#[from] packd_odb::Error),
+    /// The storage layer failed.
+    #[error(transparent)]
+    Storage(#[from] packd_storage::StorageError),
+    /// Writing the pack (or publishing its files) failed.
+    #[error(transparent)]
+    Pack(#[from] PackFileError),
+    /// Writing the cruft pack or removing the old packs failed.
+    #[error(transparent)]
+    Cruft(#[from] crate::cruft::CruftError),
+    /// Extending the bitmap failed.
+    #[error("extending the bitmap: {0}")]
+    Bitmap(String),
+    /// The repository has no objects storage of its own.
+    #[error("no objects directory of its own")]
+    NoStorage,
+}
+
+/// What the refs reach, counted with B's bitmap: [`survey`]'s answer, which
+/// [`append_surveyed`] writes from.
+pub struct Survey {
+    storage: Arc<dyn Storage>,
+    base: Arc<Pack>,
+    index: BitmapIndex,
+    found: WithOutside,
+    tips: Vec<ObjectId>,
+}
+
+impl std::fmt::Debug for Survey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Survey")
+            .field("base", &self.base.name())
+            .field("outside", &self.found.outside.len())
+            .finish()
+    }
+}
+
+impl Survey {
+    /// The bitmapped pack B.
+    pub fn base(&self) -> &Arc<Pack> {
+        &self.base
+    }
+
+    /// Whether the refs reach every object of B (then B is what a full repack would keep).
+    pub fn base_all_reachable(&self) -> bool {
+        self.found.wanted.count_ones() == self.base.len() as u64
+    }
+
+    /// Every commit the refs reach: B's (when [`Survey::base_all_reachable`]) and those
+    /// outside it.
+    pub fn reachable_commits(&self) -> Vec<ObjectId> {
+        let mut bits = self.index.type_bitmap(ObjectKind::Commit).clone();
+        bits.and_assign(&self.found.wanted);
+        let mut out = self.index.ids(&bits);
+        out.extend(
+            self.found
+                .outside
+                .iter()
+                .filter(|(_, k)| *k == ObjectKind::Commit)
+                .map(|(id, _)| *id),
+        );
+        out
+    }
+
+    /// Reachable objects outside B (what appending writes).
+    pub fn outside(&self) -> usize {
+        self.found.outside.len()
+    }
+}
+
+/// The repository's own packs that a full repack may replace: not `.keep`.
+pub(crate) fn own_packs(repo: &Repository) -> Vec<Arc<Pack>> {
+    let own = repo.objects().own_storage();
+    repo.objects()
+        .packs_with_storage()
+        .filter(|(s, _)| own.is_some_and(|o| Arc::ptr_eq(o, s)))
+        .filter(|(s, p)| !s.exists(&p.name().replace(".pack", ".keep")))
+        .map(|(_, p)| p.clone())
+        .collect()
+}
+
+/// Every ref tip (`HEAD` and `refs/*`), sorted, without repeats.
+fn ref_tips(repo: &Repository) -> Result<Vec<ObjectId>, AppendError> {
+    let refs = repo.refs();
+    let mut tips = Vec::new();
+    if let Some(head) = refs.resolve_full("HEAD")? {
+        tips.push(head);
+    }
+    tips.extend(refs.list("refs/")?.into_iter().map(|(_, id)| id));
+    tips.sort_unstable();
+    tips.dedup();
+    Ok(tips)
+}
+
+/// Picks B (the first own pack with a `.bitmap`, neither `.keep` nor cruft) and counts what
+/// the refs reach with its bitmap.
+pub fn survey(repo: &Repository) -> Result<Survey, AppendError> {
+    let storage = repo
+        .objects()
+        .own_storage()
+        .cloned()
+        .ok_or(AppendError::NoStorage)?;
+    let base = own_packs(repo)
+        .into_iter()
+        .find(|p| {
+            let stem = p.name().trim_end_matches(".pack");
+            storage.exists(&format!("{stem}.bitmap")) && !storage.exists(&format!("{stem}.mtimes"))
+        })
+        .ok_or(AppendError::NoBitmappedPack)?;
+    let index = BitmapIndex::for_pack(&storage, &base)?
+        .ok_or_else(|| AppendError::CannotCount(base.name().to_string()))?;
+    let tips = ref_tips(repo)?;
+    let never = AtomicBool::new(false);
+    let found = index
+        .difference_with_outside(repo, &tips, &[], &IdMap::default(), &never)?
+        .ok_or_else(|| AppendError::CannotCount(base.name().to_string()))?;
+    tracing::debug!(
+        "append: {} reaches {} of its {} objects, {} outside it",
+        base.name(),
+        found.wanted.count_ones(),
+        base.len(),
+        found.outside.len()
+    );
+    Ok(Survey {
+        storage,
+        base,
+        index,
+        found,
+        tips,
+    })
+}
+
+/// Appends every reachable object outside the bitmapped pack B to a copy of B, then removes
+/// what the result makes redundant (see the module documentation). `held` is the repository's
+/// maintenance lock ([`lock::try_maintenance`]), which the caller holds throughout.
+pub fn append_to_bitmapped(
+    repo: &Repository,
+    held: &lock::Held,
+) -> Result<AppendOutcome, AppendError> {
+    let surveyed = survey(repo)?;
+    append_surveyed(repo, held, surveyed, &|| Ok(()))
+}
+
+/// [`append_to_bitmapped`] from a [`survey`] already made; `before_index` runs just before the
+/// new pack's `.idx` is published (tests inject a failure there: an error leaves the
+/// repository as it was, for readers).
+pub fn append_surveyed(
+    repo: &Repository,
+    _held: &lock::Held,
+    surveyed: Survey,
+    before_index: &dyn Fn() -> Result<(), PackFileError>,
+) -> Result<AppendOutcome, AppendError> {
+    let Survey {
+        storage,
+        base,
+        index,
+        found,
+        tips,
+    } = surveyed;
+    let mut outcome = AppendOutcome::default();
+    let old = own_packs(repo);
+    let (pack_name, new_ids) = if found.outside.is_empty() {
+        outcome.unchanged = true;
+        (base.name().to_string(), IdSet::default())
+    } else {
+        let written = write_appended(repo, &storage, &base, &index, &found, &tips, before_index)?;
+        outcome.appended = written.appended;
+        outcome.reused = written.reused;
+        outcome.deltas = written.deltas;
+        outcome.bitmaps_added = written.bitmaps;
+        (written.name, written.ids)
+    };
+    outcome.pack = pack_name.clone();
+    drop(found);
+    drop(index);
+
+    // What the result holds: B's objects and the new ones.
+    let reachable = |id: &ObjectId| base.index().find(id).is_some() || new_ids.contains(id);
+    let cruft_options = crate::cruft::CruftOptions::from_config(repo, SystemTime::now())?;
+    let cruft = crate::cruft::write_cruft_pack(repo, &reachable, &old, &cruft_options)?;
+    outcome.unreachable_kept = cruft.kept.len() as u64;
+    outcome.unreachable_dropped = cruft.dropped.len() as u64;
+    outcome.cruft_pack = cruft.pack.as_ref().map(|p| p.name.clone());
+    let mut keep: Vec<&str> = vec![pack_name.as_str()];
+    if let Some(c) = &cruft.pack {
+        keep.push(c.name.as_str());
+    }
+    let pruned = crate::cruft::prune(repo, &reachable, &cruft, &old, &keep)?;
+    outcome.packs_removed = old.iter().filter(|p| !keep.contains(&p.name())).count() as u64;
+    outcome.loose_removed = pruned.loose as u64;
+    if outcome.packs_removed > 0 {
+        remove_midx(&*storage)?;
+    }
+    tracing::debug!("append: {outcome:?}");
+    Ok(outcome)
+}
+
+/// Removes the multi-pack-index and its bitmap and `.rev` (they name packs just removed).
+fn remove_midx(storage: &dyn Storage) -> Result<(), AppendError> {
+    storage.delete("pack/multi-pack-index")?;
+    for name in storage.list("pack")? {
+        if name.starts_with("multi-pack-index-") {
+            storage.delete(&format!("pack/{name}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The pack [`write_appended`] published.
+struct Appended {
+    name: String,
+    ids: IdSet,
+    appended: u64,
+    reused: u64,
+    deltas: u64,
+    bitmaps: u32,
+}
+
+/// Not written yet.
+const UNWRITTEN: u32 = u32::MAX;
+
+fn kind_rank(kind: ObjectKind) -> u8 {
+    match kind {
+        ObjectKind::Commit => 0,
+        ObjectKind::Tag => 1,
+        ObjectKind::Tree => 2,
+        ObjectKind::Blob => 3,
+    }
+}
+
+/// Writes and publishes P: B's body, then the objects outside B, its `.rev`, its extended
+/// bitmap, its `.idx`.
+fn write_appended(
+    repo: &Repository,
+    storage: &Arc<dyn Storage>,
+    base: &Arc<Pack>,
+    index: &BitmapIndex,
+    found: &WithOutside,
+    tips: &[ObjectId],
+    before_index: &dyn Fn() -> Result<(), PackFileError>,
+) -> Result<Appended, AppendError> {
+    let n_base = base.len();
+    let mut order: Vec<usize> = (0..found.outside.len()).collect();
+    order.sort_by_key(|&i| kind_rank(found.outside[i].1));
+    let mut slot: IdMap<u32> = IdMap::default();
+    slot.reserve(order.len());
+    for (i, (id, _)) in found.outside.iter().enumerate() {
+        slot.insert(*id, i as u32);
+    }
+    let total = u32::try_from(n_base as u64 + found.outside.len() as u64)
+        .map_err(|_| PackFileError::Misuse("more than 2^32 objects".into()))?;
+    let level = ["pack.compression", "core.compression"]
+        .iter()
+        .find_map(|k| repo.config().get(k).and_then(packd_odb::config::parse_int))
+        .unwrap_or(-1);
+    let mut writer = PackFileWriter::new(
+        storage.clone(),
+        repo.objects().hash_kind(),
+        total,
+        compression_level(level as i64),
+    )?;
+    writer.copy_pack_body(base)?;
+    let mut w = Writing {
+        repo,
+        index,
+        found,
+        slot: &slot,
+        entry_of: vec![UNWRITTEN; found.outside.len()],
+        kinds: Vec::with_capacity(found.outside.len()),
+        reused: 0,
+        deltas: 0,
+    };
+    for &i in &order {
+        w.write_family(i as u32, &mut writer)?;
+    }
+    // The new commits' bitmaps, in P's pack order.
+    let entries = new_commit_bitmaps(repo, index, found, tips, &w.entry_of)?;
+    let kinds = std::mem::take(&mut w.kinds);
+    let (reused, deltas) = (w.reused, w.deltas);
+    let bitmaps = entries.len() as u32;
+    let old_bitmap = index.pack_bitmap();
+    let written = writer.finish_with(|f| {
+        let new_ids: Vec<ObjectId> = f.by_id.iter().map(|e| e.id).collect();
+        let bytes = packd_reach::bitmap::extend::extend(&packd_reach::bitmap::extend::Extension {
+            old: old_bitmap,
+            old_index: base.index(),
+            new_ids: &new_ids,
+            pack_checksum: f.checksum,
+            appended: &kinds,
+            new_entries: &entries,
+        })
+        .map_err(|e| PackFileError::Misuse(format!("extending the bitmap: {e}")))?;
+        drop(new_ids);
+        crate::pack_file::publish_bytes(&**storage, &format!("{}.bitmap", f.base_name), &bytes)?;
+        before_index()
+    })?;
+    tracing::debug!(
+        "append: {} written: {} objects of {} and {} more ({reused} reused, {deltas} deltas), \
+         {bitmaps} bitmaps added",
+        written.name,
+        n_base,
+        base.name(),
+        found.outside.len()
+    );
+    Ok(Appended {
+        name: written.name,
+        ids: found.outside.iter().map(|(id, _)| *id).collect(),
+        appended: found.outside.len() as u64,
+        reused,
+        deltas,
+        bitmaps,
+    })
+}
+
+/// The state of writing the new objects.
+struct Writing<'a> {
+    repo: &'a Repository,
+    index: &'a BitmapIndex,
+    found: &'a WithOutside,
+    /// Outside object id -> its slot in `found.outside`.
+    slot: &'a IdMap<u32>,
+    /// By slot: its entry in the new pack.
+    entry_of: Vec<u32>,
+    /// The kinds of the new entries, in pack order.
+    kinds: Vec<ObjectKind>,
+    reused: u64,
+    deltas: u64,
+}
+
+impl Writing<'_> {
+    /// Writes slot `i`, after the bases its stored delta needs that are not written yet.
+    fn write_family(&mut self, i: u32, writer: &mut PackFileWriter) -> Result<(), AppendError> {
+        let mut stack = vec![i];
+        while let Some(&top) = stack.last() {
+            if self.entry_of[top as usize] != UNWRITTEN {
+                stack.pop();
+                continue;
+            }
+            let (id, kind) = self.found.outside[top as usize];
+            let loc = self.repo.objects().locate(&id)?;
+            let mut reuse = None;
+            if let Some(loc @ Location::Packed { .. }) = &loc {
+                match self.repo.objects().delta_base(loc)? {
+                    None => reuse = Some(None),
+                    Some(base_id) => {
+                        if let Some(bit) = self.index.bit_of_id(&base_id)? {
+                            reuse = Some(Some(bit as u32));
+                        } else if let Some(&s) = self.slot.get(&base_id) {
+                            let e = self.entry_of[s as usize];
+                            if e != UNWRITTEN {
+                                reuse = Some(Some(e));
+                            } else if !stack.contains(&s) {
+                                stack.push(s);
+                                continue;
+                            }
+                            // A loop of stored deltas: this one is written whole.
+                        }
+                    }
+                }
+            }
+            let entry = match (reuse, &loc) {
+                (Some(base), Some(Location::Packed { pack, offset })) => {
+                    self.reused += 1;
+                    if base.is_some() {
+                        self.deltas += 1;
+                    }
+                    writer.reuse_entry(id, pack, *offset, base)?
+                }
+                _ => {
+                    let object = self.repo.objects().read(&id)?.ok_or_else(|| {
+                        packd_odb::Error::BadName(format!("object {id} is missing"))
+                    })?;
+                    writer.whole(id, object.kind, &object.data)?
+                }
+            };
+            self.entry_of[top as usize] = entry;
+            self.kinds.push(kind);
+            stack.pop();
+        }
+        Ok(())
+    }
+}
+
+/// Bitmaps for commits among the new objects: ref tips, the [`NEWEST`] newest by committer
+/// date, one in [`SPACING`] older; each counted as a fetch of that commit alone, through B's
+/// bitmap and a walk of the new objects, then given bits in P's pack order (B's objects keep
+/// their positions; new ones are at `entry_of`).
+fn new_commit_bitmaps(
+    repo: &Repository,
+    index: &BitmapIndex,
+    found: &WithOutside,
+    tips: &[ObjectId],
+    entry_of: &[u32],
+) -> Result<Vec<(ObjectId, Bitmap)>, AppendError> {
+    let mut commits = Vec::new();
+    for (slot, (id, kind)) in found.outside.iter().enumerate() {
+        if *kind != ObjectKind::Commit {
+            continue;
+        }
+        let Some(object) = repo.objects().read(id)? else {
+            continue;
+        };
+        let time = packd_odb::parse::parse_commit(id, &object.data)?.time;
+        commits.push((time, *id, slot));
+    }
+    commits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let chosen: Vec<(ObjectId, usize)> = commits
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, id, _))| {
+            *i < NEWEST || (*i - NEWEST).is_multiple_of(SPACING) || tips.binary_search(id).is_ok()
+        })
+        .map(|(_, (_, id, slot))| (*id, *slot))
+        .collect();
+    let slot_of: IdMap<u32> = found
+        .outside
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| (*id, i as u32))
+        .collect();
+    let never = AtomicBool::new(false);
+    let mut out = Vec::with_capacity(chosen.len());
+    for (id, _) in chosen {
+        let Some(reached) =
+            index.difference_with_outside(repo, &[id], &[], &IdMap::default(), &never)?
+        else {
+            tracing::debug!("append: no bitmap for {id}: its objects cannot be counted");
+            continue;
+        };
+        let mut bits = reached.wanted;
+        for (o, _) in &reached.outside {
+            match slot_of.get(o) {
+                Some(&s) if entry_of[s as usize] != UNWRITTEN => {
+                    bits.set(entry_of[s as usize] as u64)
+                }
+                _ => {
+                    return Err(AppendError::Bitmap(format!(
+                        "{id} reaches {o}, which the new pack does not hold"
+                    )))
+                }
+            }
+        }
+        out.push((id, bits));
+    }
+    // Oldest first: a later entry XORs with an earlier one, and older commits' bitmaps are
+    // subsets of newer ones'.
+    out.reverse();
+    Ok(out)
+}
