@@ -365,7 +365,9 @@ fn write_appended(
     let (reused, deltas) = (w.reused, w.deltas);
     let bitmaps = entries.len() as u32;
     let old_bitmap = index.pack_bitmap();
-    let written = writer.finish_with(|f| {
+    let published = std::cell::RefCell::new(None::<String>);
+    let finished = writer.finish_with(|f| {
+        *published.borrow_mut() = Some(f.base_name.to_string());
         let new_ids: Vec<ObjectId> = f.by_id.iter().map(|e| e.id).collect();
         let bytes = packd_reach::bitmap::extend::extend(&packd_reach::bitmap::extend::Extension {
             old: old_bitmap,
@@ -379,7 +381,18 @@ fn write_appended(
         drop(new_ids);
         crate::pack_file::publish_bytes(&**storage, &format!("{}.bitmap", f.base_name), &bytes)?;
         before_index()
-    })?;
+    });
+    let written = match finished {
+        Ok(w) => w,
+        Err(e) => {
+            // Readers never saw P (no `.idx`): its other files go too, rather than waiting
+            // for the stale-file cleanup.
+            if let Some(base) = published.borrow().as_deref() {
+                remove_unindexed(&**storage, base);
+            }
+            return Err(e.into());
+        }
+    };
     tracing::debug!(
         "append: {} written: {} objects of {} and {} more ({reused} reused, {deltas} deltas), \
          {bitmaps} bitmaps added",
@@ -396,6 +409,20 @@ fn write_appended(
         deltas,
         bitmaps,
     })
+}
+
+/// Removes the files of pack `base` (`pack/pack-<checksum>`) published before a failure,
+/// unless its `.idx` exists (then it is a pack readers use). Errors are logged: a file left
+/// is an orphan the stale-file cleanup removes.
+fn remove_unindexed(storage: &dyn Storage, base: &str) {
+    if storage.exists(&format!("{base}.idx")) {
+        return;
+    }
+    for ext in ["bitmap", "rev", "pack"] {
+        if let Err(e) = storage.delete(&format!("{base}.{ext}")) {
+            tracing::warn!("{base}.{ext}: {e}");
+        }
+    }
 }
 
 /// The state of writing the new objects.
