@@ -1,6 +1,6 @@
 //! `packd repack -adb` on a repository whose reachable objects are one bitmapped pack plus
 //! what pushes left beside it (a fast-import pack, a thin pack fixed by `git index-pack
-//! --fix-thin` that repeats objects of the bitmapped pack, loose commits and a tag, an
+//! --fix-thin` that repeats objects of the bitmapped pack, loose commits, a merge and a tag, an
 //! unreachable blob): the bitmapped pack's bytes are kept as they are at the start of the new
 //! pack, each other reachable object is written once after them, and stock git accepts the
 //! result (`fsck --strict`, `verify-pack -v`, `rev-list --test-bitmap` on old and new tips,
@@ -118,6 +118,14 @@ fn push_things(f: &Fixture) {
     );
     let side = repo.commit_on("main~2", "a topic\n");
     repo.git(&["update-ref", "refs/heads/topic", &side]);
+    // A merge of two new commits.
+    let tree = repo.git_str(&["rev-parse", "main^{tree}"]);
+    let merge = repo.git_stdin(
+        &["commit-tree", &tree, "-p", "main", "-p", "topic"],
+        b"merged\n",
+    );
+    let merge = String::from_utf8(merge).unwrap().trim().to_string();
+    repo.git(&["update-ref", "refs/heads/merged", &merge]);
     repo.git(&["tag", "-a", "-m", "since\n", "since", "main~1"]);
     repo.git_stdin(&["hash-object", "-w", "--stdin"], b"nothing reaches this\n");
 }

@@ -345,7 +345,13 @@ fn write_appended(
         total,
         compression_level(level as i64),
     )?;
+    let started = std::time::Instant::now();
     writer.copy_pack_body(base)?;
+    tracing::debug!(
+        "append: {} copied in {:.2?}",
+        base.name(),
+        started.elapsed()
+    );
     let mut w = Writing {
         repo,
         index,
@@ -359,8 +365,10 @@ fn write_appended(
     for &i in &order {
         w.write_family(i as u32, &mut writer)?;
     }
+    tracing::debug!("append: new objects written at {:.2?}", started.elapsed());
     // The new commits' bitmaps, in P's pack order.
-    let entries = new_commit_bitmaps(repo, index, found, tips, &w.entry_of)?;
+    let entries = new_commit_bitmaps(repo, index, found, tips, &slot, &w.entry_of)?;
+    tracing::debug!("append: new bitmaps built at {:.2?}", started.elapsed());
     let kinds = std::mem::take(&mut w.kinds);
     let (reused, deltas) = (w.reused, w.deltas);
     let bitmaps = entries.len() as u32;
@@ -394,9 +402,10 @@ fn write_appended(
         }
     };
     tracing::debug!(
-        "append: {} written: {} objects of {} and {} more ({reused} reused, {deltas} deltas), \
-         {bitmaps} bitmaps added",
+        "append: {} written at {:.2?}: {} objects of {} and {} more ({reused} reused, \
+         {deltas} deltas), {bitmaps} bitmaps added",
         written.name,
+        started.elapsed(),
         n_base,
         base.name(),
         found.outside.len()
@@ -495,68 +504,162 @@ impl Writing<'_> {
 }
 
 /// Bitmaps for commits among the new objects: ref tips, the [`NEWEST`] newest by committer
-/// date, one in [`SPACING`] older; each counted as a fetch of that commit alone, through B's
-/// bitmap and a walk of the new objects, then given bits in P's pack order (B's objects keep
-/// their positions; new ones are at `entry_of`).
+/// date, one in [`SPACING`] older. Built as git builds them, parents first: a new commit's
+/// bitmap is its parents' ORed (a parent in B: B's bitmaps and a fill-in walk, once per such
+/// parent), its own bit, and a walk of its tree that skips every object whose bit is set
+/// already (a set bit's objects are all set: bitmaps are closed), so that each commit costs
+/// only the trees it changed. Bits are P's pack order: B's objects keep their positions, new
+/// ones are at `entry_of`. A commit's bitmap is dropped once its children have theirs, unless
+/// it is one of those chosen.
 fn new_commit_bitmaps(
     repo: &Repository,
     index: &BitmapIndex,
     found: &WithOutside,
     tips: &[ObjectId],
+    slot: &IdMap<u32>,
     entry_of: &[u32],
 ) -> Result<Vec<(ObjectId, Bitmap)>, AppendError> {
-    let mut commits = Vec::new();
-    for (slot, (id, kind)) in found.outside.iter().enumerate() {
+    // The new commits: (id, tree, parents, time).
+    let mut commits: Vec<(ObjectId, ObjectId, Vec<ObjectId>, i64)> = Vec::new();
+    let mut number: IdMap<u32> = IdMap::default();
+    for (id, kind) in &found.outside {
         if *kind != ObjectKind::Commit {
             continue;
         }
-        let Some(object) = repo.objects().read(id)? else {
-            continue;
-        };
-        let time = packd_odb::parse::parse_commit(id, &object.data)?.time;
-        commits.push((time, *id, slot));
+        let object = repo
+            .objects()
+            .read(id)?
+            .ok_or_else(|| packd_odb::Error::BadName(format!("object {id} is missing")))?;
+        let info = packd_odb::parse::parse_commit(id, &object.data)?;
+        number.insert(*id, commits.len() as u32);
+        commits.push((*id, info.tree, info.parents, info.time));
     }
-    commits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let chosen: Vec<(ObjectId, usize)> = commits
-        .iter()
-        .enumerate()
-        .filter(|(i, (_, id, _))| {
-            *i < NEWEST || (*i - NEWEST).is_multiple_of(SPACING) || tips.binary_search(id).is_ok()
-        })
-        .map(|(_, (_, id, slot))| (*id, *slot))
+    let mut by_date: Vec<u32> = (0..commits.len() as u32).collect();
+    by_date.sort_by(|&a, &b| {
+        let (a, b) = (&commits[a as usize], &commits[b as usize]);
+        b.3.cmp(&a.3).then(a.0.cmp(&b.0))
+    });
+    let mut chosen = vec![false; commits.len()];
+    for (i, &c) in by_date.iter().enumerate() {
+        let id = &commits[c as usize].0;
+        chosen[c as usize] =
+            i < NEWEST || (i - NEWEST).is_multiple_of(SPACING) || tips.binary_search(id).is_ok();
+    }
+    drop(by_date);
+
+    // Parents first (Kahn's order over the new commits).
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); commits.len()];
+    let mut waiting = vec![0u32; commits.len()];
+    for (c, (_, _, parents, _)) in commits.iter().enumerate() {
+        for p in parents {
+            if let Some(&pn) = number.get(p) {
+                children[pn as usize].push(c as u32);
+                waiting[c] += 1;
+            }
+        }
+    }
+    let mut ready: Vec<u32> = (0..commits.len() as u32)
+        .filter(|&c| waiting[c as usize] == 0)
         .collect();
-    let slot_of: IdMap<u32> = found
-        .outside
-        .iter()
-        .enumerate()
-        .map(|(i, (id, _))| (*id, i as u32))
-        .collect();
+    let position = |id: &ObjectId| -> Result<u64, AppendError> {
+        if let Some(bit) = index.bit_of_id(id)? {
+            return Ok(bit);
+        }
+        match slot.get(id).map(|&s| entry_of[s as usize]) {
+            Some(e) if e != UNWRITTEN => Ok(e as u64),
+            _ => Err(AppendError::Bitmap(format!(
+                "{id} is reachable but not in the new pack"
+            ))),
+        }
+    };
     let never = AtomicBool::new(false);
-    let mut out = Vec::with_capacity(chosen.len());
-    for (id, _) in chosen {
-        let Some(reached) =
-            index.difference_with_outside(repo, &[id], &[], &IdMap::default(), &never)?
-        else {
-            tracing::debug!("append: no bitmap for {id}: its objects cannot be counted");
-            continue;
-        };
-        let mut bits = reached.wanted;
-        for (o, _) in &reached.outside {
-            match slot_of.get(o) {
-                Some(&s) if entry_of[s as usize] != UNWRITTEN => {
-                    bits.set(entry_of[s as usize] as u64)
+    let mut base_parents: IdMap<Arc<Bitmap>> = IdMap::default();
+    let mut built: Vec<Option<Arc<Bitmap>>> = vec![None; commits.len()];
+    let mut pending_children: Vec<usize> = children.iter().map(Vec::len).collect();
+    let mut out = Vec::new();
+    let mut done = 0;
+    while let Some(c) = ready.pop() {
+        done += 1;
+        let (id, tree, parents, _) = &commits[c as usize];
+        let mut bits = Bitmap::new();
+        for p in parents {
+            if let Some(&pn) = number.get(p) {
+                let parent = built[pn as usize].clone().ok_or_else(|| {
+                    AppendError::Bitmap(format!("{id}: its parent {p} has no bitmap yet"))
+                })?;
+                bits.or_assign(&parent);
+                pending_children[pn as usize] -= 1;
+                if pending_children[pn as usize] == 0 && !chosen[pn as usize] {
+                    built[pn as usize] = None;
                 }
-                _ => {
-                    return Err(AppendError::Bitmap(format!(
-                        "{id} reaches {o}, which the new pack does not hold"
-                    )))
+            } else {
+                let parent = match base_parents.get(p) {
+                    Some(b) => b.clone(),
+                    None => {
+                        let reached = index
+                            .difference_with_outside(repo, &[*p], &[], &IdMap::default(), &never)?
+                            .ok_or_else(|| {
+                                AppendError::CannotCount(format!("the parent {p} of {id}"))
+                            })?;
+                        if !reached.outside.is_empty() {
+                            return Err(AppendError::Bitmap(format!(
+                                "{p} is in the bitmapped pack but reaches objects outside it"
+                            )));
+                        }
+                        let b = Arc::new(reached.wanted);
+                        base_parents.insert(*p, b.clone());
+                        b
+                    }
+                };
+                bits.or_assign(&parent);
+            }
+        }
+        bits.set(position(id)?);
+        // The tree, skipping what is set already.
+        let mut stack = vec![*tree];
+        while let Some(t) = stack.pop() {
+            let at = position(&t)?;
+            if bits.get(at) {
+                continue;
+            }
+            bits.set(at);
+            let object = repo
+                .objects()
+                .read(&t)?
+                .ok_or_else(|| packd_odb::Error::BadName(format!("tree {t} is missing")))?;
+            for entry in packd_odb::parse::tree_entries(&t, &object.data) {
+                let (mode, _, child) = entry?;
+                match mode & 0o170000 {
+                    0o160000 => {}
+                    0o040000 => stack.push(child),
+                    _ => {
+                        let at = position(&child)?;
+                        bits.set(at);
+                    }
                 }
             }
         }
-        out.push((id, bits));
+        let bits = Arc::new(bits);
+        if chosen[c as usize] {
+            out.push((*id, bits.clone()));
+        }
+        if pending_children[c as usize] > 0 {
+            built[c as usize] = Some(bits);
+        }
+        for &child in &children[c as usize] {
+            waiting[child as usize] -= 1;
+            if waiting[child as usize] == 0 {
+                ready.push(child);
+            }
+        }
     }
-    // Oldest first: a later entry XORs with an earlier one, and older commits' bitmaps are
-    // subsets of newer ones'.
-    out.reverse();
-    Ok(out)
+    if done != commits.len() {
+        return Err(AppendError::Bitmap("the new commits' parents loop".into()));
+    }
+    drop(built);
+    // Parents before children (the order built): a later entry XORs with an earlier one.
+    Ok(out
+        .into_iter()
+        .map(|(id, b)| (id, Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())))
+        .collect())
 }

@@ -22,6 +22,19 @@
 //!         packs ─> -b: bitmap (packd_reach::bitmap::write) ─> commit-graph
 //! ```
 //!
+//! **The append path.** With `-a -d -b`, without `-f`/`-F` (and without
+//! [`RepackOptions::rewrite`], which `maintenance::run_full` sets), when the repository has a
+//! pack of its own with a `.bitmap` (not `.keep`, not cruft) and the refs reach every one of
+//! its objects (counted with that bitmap: the refs' bitmaps together cover all its bits), that
+//! pack is what a full repack would keep, and `crate::append` does instead of the above: the
+//! pack's bytes as they are, then the reachable objects outside it, its bitmap extended; or,
+//! with nothing outside it, the pack kept unchanged, and the commit-graph left as it is when
+//! it holds exactly the reachable commits. Unreachable objects of the other packs and loose
+//! ones go to a cruft pack as with `-a -d`. Otherwise (no such pack, or one holding objects
+//! nothing reaches, which only a rewrite drops) the full repack above runs. The cost: a
+//! default clone is no longer the first range of the pack once objects were appended (a
+//! mirror clone is still the whole file).
+//!
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
 //! published, only a temporary file exists; after, the new pack and the old ones hold the same
 //! objects, and a half-done deletion leaves packs whose objects are in the new one.
