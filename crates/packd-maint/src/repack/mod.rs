@@ -240,8 +240,10 @@ pub fn repack(
         .own_storage()
         .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
         .clone();
-    if let Some(report) = append_path(&repo, &held, options)? {
-        return Ok(report);
+    if let Some((report, graph_current)) = append_path(&repo, &held, options)? {
+        // The old packs' maps and caches go before the commit-graph reads the new one.
+        drop(repo);
+        return after_append(git_dir, options, report, graph_current);
     }
     let settings = plan::Settings::from_config(&repo, options);
     let started = std::time::Instant::now();
@@ -346,12 +348,14 @@ fn prior_bitmaps(
     }
 }
 
-/// The append path (see the module documentation): `Some(report)` when it was taken.
+/// The append path (see the module documentation): `Some(report)` when it was taken, with
+/// whether the commit-graph holds the reachable commits already and B was kept unchanged (then
+/// it is not written again).
 fn append_path(
     repo: &Repository,
     held: &lock::Held,
     options: &RepackOptions,
-) -> Result<Option<RepackReport>, RepackError> {
+) -> Result<Option<(RepackReport, bool)>, RepackError> {
     if !(options.all && options.delete_redundant && options.bitmap)
         || options.no_reuse_delta
         || options.no_reuse_object
@@ -398,15 +402,28 @@ fn append_path(
     report.packs_written = std::iter::once(outcome.pack.clone())
         .chain(outcome.cruft_pack.clone())
         .collect();
-    let storage = repo
-        .objects()
-        .own_storage()
-        .ok_or_else(|| RepackError::NoStorage(repo.common_dir().display().to_string()))?
-        .clone();
-    let git_dir = repo.git_dir().to_path_buf();
-    let open = || Repository::open(&git_dir, &Default::default());
-    report.loose_removed += cleanup::prune_packed(&open()?, &*storage)?;
-    if options.commit_graph && !(graph_current && outcome.unchanged) {
+    Ok(Some((report, graph_current && outcome.unchanged)))
+}
+
+/// What the append path does once the packs are in place: loose objects now packed removed,
+/// the commit-graph written unless `graph_current`.
+fn after_append(
+    git_dir: &std::path::Path,
+    options: &RepackOptions,
+    mut report: RepackReport,
+    graph_current: bool,
+) -> Result<RepackReport, RepackError> {
+    let open = || Repository::open(git_dir, &Default::default());
+    {
+        let repo = open()?;
+        let storage = repo
+            .objects()
+            .own_storage()
+            .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
+            .clone();
+        report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
+    }
+    if options.commit_graph && !graph_current {
         let repo = open()?;
         let graph = (|| {
             let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
@@ -420,7 +437,7 @@ fn append_path(
     } else if options.commit_graph {
         tracing::debug!("repack: the commit-graph holds the reachable commits already");
     }
-    Ok(Some(report))
+    Ok(report)
 }
 
 /// Whether the repository's commit-graph holds exactly the commits the refs reach.
