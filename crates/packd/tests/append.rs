@@ -233,3 +233,40 @@ fn with_nothing_outside_the_bitmapped_pack_repack_keeps_it_as_it_is() {
     test_bitmap(repo, "main");
     assert_eq!(listed(repo, true), listed(repo, false));
 }
+
+/// `packd repack -adb` taking the append path, killed at random points: git finds the
+/// repository whole with every object, and the next repack finishes the job.
+#[test]
+fn an_append_killed_anywhere_leaves_a_whole_repository() {
+    let f = Fixture::new();
+    f.repack_whole();
+    push_things(&f);
+    let objects = f.repo.all_ids();
+    let started = std::time::Instant::now();
+    let probe = f.repo.copy_as(&f.sandbox, "probe.git");
+    packd_repack(&probe, &f.sandbox);
+    let span = started.elapsed().as_micros().max(1000) as u64;
+    let mut rng = Rng::new(0x5eed);
+    for round in 0..12 {
+        let repo = f.repo.copy_as(&f.sandbox, &format!("k{round}.git"));
+        let mut child = std::process::Command::new(PACKD);
+        apply_env(&mut child, f.sandbox.path());
+        let mut child = child
+            .arg("-C")
+            .arg(&repo.path)
+            .args(["repack", "-adb"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(rng.next_u64() % span));
+        let _ = child.kill();
+        let _ = child.wait();
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+        assert_eq!(repo.all_ids(), objects, "round {round}: no object lost");
+        packd_repack(&repo, &f.sandbox);
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+        assert_eq!(main_packs(&repo).len(), 1, "round {round}");
+        test_bitmap(&repo, "main");
+        assert_eq!(listed(&repo, true), listed(&repo, false), "round {round}");
+    }
+}
