@@ -270,3 +270,33 @@ fn an_append_killed_anywhere_leaves_a_whole_repository() {
         assert_eq!(listed(&repo, true), listed(&repo, false), "round {round}");
     }
 }
+
+/// After packd's own `repack -adb` with unreachable objects (a cruft pack beside the
+/// reachable one), the reachable pack has a bitmap of its own, as git's `repack -adb --cruft`
+/// gives it, not a multi-pack-index's; so the next `repack -adb` after a push appends to it.
+#[test]
+fn packd_s_own_repack_with_a_cruft_pack_is_appended_to_next() {
+    let f = Fixture::new();
+    let repo = &f.repo;
+    repo.git_stdin(&["hash-object", "-w", "--stdin"], b"nothing reaches this\n");
+    packd_repack(repo, &f.sandbox);
+    let packs = main_packs(repo);
+    assert_eq!(packs.len(), 1);
+    assert!(packs[0].with_extension("bitmap").exists(), "a pack bitmap");
+    assert!(!repo.objects_dir().join("pack/multi-pack-index").exists());
+    assert_eq!(repo.packs().len(), 2, "and a cruft pack");
+    test_bitmap(repo, "main");
+    let old = std::fs::read(&packs[0]).unwrap();
+    repo.commit_on_main("pushed\n");
+    let log = packd_repack(repo, &f.sandbox);
+    assert!(log.contains("append: pack/pack-"), "{log}");
+    let new = std::fs::read(&main_packs(repo)[0]).unwrap();
+    assert_same_bytes(
+        "the old pack's entries",
+        &old[12..old.len() - 20],
+        &new[12..old.len() - 20],
+    );
+    repo.git(&["fsck", "--strict", "--no-dangling"]);
+    test_bitmap(repo, "main");
+    assert_eq!(listed(repo, true), listed(repo, false));
+}
