@@ -9,6 +9,7 @@
 //!      ──> old packs deleted once the new set is durable
 //! ```
 
+pub mod append;
 pub mod auto_policy;
 pub mod cruft;
 pub mod geometric;

@@ -204,6 +204,7 @@ pub fn run_full(git_dir: &Path) -> Result<Report, MaintenanceError> {
         all: true,
         delete_redundant: true,
         bitmap: true,
+        rewrite: true,
         ..Default::default()
     };
     let repacked = crate::repack::repack(git_dir, &options, &crate::repack::NoProgress)?;

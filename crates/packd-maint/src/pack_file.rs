@@ -101,6 +101,20 @@ impl WrittenPack {
     }
 }
 
+/// What [`PackFileWriter::finish_with`] tells its callback: the pack is published, its
+/// `.idx` not yet.
+#[derive(Debug)]
+pub struct Finished<'a> {
+    /// The storage the pack is written to (where files of its own go).
+    pub storage: &'a dyn Storage,
+    /// `pack/pack-<checksum>`: the pack's files' names without their extension.
+    pub base_name: &'a str,
+    /// The pack's checksum.
+    pub checksum: &'a [u8; 20],
+    /// Every entry, sorted by id (index order).
+    pub by_id: &'a [IndexEntry],
+}
+
 /// The pack file being written: buffered, hashed and counted as it goes.
 struct Stream {
     blob: Box<dyn NewBlob>,
@@ -386,20 +400,78 @@ impl PackFileWriter {
         Ok(self.entries.len() as u32 - 1)
     }
 
+    /// Copies every entry of `pack` as it is, byte for byte and in its order, as the first
+    /// entries of this pack (nothing written yet): each keeps its offset (both packs start
+    /// with a 12-byte header) and the CRC-32 its `.idx` records, so nothing is decompressed
+    /// and `pack`'s offset deltas stay valid. The bytes are read in pieces with plain reads,
+    /// not mapped (memory stays bounded whatever the pack's size). Entry `i` of this pack is
+    /// then `pack`'s `i`th entry by offset. `pack` needs a version 2 index (it has CRCs).
+    pub fn copy_pack_body(&mut self, pack: &Pack) -> Result<(), PackFileError> {
+        if !self.entries.is_empty() || self.stream.written != 12 {
+            return Err(PackFileError::Misuse(
+                "a pack body is copied before any entry".into(),
+            ));
+        }
+        if self.entries.len() as u64 + pack.len() as u64 > self.expected as u64 {
+            return Err(PackFileError::Misuse(format!(
+                "{}: {} objects, more than the {} announced",
+                pack.data_name(),
+                pack.len(),
+                self.expected
+            )));
+        }
+        let data = pack.data();
+        let head = data.read_copy(0..12)?;
+        if &head[..4] != b"PACK" || head[4..8] != 2u32.to_be_bytes() {
+            let e = packd_odb::Error::corrupt(pack.data_name(), 0, "not a version 2 pack");
+            return Err(e.into());
+        }
+        let positions = pack.positions_in_pack_order()?;
+        let offsets = pack.sorted_offsets()?;
+        let index = pack.index();
+        self.entries.reserve(positions.len());
+        for (&pos, &offset) in positions.iter().zip(offsets) {
+            let crc32 = index.crc32(pos).ok_or_else(|| {
+                PackFileError::Misuse(format!("{}: a version 1 index has no CRCs", pack.name()))
+            })?;
+            self.entries.push(IndexEntry {
+                id: index.id(pos),
+                offset,
+                crc32,
+            });
+        }
+        let end = pack.entries_end();
+        let mut at = 12;
+        let mut piece = std::mem::take(&mut self.piece);
+        while at < end {
+            let to = end.min(at + 4 * PIECE);
+            if let Err(e) = data.read_copy_into(at..to, &mut piece) {
+                self.piece = piece;
+                return Err(e.into());
+            }
+            if let Err(e) = self.stream.put(&piece) {
+                self.piece = piece;
+                return Err(e);
+            }
+            at = to;
+        }
+        self.piece = piece;
+        Ok(())
+    }
+
     /// Ends the pack with its checksum and publishes it, its `.rev` and its `.idx`, in that
     /// order (see the module documentation).
     pub fn finish(self) -> Result<WrittenPack, PackFileError> {
-        self.finish_with(|_, _| Ok(()))
+        self.finish_with(|_| Ok(()))
     }
 
-    /// [`PackFileWriter::finish`] that also publishes files of the pack's own before its
-    /// `.idx`: `before_idx` gets the storage and the pack's checksum after the `.rev` is
-    /// published. A file a reader must find with the index (a cruft pack's `.mtimes`: an
-    /// index without it reads as an ordinary pack) is therefore in place when the index
-    /// appears; if `before_idx` fails, no index is published.
+    /// [`PackFileWriter::finish`], calling `before_index` once the pack and its `.rev` are
+    /// published and before the `.idx` is: a file that belongs to the pack and must be there
+    /// when readers find it (its `.bitmap`) is published there. An error from it leaves the
+    /// pack unpublished for readers (no `.idx`), and is returned.
     pub fn finish_with(
         mut self,
-        before_idx: impl FnOnce(&dyn Storage, &[u8; 20]) -> Result<(), PackFileError>,
+        before_index: impl FnOnce(&Finished<'_>) -> Result<(), PackFileError>,
     ) -> Result<WrittenPack, PackFileError> {
         if self.entries.len() as u64 != self.expected as u64 {
             return Err(PackFileError::Misuse(format!(
@@ -431,9 +503,15 @@ impl PackFileWriter {
         drop(positions);
         publish_bytes(&*self.storage, &format!("{base}.rev"), &rev)?;
         drop(rev);
-        before_idx(&*self.storage, &checksum)?;
 
         let mut sorted = self.entries.clone();
+        sorted.sort_unstable_by_key(|e| e.id);
+        before_index(&Finished {
+            storage: &*self.storage,
+            base_name: &base,
+            checksum: &checksum,
+            by_id: &sorted,
+        })?;
         let idx = encode_v2(&mut sorted, &checksum);
         drop(sorted);
         publish_bytes(&*self.storage, &format!("{base}.idx"), &idx)?;

@@ -385,6 +385,33 @@ impl BitmapIndex {
         Self::open_with(repo, true)
     }
 
+    /// The bitmap of one given pack (`pack` read from `storage`), whatever multi-pack-index
+    /// is beside it: for a writer that keeps that pack's objects where they are and needs its
+    /// own bitmap's answers (`packd_maint::append`). `None` when the pack has no `.bitmap`.
+    pub fn for_pack(
+        storage: &Arc<dyn packd_storage::Storage>,
+        pack: &Arc<packd_odb::pack::Pack>,
+    ) -> Result<Option<BitmapIndex>> {
+        let started = std::time::Instant::now();
+        let bitmap = PackBitmap::open_for_pack(storage.as_ref(), pack)
+            .map_err(|e| packd_odb::Error::Unsupported(format!("{}: {e}", pack.data_name())))?;
+        let Some(bitmap) = bitmap else {
+            return Ok(None);
+        };
+        let objects = Bitmapped::pack(storage.as_ref(), pack)?;
+        Ok(Some(BitmapIndex::opened(
+            objects,
+            bitmap,
+            storage.clone(),
+            started,
+        )))
+    }
+
+    /// The bitmap file itself (its header, type bitmaps and commit entries).
+    pub fn pack_bitmap(&self) -> &PackBitmap {
+        &self.bitmap
+    }
+
     fn open_with(repo: &Repository, warm: bool) -> Result<Option<BitmapIndex>> {
         let started = std::time::Instant::now();
         if let Some((storage, midx, packs)) = repo.objects().multi_pack_index() {

@@ -137,6 +137,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
             (_, true) => Some(false),
             _ => None,
         },
+        rewrite: false,
     };
     if let Some(factor) = args.geometric {
         return geometric(repo, args, factor);

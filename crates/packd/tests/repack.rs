@@ -420,10 +420,11 @@ fn a_repack_of_a_bitmapped_repository_counts_with_the_bitmap() {
     repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
     let mut cmd = std::process::Command::new(PACKD);
     apply_env(&mut cmd, sb.path());
+    // -f: a rewrite (without it, the commit is appended to the pack, see tests/append.rs).
     cmd.env("PACKD_LOG", "packd_maint=debug")
         .arg("-C")
         .arg(&repo.path)
-        .args(["repack", "-adb"]);
+        .args(["repack", "-adbf"]);
     let run = run_cmd(cmd, None, PACKD_TIMEOUT);
     run.assert_success();
     assert!(
@@ -471,10 +472,11 @@ fn a_full_repack_reuses_the_old_bitmaps_and_writes_what_building_from_nothing_wr
     repo.git(&["update-ref", "refs/heads/main", commit.trim()]);
     let mut cmd = std::process::Command::new(PACKD);
     apply_env(&mut cmd, sb.path());
+    // -f: a rewrite (without it, the commit is appended to git's pack, see tests/append.rs).
     cmd.env("PACKD_LOG", "packd_reach::bitmap=debug,packd_maint=debug")
         .arg("-C")
         .arg(&repo.path)
-        .args(["repack", "-adb"]);
+        .args(["repack", "-adbf"]);
     let run = run_cmd(cmd, None, PACKD_TIMEOUT);
     run.assert_success();
     let built = run

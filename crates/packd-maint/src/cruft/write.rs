@@ -85,7 +85,8 @@ pub fn write_cruft_pack(
     )?;
     write_entries(repo.objects(), &outcome.kept, &mut writer)?;
     let times: Vec<u32> = outcome.kept.iter().map(|(_, t)| *t).collect();
-    let written = writer.finish_with(|storage, checksum| {
+    let written = writer.finish_with(|finished| {
+        let (storage, checksum) = (finished.storage, finished.checksum);
         let bytes = mtimes::encode(&times, checksum);
         let name = format!("pack/pack-{}.mtimes", packd_odb::hex(checksum));
         // The same objects in the same order: the pack existed (a cruft pack of the same

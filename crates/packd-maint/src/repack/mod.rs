@@ -30,6 +30,19 @@
 //!         ─> commit-graph
 //! ```
 //!
+//! **The append path.** With `-a -d -b`, without `-f`/`-F` (and without
+//! [`RepackOptions::rewrite`], which `maintenance::run_full` sets), when the repository has a
+//! pack of its own with a `.bitmap` (not `.keep`, not cruft) and the refs reach every one of
+//! its objects (counted with that bitmap: the refs' bitmaps together cover all its bits), that
+//! pack is what a full repack would keep, and `crate::append` does instead of the above: the
+//! pack's bytes as they are, then the reachable objects outside it, its bitmap extended; or,
+//! with nothing outside it, the pack kept unchanged, and the commit-graph left as it is when
+//! it holds exactly the reachable commits. Unreachable objects of the other packs and loose
+//! ones go to a cruft pack as with `-a -d`. Otherwise (no such pack, or one holding objects
+//! nothing reaches, which only a rewrite drops) the full repack above runs. The cost: a
+//! default clone is no longer the first range of the pack once objects were appended (a
+//! mirror clone is still the whole file).
+//!
 //! A repack killed anywhere leaves a repository git reads as before: until the new `.idx` is
 //! published, only a temporary file exists; after, the new pack and the old ones hold the same
 //! objects, and a half-done deletion leaves packs whose objects are in the new one.
@@ -90,6 +103,10 @@ pub struct RepackOptions {
     /// `-k`/`--keep-unreachable` (with `-a -d`): the unreachable objects of the old packs and
     /// the loose ones go into the new pack, rather than a cruft pack: nothing is dropped.
     pub keep_unreachable: bool,
+    /// Rewrite every object even when the bitmapped pack could be kept and appended to
+    /// (`maintenance::run_full`: a full repack on demand lays the default clone's objects
+    /// first, which appending does not).
+    pub rewrite: bool,
 }
 
 impl Default for RepackOptions {
@@ -107,6 +124,7 @@ impl Default for RepackOptions {
             pack_kept_objects: None,
             write_midx: false,
             keep_unreachable: false,
+            rewrite: false,
         }
     }
 }
@@ -220,6 +238,9 @@ pub enum RepackError {
     /// The repository has no objects storage of its own.
     #[error("{0}: no objects directory of its own")]
     NoStorage(String),
+    /// Appending to the bitmapped pack failed.
+    #[error(transparent)]
+    Append(Box<crate::append::AppendError>),
 }
 
 impl From<LockError> for RepackError {
@@ -246,13 +267,18 @@ pub fn repack(
     let open = || Repository::open(git_dir, &Default::default());
     let repo = open()?;
     let objects = objects_dir(&repo);
-    let _held = lock::try_maintenance(&objects)?;
+    let held = lock::try_maintenance(&objects)?;
     cleanup::remove_stale_temporaries(&objects);
     let storage = repo
         .objects()
         .own_storage()
         .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
         .clone();
+    if let Some((report, graph_current)) = append_path(&repo, &held, options)? {
+        // The old packs' maps and caches go before the commit-graph reads the new one.
+        drop(repo);
+        return after_append(git_dir, options, report, graph_current);
+    }
     let settings = plan::Settings::from_config(&repo, options);
     let started = std::time::Instant::now();
     let planned = plan::plan(&repo, options, &settings, progress)?;
@@ -397,4 +423,110 @@ fn prior_bitmaps(
             None
         }
     }
+}
+
+/// The append path (see the module documentation): `Some(report)` when it was taken, with
+/// whether the commit-graph holds the reachable commits already and B was kept unchanged (then
+/// it is not written again).
+fn append_path(
+    repo: &Repository,
+    held: &lock::Held,
+    options: &RepackOptions,
+) -> Result<Option<(RepackReport, bool)>, RepackError> {
+    if !(options.all && options.delete_redundant && options.bitmap)
+        || options.no_reuse_delta
+        || options.no_reuse_object
+        || options.rewrite
+        // These ask for other packs than one (kept ones named here, a multi-pack-index over
+        // several, the unreachable objects packed too): the full repack handles them.
+        || !options.keep_packs.is_empty()
+        || options.write_midx
+        || options.keep_unreachable
+    {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let surveyed = match crate::append::survey(repo) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("repack: not appending: {e}");
+            return Ok(None);
+        }
+    };
+    if !surveyed.base_all_reachable() {
+        tracing::debug!(
+            "repack: not appending: {} holds unreachable objects",
+            surveyed.base().name()
+        );
+        return Ok(None);
+    }
+    let graph_current = options.commit_graph && commit_graph_holds(repo, &surveyed);
+    let base_objects = surveyed.base().len() as u64;
+    let outcome = crate::append::append_surveyed(repo, held, surveyed, &|| Ok(()))
+        .map_err(|e| RepackError::Append(Box::new(e)))?;
+    tracing::debug!(
+        "repack: appended to the bitmapped pack in {:.2?}: {outcome:?}",
+        started.elapsed()
+    );
+    let objects_dir = objects_dir(repo);
+    let mut report = RepackReport {
+        objects: base_objects + outcome.appended,
+        reused: base_objects + outcome.reused,
+        deltas: outcome.deltas,
+        reused_deltas: outcome.deltas,
+        unreachable_kept: outcome.unreachable_kept,
+        unreachable_dropped: outcome.unreachable_dropped,
+        packs_removed: outcome.packs_removed,
+        loose_removed: outcome.loose_removed,
+        bitmap: packd_reach::bitmap::bitmap_name(&outcome.pack).map(|n| objects_dir.join(n)),
+        ..Default::default()
+    };
+    report.packs_written = std::iter::once(outcome.pack.clone())
+        .chain(outcome.cruft_pack.clone())
+        .collect();
+    Ok(Some((report, graph_current && outcome.unchanged)))
+}
+
+/// What the append path does once the packs are in place: loose objects now packed removed,
+/// the commit-graph written unless `graph_current`.
+fn after_append(
+    git_dir: &std::path::Path,
+    options: &RepackOptions,
+    mut report: RepackReport,
+    graph_current: bool,
+) -> Result<RepackReport, RepackError> {
+    let open = || Repository::open(git_dir, &Default::default());
+    {
+        let repo = open()?;
+        let storage = repo
+            .objects()
+            .own_storage()
+            .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
+            .clone();
+        report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
+    }
+    if options.commit_graph && !graph_current {
+        let repo = open()?;
+        let graph = (|| {
+            let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
+            let graph_options = packd_reach::commit_graph::GraphOptions::for_repository(&repo);
+            packd_reach::commit_graph::write_commit_graph(&repo, &tips, &graph_options)
+        })()
+        .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
+        if graph.commits > 0 {
+            report.commit_graph = Some(graph.path);
+        }
+    } else if options.commit_graph {
+        tracing::debug!("repack: the commit-graph holds the reachable commits already");
+    }
+    Ok(report)
+}
+
+/// Whether the repository's commit-graph holds exactly the commits the refs reach.
+fn commit_graph_holds(repo: &Repository, surveyed: &crate::append::Survey) -> bool {
+    let Some(graph) = repo.commit_graph() else {
+        return false;
+    };
+    let commits = surveyed.reachable_commits();
+    graph.len() as usize == commits.len() && commits.iter().all(|c| graph.lookup(c).is_some())
 }

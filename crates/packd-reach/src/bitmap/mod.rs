@@ -40,6 +40,7 @@
 
 mod build;
 mod error;
+pub mod extend;
 mod open;
 pub mod reuse;
 pub mod select;

@@ -264,7 +264,7 @@ fn own_packs(repo: &Repository) -> Result<Vec<&Arc<Pack>>, WriteError> {
 }
 
 /// Writes bitmaps for the repository's packs: a pack bitmap (and `.rev`) when it has one pack
-/// and `options.midx` is off, else a multi-pack-index and its bitmap.
+/// (beside cruft packs only) and `options.midx` is off, else a multi-pack-index and its bitmap.
 pub fn write_bitmap(
     repo: &Repository,
     options: &WriteOptions,
@@ -282,14 +282,39 @@ pub fn write_bitmap_reusing(
     prior: Option<&PriorBitmaps>,
 ) -> Result<WriteReport, WriteError> {
     let packs = own_packs(repo)?;
-    if options.midx || packs.len() > 1 {
+    if options.midx || bitmapped_pack(&packs).is_none() {
         write_midx_bitmap(repo, options, progress)
     } else {
         write_pack_bitmap_reusing(repo, options, progress, prior)
     }
 }
 
-/// Writes the bitmap (and `.rev`) of the repository's single pack.
+/// Whether `pack` is a cruft pack (it has an `.mtimes`): unreachable objects only, which no
+/// bitmap needs to number.
+fn is_cruft(pack: &Pack) -> bool {
+    Path::new(pack.data_name())
+        .with_extension("mtimes")
+        .is_file()
+}
+
+/// The one pack a pack bitmap is written for: the only pack, or the only one beside cruft
+/// packs (as `git repack -adb --cruft` bitmaps its reachable pack: nothing reachable is in a
+/// cruft pack, so the pack is closed); `None` otherwise.
+fn bitmapped_pack<'a>(packs: &[&'a Arc<Pack>]) -> Option<&'a Arc<Pack>> {
+    match packs {
+        [one] => Some(*one),
+        many => {
+            let mut live = many.iter().filter(|p| !is_cruft(p));
+            match (live.next(), live.next()) {
+                (Some(one), None) => Some(*one),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Writes the bitmap (and `.rev`) of the repository's single pack (or its one pack beside
+/// cruft packs).
 pub fn write_pack_bitmap(
     repo: &Repository,
     options: &WriteOptions,
@@ -310,9 +335,10 @@ pub fn write_pack_bitmap_reusing(
     prior: Option<&PriorBitmaps>,
 ) -> Result<WriteReport, WriteError> {
     let packs = own_packs(repo)?;
-    let pack = match packs.as_slice() {
-        [one] => *one,
-        many => {
+    let pack = match bitmapped_pack(&packs) {
+        Some(one) => one,
+        None => {
+            let many = packs.as_slice();
             return Err(WriteError::SeveralPacks {
                 count: many.len(),
                 names: many
@@ -320,7 +346,7 @@ pub fn write_pack_bitmap_reusing(
                     .map(|p| p.name().trim_start_matches("pack/"))
                     .collect::<Vec<_>>()
                     .join(", "),
-            })
+            });
         }
     };
     let data_path = PathBuf::from(pack.data_name());
