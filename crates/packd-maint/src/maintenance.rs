@@ -3,26 +3,34 @@
 //!
 //! ```text
 //! run_auto   maintenance lock (try) -> the policy (crate::auto_policy) decides:
-//!            full:    geometric repack, factor 2: the small packs and the loose objects
-//!                     rolled up, multi-pack-index and its bitmap, rolled-up packs and packed
-//!                     loose objects deleted; then, still under the lock, the commit-graph
-//!                     written again (its failure, `core.commitGraph=false` included, is
-//!                     logged and ends nothing)
+//!            full:    with a bitmapped pack: every object outside it appended to it, with
+//!                     bitmaps for the new commits (crate::append); without one: geometric
+//!                     repack, factor 2: the small packs and the loose objects rolled up,
+//!                     multi-pack-index and its bitmap, rolled-up packs and packed loose
+//!                     objects deleted; then, still under the lock, the commit-graph written
+//!                     again (its failure, `core.commitGraph=false` included, is logged and
+//!                     ends nothing)
 //!            roll-up: few objects outside the bitmap: a geometric repack of the packs
 //!                     outside it and the loose objects only; nothing else written
+//! run_settled the repository had no push for a while (`packd serve --maintenance-settle`):
+//!            whatever lies outside the bitmapped pack appended to it (crate::append), so
+//!            that a quiet repository is one pack with bitmaps; nothing when nothing lies
+//!            outside, or no pack has a bitmap
 //! run_full   full repack (`packd_maint::repack::repack`, as `packd repack -adb`: unreachable
 //!            objects into a cruft pack), which takes the lock itself
 //! both       one log line, target `packd_maint`:
-//!            maintenance done repo=<git dir> kind=geometric|roll-up|full cpu_ms=.. wall_ms=..
+//!            maintenance done repo=<git dir> kind=geometric|roll-up|append|full cpu_ms=.. wall_ms=..
 //!                packs_before=.. packs_after=.. rolled_up=.. new_objects=.. loose=.. bitmap=..
 //! ```
 //!
 //! `cpu_ms` is the CPU time of the thread that ran it (`CLOCK_THREAD_CPUTIME_ID`): a
 //! maintenance runs on one thread, and serving's threads are not counted.
 
+use crate::append::{append_to_bitmapped, AppendError, AppendOutcome};
 use crate::auto_policy::{Coverage, Decision};
 use crate::geometric::{
     geometric_repack_leaving, geometric_repack_locked, GeometricError, GeometricOptions,
+    GeometricOutcome,
 };
 use crate::lock::{self, LockError};
 use packd_odb::{Repository, RepositoryOptions};
@@ -40,6 +48,9 @@ pub enum Kind {
     Geometric,
     /// A geometric repack of the packs outside the bitmap only (after a small push).
     RollUp,
+    /// The objects outside the bitmapped pack appended to it (past the threshold, or once
+    /// pushes settled).
+    Append,
     /// A full repack (on demand).
     Full,
 }
@@ -50,6 +61,7 @@ impl Kind {
         match self {
             Kind::Geometric => "geometric",
             Kind::RollUp => "roll-up",
+            Kind::Append => "append",
             Kind::Full => "full",
         }
     }
@@ -93,6 +105,9 @@ pub enum MaintenanceError {
     /// The full repack failed.
     #[error(transparent)]
     Repack(#[from] crate::repack::RepackError),
+    /// Appending to the bitmapped pack failed.
+    #[error(transparent)]
+    Append(#[from] AppendError),
 }
 
 impl MaintenanceError {
@@ -133,15 +148,21 @@ pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
     let cpu_start = thread_cpu_time();
     let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
     let held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
-    let (kind, outcome) = match Coverage::of(&repo)?.decide() {
-        Decision::Full => {
-            let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
-            let graph = write_commit_graph(git_dir);
-            if let Err(why) = graph {
-                tracing::warn!(target: TARGET, "{}: no commit-graph written: {why}", git_dir.display());
+    let cost = Cost { started, cpu_start };
+    let packs_before = pack_count(git_dir)?;
+    let report = match Coverage::of(&repo)?.decide() {
+        Decision::Full => match append_to_bitmapped(&repo, &held) {
+            Ok(appended) => cost.appended(git_dir, packs_before, &appended),
+            Err(AppendError::NoBitmappedPack) => {
+                let outcome = geometric_repack_locked(&repo, &GeometricOptions::default(), &held)?;
+                let graph = write_commit_graph(git_dir);
+                if let Err(why) = graph {
+                    tracing::warn!(target: TARGET, "{}: no commit-graph written: {why}", git_dir.display());
+                }
+                cost.geometric(Kind::Geometric, git_dir, &outcome)
             }
-            (Kind::Geometric, outcome)
-        }
+            Err(e) => return Err(e.into()),
+        },
         Decision::RollUpOutside { covered } => {
             let options = GeometricOptions {
                 write_midx: false,
@@ -149,26 +170,78 @@ pub fn run_auto(git_dir: &Path) -> Result<Report, MaintenanceError> {
                 ..GeometricOptions::default()
             };
             let outcome = geometric_repack_leaving(&repo, &options, &held, &covered)?;
-            (Kind::RollUp, outcome)
+            cost.geometric(Kind::RollUp, git_dir, &outcome)
         }
     };
     drop(held);
-    if let Some(why) = &outcome.bitmap_error {
-        tracing::warn!(target: TARGET, "{}: multi-pack-index written without a bitmap: {why}", git_dir.display());
-    }
-    let report = Report {
-        kind,
-        packs_before: outcome.packs_before,
-        packs_after: outcome.packs_after,
-        rolled_up: outcome.rolled_up.len(),
-        new_objects: outcome.new_pack_objects,
-        loose: outcome.loose_packed,
-        bitmap: outcome.bitmap,
-        cpu: thread_cpu_time().saturating_sub(cpu_start),
-        wall: started.elapsed(),
-    };
     log(git_dir, &report);
     Ok(report)
+}
+
+/// The maintenance of the repository at `git_dir` once its pushes settled: the objects
+/// outside its bitmapped pack (the pushes' rolled-up packs, loose objects) appended to it,
+/// with bitmaps for the new commits, so that it is one pack with bitmaps again. `None`, and
+/// nothing logged, when nothing lies outside or no pack has a bitmap (the next push's
+/// maintenance then decides). Refused as [`run_auto`] while another maintenance runs.
+pub fn run_settled(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
+    let started = Instant::now();
+    let cpu_start = thread_cpu_time();
+    let repo = Repository::open(git_dir, &RepositoryOptions::default())?;
+    let held = lock::try_maintenance(&repo.common_dir().join("objects"))?;
+    if Coverage::of(&repo)?.outside_objects == 0 {
+        return Ok(None);
+    }
+    let packs_before = pack_count(git_dir)?;
+    let appended = match append_to_bitmapped(&repo, &held) {
+        Ok(appended) => appended,
+        Err(AppendError::NoBitmappedPack) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    drop(held);
+    let report = Cost { started, cpu_start }.appended(git_dir, packs_before, &appended);
+    log(git_dir, &report);
+    Ok(Some(report))
+}
+
+/// When a maintenance started, for its report.
+struct Cost {
+    started: Instant,
+    cpu_start: Duration,
+}
+
+impl Cost {
+    /// The report of a geometric repack of `kind`.
+    fn geometric(&self, kind: Kind, git_dir: &Path, outcome: &GeometricOutcome) -> Report {
+        if let Some(why) = &outcome.bitmap_error {
+            tracing::warn!(target: TARGET, "{}: multi-pack-index written without a bitmap: {why}", git_dir.display());
+        }
+        Report {
+            kind,
+            packs_before: outcome.packs_before,
+            packs_after: outcome.packs_after,
+            rolled_up: outcome.rolled_up.len(),
+            new_objects: outcome.new_pack_objects,
+            loose: outcome.loose_packed,
+            bitmap: outcome.bitmap,
+            cpu: thread_cpu_time().saturating_sub(self.cpu_start),
+            wall: self.started.elapsed(),
+        }
+    }
+
+    /// The report of an append; `packs_before` counted before it.
+    fn appended(&self, git_dir: &Path, packs_before: usize, outcome: &AppendOutcome) -> Report {
+        Report {
+            kind: Kind::Append,
+            packs_before,
+            packs_after: pack_count(git_dir).unwrap_or(0),
+            rolled_up: outcome.packs_removed as usize,
+            new_objects: u32::try_from(outcome.appended).unwrap_or(u32::MAX),
+            loose: outcome.loose_removed as usize,
+            bitmap: outcome.bitmaps_added > 0,
+            cpu: thread_cpu_time().saturating_sub(self.cpu_start),
+            wall: self.started.elapsed(),
+        }
+    }
 }
 
 /// Writes the commit-graph of the repository at `git_dir` afresh (git's default options).

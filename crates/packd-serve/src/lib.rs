@@ -97,6 +97,9 @@ pub struct Config {
     /// Threads of the maintenance run after pushes (`--maintenance-threads`; 0, as with
     /// `--no-maintenance`: none, and no maintenance): see [`maintenance`].
     pub maintenance_threads: usize,
+    /// After this long without a push, a repository's objects outside its bitmapped pack
+    /// are appended to it (`--maintenance-settle`; `None`: never): see [`maintenance`].
+    pub maintenance_settle: Option<Duration>,
 }
 
 /// Limits that protect the server from slow, idle or greedy clients.
@@ -229,8 +232,12 @@ impl Server {
                     config.limits.max_connections_per_address,
                 ),
                 stopping: stopping::Stopping::default(),
-                maintenance: (config.maintenance_threads > 0)
-                    .then(|| maintenance::Maintenance::start(config.maintenance_threads)),
+                maintenance: (config.maintenance_threads > 0).then(|| {
+                    maintenance::Maintenance::start(
+                        config.maintenance_threads,
+                        config.maintenance_settle,
+                    )
+                }),
             }),
         })
     }

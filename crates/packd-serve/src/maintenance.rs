@@ -1,21 +1,36 @@
 //! Maintenance after pushes: each push that updated a ref asks for a maintenance of its
-//! repository (`packd_maint::maintenance::run_auto`: a geometric repack with a
-//! multi-pack-index and its bitmap), which runs later on a small pool of threads of its own,
-//! at a low priority, so that serving is never starved and the push's answer never waits.
+//! repository (`packd_maint::maintenance::run_auto`: the push's packs rolled up, or past a
+//! threshold the objects outside the bitmap appended to the bitmapped pack), which runs later
+//! on a small pool of threads of its own, at a low priority, so that serving is never starved
+//! and the push's answer never waits. Once a repository has had no push for the settle time
+//! (`--maintenance-settle`), one more run (`run_settled`) appends whatever still lies outside
+//! the bitmapped pack to it, so that a quiet repository is one pack with bitmaps again: a
+//! mirror clone is then that file as it is, and fetches count from bitmaps.
 //!
 //! ```text
-//! push done ──> after_push(repo): absent  -> queued, sent to the pool
-//!                                 queued  -> nothing (coalesced into the queued run)
-//!                                 running -> "again": one more run after this one
-//! pool (N threads, nice +10) ──> running -> run_auto(repo) -> again? queued : absent
+//! push done ──> after_push(repo): absent    -> queued, sent to the pool
+//!                                 settling  -> queued (the settle time starts again later)
+//!                                 queued    -> nothing (coalesced into the queued run)
+//!                                 running   -> "again": one more run after this one
+//! pool (N threads, nice +10) ──> running -> run_auto(repo) -> again?  queued
+//!                                                            settle?  settling until now+settle
+//!                                                            else     absent
+//! timer thread ──> settling and due -> queued (settled) -> run_settled(repo) -> absent
 //! ```
+//!
+//! A settled run rewrites the bitmapped pack (a copy of its bytes with the new objects after
+//! them), so its cost grows with the repository, not with the pushes: it comes at most once
+//! per quiet period, and never sooner after the last settled run than
+//! [`SETTLED_SPACING`] times that run's duration (a repository pushed just often enough to
+//! settle between pushes spends at most 1/20 of its time on it).
 //!
 //! At most one maintenance of a repository runs at a time: here by the table above, and
 //! across processes by the maintenance lock `run_auto` takes (a `packd repack` by hand is
 //! then refused, and one running by hand makes the server's skip that run: a later push asks
-//! again). A stop ([`Maintenance::finish`]) drops the queued runs and waits a bounded time for
-//! the running ones; one still running then is abandoned with the process, which is safe: its
-//! files appear only whole, and deletions come after what replaces them is durable.
+//! again). A stop ([`Maintenance::finish`]) drops the queued and settling runs and waits a
+//! bounded time for the running ones; one still running then is abandoned with the process,
+//! which is safe: its files appear only whole, and deletions come after what replaces them is
+//! durable.
 //!
 //! Readers see the new packs by themselves: the repository cache's stamp (the pack directory's
 //! names and the multi-pack-index's checksum, see [`crate::stamp`]) changes, and the next
@@ -33,25 +48,45 @@ use std::time::{Duration, Instant};
 /// [`crate::credentials::ARGON2_NICE`]).
 pub const MAINTENANCE_NICE: i32 = 10;
 
+/// A settled run of a repository starts no sooner after the end of its last one than this
+/// many times that run's duration.
+pub const SETTLED_SPACING: u32 = 20;
+
+/// Why a maintenance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Pushes updated the repository's refs.
+    Push,
+    /// The repository had no push for the settle time.
+    Settled,
+}
+
 /// What runs for a repository (the real one is [`run_logged`]).
-pub type Job = Arc<dyn Fn(&Path) + Send + Sync>;
+pub type Job = Arc<dyn Fn(&Path, Trigger) + Send + Sync>;
 
 /// Where a repository's maintenance stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Waiting for a thread.
-    Queued,
+    Queued(Trigger),
     /// Running; `again`: a push arrived meanwhile, so one more run follows.
     Running { again: bool },
+    /// Waiting for the settle time to pass with no push.
+    Settling { due: Instant },
 }
 
 struct Inner {
     states: Mutex<HashMap<PathBuf, State>>,
     /// Notified whenever a run ends.
     ended: Condvar,
-    jobs: Mutex<Sender<PathBuf>>,
+    /// Notified when a repository starts settling, and at a stop (wakes the timer).
+    settling: Condvar,
+    /// When each repository's last settled run ended, and how long it took.
+    last_settled: Mutex<HashMap<PathBuf, (Instant, Duration)>>,
+    jobs: Mutex<Sender<(PathBuf, Trigger)>>,
     stopping: AtomicBool,
     runs: AtomicU64,
+    settle: Option<Duration>,
     job: Job,
 }
 
@@ -68,11 +103,15 @@ impl std::fmt::Debug for Maintenance {
     }
 }
 
-/// Runs the maintenance after pushes of `git_dir` and logs what went wrong (what went right
-/// `run_auto` logs itself).
-pub fn run_logged(git_dir: &Path) {
-    match packd_maint::maintenance::run_auto(git_dir) {
-        Ok(_) => {}
+/// Runs the maintenance of `git_dir` that `trigger` asks for and logs what went wrong (what
+/// went right `packd_maint::maintenance` logs itself).
+pub fn run_logged(git_dir: &Path, trigger: Trigger) {
+    let ran = match trigger {
+        Trigger::Push => packd_maint::maintenance::run_auto(git_dir).map(|_| ()),
+        Trigger::Settled => packd_maint::maintenance::run_settled(git_dir).map(|_| ()),
+    };
+    match ran {
+        Ok(()) => {}
         Err(e) if e.is_busy() => tracing::info!(
             target: packd_maint::maintenance::TARGET,
             "{}: maintenance skipped: {e}",
@@ -87,20 +126,25 @@ pub fn run_logged(git_dir: &Path) {
 }
 
 impl Maintenance {
-    /// A pool of `threads` threads (at least 1) running [`run_logged`].
-    pub fn start(threads: usize) -> Maintenance {
-        Maintenance::with_job(threads, Arc::new(run_logged))
+    /// A pool of `threads` threads (at least 1) running [`run_logged`], with a settled run
+    /// after `settle` without pushes (`None`: never).
+    pub fn start(threads: usize, settle: Option<Duration>) -> Maintenance {
+        Maintenance::with_job(threads, settle, Arc::new(run_logged))
     }
 
-    /// A pool of `threads` threads (at least 1) running `job` for each repository asked for.
-    pub fn with_job(threads: usize, job: Job) -> Maintenance {
-        let (tx, rx) = channel::<PathBuf>();
+    /// A pool of `threads` threads (at least 1) running `job` for each repository asked for,
+    /// and once more with [`Trigger::Settled`] after `settle` without pushes.
+    pub fn with_job(threads: usize, settle: Option<Duration>, job: Job) -> Maintenance {
+        let (tx, rx) = channel::<(PathBuf, Trigger)>();
         let inner = Arc::new(Inner {
             states: Mutex::new(HashMap::new()),
             ended: Condvar::new(),
+            settling: Condvar::new(),
+            last_settled: Mutex::new(HashMap::new()),
             jobs: Mutex::new(tx),
             stopping: AtomicBool::new(false),
             runs: AtomicU64::new(0),
+            settle,
             job,
         });
         let rx = Arc::new(Mutex::new(rx));
@@ -114,6 +158,15 @@ impl Maintenance {
                 tracing::warn!("cannot start a maintenance thread: {e}");
             }
         }
+        if settle.is_some() {
+            let inner = inner.clone();
+            let started = std::thread::Builder::new()
+                .name("packd-maint-timer".into())
+                .spawn(move || timer(&inner));
+            if let Err(e) = started {
+                tracing::warn!("cannot start the maintenance timer: {e}");
+            }
+        }
         Maintenance { inner }
     }
 
@@ -125,11 +178,25 @@ impl Maintenance {
         }
         let mut states = self.inner.states.lock();
         match states.get_mut(git_dir) {
-            None => {
-                states.insert(git_dir.to_path_buf(), State::Queued);
-                let _ = self.inner.jobs.lock().send(git_dir.to_path_buf());
+            None | Some(State::Settling { .. }) => {
+                states.insert(git_dir.to_path_buf(), State::Queued(Trigger::Push));
+                let _ = self
+                    .inner
+                    .jobs
+                    .lock()
+                    .send((git_dir.to_path_buf(), Trigger::Push));
             }
-            Some(State::Queued) => {}
+            Some(State::Queued(Trigger::Push)) => {}
+            Some(state @ State::Queued(Trigger::Settled)) => {
+                // The settled run has not started: a push's run takes its place (the queued
+                // entry is then stale and skipped), and settling starts again after it.
+                *state = State::Queued(Trigger::Push);
+                let _ = self
+                    .inner
+                    .jobs
+                    .lock()
+                    .send((git_dir.to_path_buf(), Trigger::Push));
+            }
             Some(State::Running { again }) => *again = true,
         }
     }
@@ -139,19 +206,20 @@ impl Maintenance {
         self.inner.runs.load(Ordering::Relaxed)
     }
 
-    /// Whether nothing is queued or running.
+    /// Whether nothing is queued, running or settling.
     pub fn is_idle(&self) -> bool {
         self.inner.states.lock().is_empty()
     }
 
-    /// Stops: queued runs are dropped, no new ones are taken, and the running ones are
-    /// waited for at most `grace`. Returns the repositories whose maintenance was still
-    /// running then (abandoned: safe, see the module documentation).
+    /// Stops: queued and settling runs are dropped, no new ones are taken, and the running
+    /// ones are waited for at most `grace`. Returns the repositories whose maintenance was
+    /// still running then (abandoned: safe, see the module documentation).
     pub fn finish(&self, grace: Duration) -> Vec<PathBuf> {
         self.inner.stopping.store(true, Ordering::Relaxed);
         let deadline = Instant::now() + grace;
         let mut states = self.inner.states.lock();
-        states.retain(|_, s| *s != State::Queued);
+        self.inner.settling.notify_all();
+        states.retain(|_, s| matches!(s, State::Running { .. }));
         while !states.is_empty() {
             if self
                 .inner
@@ -161,22 +229,27 @@ impl Maintenance {
             {
                 break;
             }
-            states.retain(|_, s| *s != State::Queued);
+            states.retain(|_, s| matches!(s, State::Running { .. }));
         }
         states.keys().cloned().collect()
     }
 }
 
 /// A maintenance thread: takes repositories off the queue until the pool is dropped.
-fn work(inner: &Inner, rx: &Mutex<Receiver<PathBuf>>) {
+fn work(inner: &Inner, rx: &Mutex<Receiver<(PathBuf, Trigger)>>) {
     crate::stopping::block_stop_signals_here();
     crate::credentials::lower_this_threads_priority(MAINTENANCE_NICE);
     loop {
-        let Ok(git_dir) = rx.lock().recv() else {
+        let Ok((git_dir, trigger)) = rx.lock().recv() else {
             return;
         };
         {
             let mut states = inner.states.lock();
+            // A push that came while a settled run waited in the queue turned it into a
+            // push's run (`after_push` sent that one too): this entry is then stale.
+            if states.get(&git_dir) != Some(&State::Queued(trigger)) {
+                continue;
+            }
             if inner.stopping.load(Ordering::Relaxed) {
                 states.remove(&git_dir);
                 inner.ended.notify_all();
@@ -185,16 +258,33 @@ fn work(inner: &Inner, rx: &Mutex<Receiver<PathBuf>>) {
             states.insert(git_dir.clone(), State::Running { again: false });
         }
         let job = inner.job.clone();
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&git_dir)));
+        let started = Instant::now();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&git_dir, trigger)));
         if ran.is_err() {
             tracing::error!("{}: maintenance panicked", git_dir.display());
+        }
+        let ended = Instant::now();
+        if trigger == Trigger::Settled {
+            inner
+                .last_settled
+                .lock()
+                .insert(git_dir.clone(), (ended, ended - started));
         }
         inner.runs.fetch_add(1, Ordering::Relaxed);
         let mut states = inner.states.lock();
         let again = matches!(states.get(&git_dir), Some(State::Running { again: true }));
-        if again && !inner.stopping.load(Ordering::Relaxed) {
-            states.insert(git_dir.clone(), State::Queued);
-            let _ = inner.jobs.lock().send(git_dir);
+        let stopping = inner.stopping.load(Ordering::Relaxed);
+        if again && !stopping {
+            states.insert(git_dir.clone(), State::Queued(Trigger::Push));
+            let _ = inner.jobs.lock().send((git_dir, Trigger::Push));
+        } else if let (Some(settle), Trigger::Push, false) = (inner.settle, trigger, stopping) {
+            states.insert(
+                git_dir,
+                State::Settling {
+                    due: ended + settle,
+                },
+            );
+            inner.settling.notify_all();
         } else {
             states.remove(&git_dir);
         }
@@ -202,12 +292,55 @@ fn work(inner: &Inner, rx: &Mutex<Receiver<PathBuf>>) {
     }
 }
 
+/// The timer thread: queues the settled run of each repository whose settle time passed,
+/// spaced from its last settled run (see [`SETTLED_SPACING`]).
+fn timer(inner: &Inner) {
+    crate::stopping::block_stop_signals_here();
+    let mut states = inner.states.lock();
+    loop {
+        if inner.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let last = inner.last_settled.lock();
+        let mut due_now = Vec::new();
+        for (dir, state) in states.iter() {
+            let State::Settling { due } = *state else {
+                continue;
+            };
+            let spaced = last
+                .get(dir)
+                .map(|(end, took)| *end + *took * SETTLED_SPACING)
+                .map_or(due, |earliest| earliest.max(due));
+            if spaced <= now {
+                due_now.push(dir.clone());
+            } else {
+                next = Some(next.map_or(spaced, |n| n.min(spaced)));
+            }
+        }
+        drop(last);
+        for dir in due_now {
+            states.insert(dir.clone(), State::Queued(Trigger::Settled));
+            let _ = inner.jobs.lock().send((dir, Trigger::Settled));
+        }
+        match next {
+            Some(at) => {
+                inner.settling.wait_until(&mut states, at);
+            }
+            None => inner.settling.wait(&mut states),
+        }
+    }
+}
+
 impl Drop for Maintenance {
     fn drop(&mut self) {
         // The threads end when the queue's last sender goes: replace it by one of a closed
-        // channel.
+        // channel; the timer when it sees the stop.
         self.inner.stopping.store(true, Ordering::Relaxed);
         *self.inner.jobs.lock() = channel().0;
+        let _states = self.inner.states.lock();
+        self.inner.settling.notify_all();
     }
 }
 
@@ -221,6 +354,10 @@ mod tests {
         open: Mutex<bool>,
         changed: Condvar,
         runs: Mutex<HashMap<PathBuf, usize>>,
+        /// Each run's trigger and when it started and ended, in order of ending.
+        log: Mutex<Vec<(PathBuf, Trigger, Instant, Instant)>>,
+        /// How long a settled run takes.
+        settled_takes: Duration,
         at_once: AtomicUsize,
         most_at_once: AtomicUsize,
     }
@@ -231,13 +368,16 @@ mod tests {
                 open: Mutex::new(false),
                 changed: Condvar::new(),
                 runs: Mutex::new(HashMap::new()),
+                log: Mutex::new(Vec::new()),
+                settled_takes: Duration::ZERO,
                 at_once: AtomicUsize::new(0),
                 most_at_once: AtomicUsize::new(0),
             })
         }
         fn job(self: &Arc<Gate>) -> Job {
             let gate = self.clone();
-            Arc::new(move |dir: &Path| {
+            Arc::new(move |dir: &Path, trigger: Trigger| {
+                let started = Instant::now();
                 let now = gate.at_once.fetch_add(1, Ordering::SeqCst) + 1;
                 gate.most_at_once.fetch_max(now, Ordering::SeqCst);
                 let mut open = gate.open.lock();
@@ -245,7 +385,13 @@ mod tests {
                     gate.changed.wait(&mut open);
                 }
                 drop(open);
+                if trigger == Trigger::Settled {
+                    std::thread::sleep(gate.settled_takes);
+                }
                 *gate.runs.lock().entry(dir.to_path_buf()).or_default() += 1;
+                gate.log
+                    .lock()
+                    .push((dir.to_path_buf(), trigger, started, Instant::now()));
                 gate.at_once.fetch_sub(1, Ordering::SeqCst);
             })
         }
@@ -266,7 +412,7 @@ mod tests {
     #[test]
     fn pushes_during_a_run_coalesce_into_one_more_run() {
         let gate = Gate::new();
-        let m = Maintenance::with_job(2, gate.job());
+        let m = Maintenance::with_job(2, None, gate.job());
         let a = Path::new("/repos/a.git");
         m.after_push(a);
         // Wait until it runs (held at the gate), then push five more times.
@@ -295,7 +441,7 @@ mod tests {
     #[test]
     fn repositories_run_side_by_side_up_to_the_pool_size() {
         let gate = Gate::new();
-        let m = Maintenance::with_job(2, gate.job());
+        let m = Maintenance::with_job(2, None, gate.job());
         for name in ["a", "b", "c"] {
             m.after_push(&PathBuf::from(format!("/repos/{name}.git")));
         }
@@ -319,7 +465,7 @@ mod tests {
     #[test]
     fn a_stop_drops_the_queue_and_waits_a_bounded_time_for_the_running() {
         let gate = Gate::new();
-        let m = Maintenance::with_job(1, gate.job());
+        let m = Maintenance::with_job(1, None, gate.job());
         let (a, b) = (Path::new("/repos/a.git"), Path::new("/repos/b.git"));
         m.after_push(a);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -339,5 +485,126 @@ mod tests {
         assert_eq!(gate.runs.lock().get(b), None, "the queued one never ran");
         m.after_push(b);
         assert!(m.is_idle(), "nothing is taken after a stop");
+    }
+
+    /// The triggers of the runs of `dir` so far, in order.
+    fn triggers(gate: &Gate, dir: &Path) -> Vec<Trigger> {
+        gate.log
+            .lock()
+            .iter()
+            .filter(|(d, ..)| d == dir)
+            .map(|(_, t, ..)| *t)
+            .collect()
+    }
+
+    /// Waits until `dir` has had `n` runs.
+    fn wait_runs(gate: &Gate, dir: &Path, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while triggers(gate, dir).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} runs never came: {:?}",
+                triggers(gate, dir)
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_quiet_repository_gets_one_settled_run_after_its_pushes_run() {
+        let gate = Gate::new();
+        gate.release();
+        let m = Maintenance::with_job(1, Some(Duration::from_millis(30)), gate.job());
+        let a = Path::new("/repos/a.git");
+        m.after_push(a);
+        wait_runs(&gate, a, 2);
+        wait_idle(&m);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            triggers(&gate, a),
+            vec![Trigger::Push, Trigger::Settled],
+            "one push run, then one settled run, and nothing after"
+        );
+        let log = gate.log.lock();
+        assert!(
+            log[1].2 >= log[0].3 + Duration::from_millis(30),
+            "the settled run waited the settle time after the push's run"
+        );
+    }
+
+    #[test]
+    fn a_push_while_settling_starts_the_settle_time_again() {
+        let gate = Gate::new();
+        gate.release();
+        let m = Maintenance::with_job(1, Some(Duration::from_millis(300)), gate.job());
+        let a = Path::new("/repos/a.git");
+        m.after_push(a);
+        wait_runs(&gate, a, 1);
+        std::thread::sleep(Duration::from_millis(100));
+        m.after_push(a);
+        wait_runs(&gate, a, 3);
+        assert_eq!(
+            triggers(&gate, a),
+            vec![Trigger::Push, Trigger::Push, Trigger::Settled]
+        );
+        let log = gate.log.lock();
+        assert!(
+            log[2].2 >= log[1].3 + Duration::from_millis(300),
+            "settled 300 ms after the second push's run, not the first's"
+        );
+    }
+
+    #[test]
+    fn settled_runs_are_spaced_by_their_cost() {
+        let mut gate = Gate::new();
+        Arc::get_mut(&mut gate).unwrap().settled_takes = Duration::from_millis(40);
+        gate.release();
+        let m = Maintenance::with_job(1, Some(Duration::from_millis(10)), gate.job());
+        let a = Path::new("/repos/a.git");
+        m.after_push(a);
+        wait_runs(&gate, a, 2);
+        m.after_push(a);
+        wait_runs(&gate, a, 4);
+        let log = gate.log.lock();
+        let (first_settled, second_settled) = (&log[1], &log[3]);
+        assert_eq!(
+            (first_settled.1, second_settled.1),
+            (Trigger::Settled, Trigger::Settled)
+        );
+        let took = first_settled.3 - first_settled.2;
+        assert!(
+            second_settled.2 >= first_settled.3 + took * SETTLED_SPACING,
+            "the second settled run started {:?} after the first ended, which took {took:?}",
+            second_settled.2 - first_settled.3
+        );
+    }
+
+    #[test]
+    fn a_push_before_a_queued_settled_run_starts_takes_its_place() {
+        let gate = Gate::new();
+        let m = Maintenance::with_job(1, Some(Duration::from_millis(50)), gate.job());
+        let (a, b) = (Path::new("/repos/a.git"), Path::new("/repos/b.git"));
+        // b's run holds the only thread at the gate while a's settled run gets queued.
+        gate.release();
+        m.after_push(a);
+        wait_runs(&gate, a, 1);
+        *gate.open.lock() = false;
+        m.after_push(b);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while m.inner.states.lock().get(a) != Some(&State::Queued(Trigger::Settled)) {
+            assert!(
+                Instant::now() < deadline,
+                "a's settled run was never queued"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        m.after_push(a);
+        gate.release();
+        wait_runs(&gate, a, 3);
+        assert_eq!(
+            triggers(&gate, a),
+            vec![Trigger::Push, Trigger::Push, Trigger::Settled],
+            "the push ran instead of the queued settled run, which came after it"
+        );
     }
 }

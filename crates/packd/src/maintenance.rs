@@ -5,7 +5,7 @@
 //! is refused.
 
 use anyhow::{bail, Result};
-use packd_maint::maintenance::{run_auto, run_full, Report};
+use packd_maint::maintenance::{run_auto, run_full, run_settled, Kind, Report};
 use std::process::ExitCode;
 
 /// Arguments of `packd maintenance`.
@@ -27,9 +27,16 @@ enum Sub {
 /// Arguments of `packd maintenance run`.
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// A full repack instead (`packd repack -adb`).
+    /// A full repack instead: every reachable object rewritten into one pack (a default
+    /// clone's objects first), with a bitmap, unreachable ones into a cruft pack, the
+    /// commit-graph (as `packd repack -adb` would without the bitmapped pack to append to).
     #[arg(long)]
     full: bool,
+    /// What `packd serve` runs once a repository's pushes settled instead: the objects
+    /// outside its bitmapped pack appended to it, with bitmaps for the new commits (nothing
+    /// when nothing lies outside, or no pack has a bitmap).
+    #[arg(long, conflicts_with = "full")]
+    settled: bool,
     /// Print nothing but warnings and errors.
     #[arg(short, long)]
     quiet: bool,
@@ -40,12 +47,20 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
     let Sub::Run(run) = &args.command;
     let git_dir = repo.git_dir();
     let result = if run.full {
-        run_full(git_dir)
+        run_full(git_dir).map(Some)
+    } else if run.settled {
+        run_settled(git_dir)
     } else {
-        run_auto(git_dir)
+        run_auto(git_dir).map(Some)
     };
     let report: Report = match result {
-        Ok(report) => report,
+        Ok(Some(report)) => report,
+        Ok(None) => {
+            if !run.quiet {
+                eprintln!("nothing to append: no object outside the bitmapped pack, or no pack has a bitmap");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         Err(e) if e.is_busy() => bail!("{e}; not run"),
         Err(e) => return Err(e.into()),
     };
@@ -58,10 +73,11 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
             report.rolled_up,
             report.loose,
             report.new_objects,
-            if report.bitmap {
-                ", multi-pack-index and bitmap written"
-            } else {
-                ", multi-pack-index written"
+            match report.kind {
+                Kind::Geometric if report.bitmap => ", multi-pack-index and its bitmap written",
+                Kind::Geometric => ", multi-pack-index written",
+                Kind::Append | Kind::Full if report.bitmap => ", bitmap written",
+                _ => "",
             },
             report.cpu.as_millis(),
             report.wall.as_millis()

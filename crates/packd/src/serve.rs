@@ -116,10 +116,11 @@ pub struct Args {
 
     /// Run no maintenance after pushes. By default each push that updated refs is followed,
     /// in the background, by a geometric repack of its repository (factor 2): while the
-    /// objects outside the bitmapped packs stay under 1/20 of those in them, only the packs
-    /// outside and loose objects are rolled up; past that, all small packs, then a
-    /// multi-pack-index, its bitmap and the commit-graph. At most one per repository at a
-    /// time; pushes arriving meanwhile coalesce into one more run.
+    /// objects outside the bitmapped pack stay under 1/20 of those in it, only the packs
+    /// outside and loose objects are rolled up; past that, they are appended to the
+    /// bitmapped pack, with bitmaps for the new commits (a repository with no bitmapped pack
+    /// gets a multi-pack-index, its bitmap and the commit-graph instead). At most one per
+    /// repository at a time; pushes arriving meanwhile coalesce into one more run.
     #[arg(long)]
     no_maintenance: bool,
 
@@ -127,6 +128,13 @@ pub struct Args {
     /// 0: none, as --no-maintenance).
     #[arg(long, value_name = "N", default_value_t = 1)]
     maintenance_threads: usize,
+
+    /// Seconds without a push after which a repository's objects outside its bitmapped pack
+    /// are appended to it, so that a quiet repository is one pack with bitmaps (a mirror
+    /// clone is then that file as it is). It rewrites the pack, so it runs at most once per
+    /// quiet period and never sooner after the last one than 20 times its duration. 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    maintenance_settle: u64,
 
     /// Most repositories kept open (indexes and bitmaps loaded) between requests.
     #[arg(long, value_name = "N", default_value_t = 256)]
@@ -179,6 +187,8 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
         } else {
             args.maintenance_threads
         },
+        maintenance_settle: (args.maintenance_settle > 0)
+            .then(|| Duration::from_secs(args.maintenance_settle)),
     };
     let server = Server::bind(&config)?;
     let mut out = std::io::stdout().lock();

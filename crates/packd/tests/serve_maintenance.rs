@@ -457,15 +457,108 @@ fn a_small_push_outside_a_large_bitmap_only_rolls_up_the_new_packs() {
     let test = repo.git_run(&["rev-list", "--test-bitmap", "p0"], None);
     assert!(test.err().contains("OK!"), "{}", test.err());
 
-    // Past the threshold (15 + 30 > 400 / 20): everything, as before.
+    // Past the threshold (15 + 30 > 400 / 20): everything outside appended to the bitmapped
+    // pack, which becomes the only one, with bitmaps that git checks.
     add_pack(&repo, "s3", 30);
     let run = repo.packd(&["maintenance", "run"], None);
     assert!(run.success(), "{}", run.err());
-    assert!(run.err().contains("geometric maintenance"), "{}", run.err());
-    assert!(graph.exists());
-    repo.git(&["commit-graph", "verify"]);
-    repo.git(&["multi-pack-index", "verify"]);
-    assert_git_accepts(&repo, "s3");
+    assert!(run.err().contains("append maintenance"), "{}", run.err());
+    // The two loose blobs nothing reaches went to a cruft pack.
+    assert_eq!(pack_sizes(&repo), vec![2, 443]);
+    assert_one_bitmapped_pack(&repo, &["p0", "s1", "s2", "s3"]);
+}
+
+/// git's checks of a repository that maintenance left as one pack with its bitmap (and
+/// perhaps a cruft pack), and `--test-bitmap` on each of `tips`.
+fn assert_one_bitmapped_pack(repo: &Repo, tips: &[&str]) {
+    let names = pack_dir_names(repo);
+    let cruft = |pack: &String| names.contains(&pack.replace(".pack", ".mtimes"));
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.ends_with(".pack") && !cruft(n))
+            .count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| n.ends_with(".bitmap")).count(),
+        1,
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.starts_with("multi-pack-index")),
+        "{names:?}"
+    );
+    for idx in idx_files(repo) {
+        repo.git(&["verify-pack", idx.to_str().unwrap()]);
+    }
+    let fsck = repo.git_run(&["fsck", "--strict", "--no-dangling"], None);
+    assert!(fsck.success(), "fsck: {}{}", fsck.out(), fsck.err());
+    for tip in tips {
+        let test = repo.git_run(&["rev-list", "--test-bitmap", tip], None);
+        assert!(test.err().contains("OK!"), "{tip}: {}", test.err());
+    }
+    assert!(repo.git_str(&["count-objects"]).starts_with("0 objects"));
+}
+
+#[test]
+fn pushes_settle_into_the_bitmapped_pack() {
+    let sb = Sandbox::new();
+    let (root, served) = served_repo(&sb);
+    make_packs(&served, &[400], 0);
+    served.git(&["repack", "-adbq"]);
+    let server = Server::start(&sb, &root, &["--allow-push", "--maintenance-settle", "1"]);
+    let url = server.http_url("r.git");
+    let client = sb.path().join("client");
+    sb.git_in(sb.path(), &["clone", "-q", &url, "client"]);
+    let client = Repo {
+        path: client.clone(),
+        git_dir: client.join(".git"),
+        home: sb.home.clone(),
+    };
+    client.git(&["checkout", "-q", "-b", "main"]);
+    for round in 1..=3 {
+        commit_round(&client, round, 4);
+        client.git(&["push", "-q", &url, "HEAD:refs/heads/main"]);
+    }
+    // Each push's maintenance only rolls up (12 commits' worth of objects are far under
+    // 400 / 20); a second later the settled run appends them to the bitmapped pack.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !server.log_text().contains("kind=\"append\"") {
+        assert!(
+            Instant::now() < deadline,
+            "no settled append; log:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_quiet(&server);
+    assert_one_bitmapped_pack(&served, &["main", "p0"]);
+    let log = server.log_text();
+    assert!(log.contains("kind=\"roll-up\""), "{log}");
+    assert_eq!(
+        log.matches("kind=\"append\"").count(),
+        1,
+        "one settled run: {log}"
+    );
+    // A mirror clone is now the pack as it is, and gets every object.
+    sb.git_in(sb.path(), &["clone", "-q", "--mirror", &url, "mirror.git"]);
+    let mirror = Repo {
+        path: sb.path().join("mirror.git"),
+        git_dir: sb.path().join("mirror.git"),
+        home: sb.home.clone(),
+    };
+    mirror.git(&["fsck", "--strict"]);
+    assert_eq!(reachable(&mirror), reachable(&served));
+    let sent = pack_dir_names(&mirror);
+    let kept = pack_dir_names(&served);
+    let pack = |names: &[String]| names.iter().find(|n| n.ends_with(".pack")).cloned();
+    assert_eq!(
+        pack(&sent),
+        pack(&kept),
+        "the mirror clone got the pack file itself"
+    );
 }
 
 /// One `.idx` of the repository, as a path.
