@@ -118,8 +118,39 @@ impl RepackProgress for Bar {
     }
 }
 
+/// Blocks of at least this size get their own map from the allocator, returned to the system
+/// when freed: the delta search inflates objects and builds their indexes by the hundred
+/// thousand, and with glibc's adaptive threshold (which climbs to 32 MiB once a large block is
+/// freed) they came from the arenas, which stayed large after them.
+const MMAP_THRESHOLD: i32 = 128 << 10;
+
+/// Free memory at the top of an arena beyond this is handed back (a fixed mmap threshold
+/// would otherwise leave glibc's 128 KiB, and arenas shrinking and growing all the time).
+const TRIM_THRESHOLD: i32 = 4 << 20;
+
+/// Sets glibc's allocator for a repack (see [`MMAP_THRESHOLD`]), with at most one arena a
+/// core: each arena keeps the free memory its thread's short-lived blocks leave among
+/// long-lived ones. On git/git's `repack -adf` (841,300 objects; each delta then kept in a
+/// vector of its own), 345 MB of the arenas were free after the search of the clone's part
+/// with glibc's defaults, 319 MB with the threshold fixed, 209 MB with two arenas as well.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let arenas = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
+        // SAFETY: mallopt only sets parameters of the allocator; it is called before the
+        // repack starts its threads.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        }
+    }
+}
+
 /// Runs `packd repack`.
 pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
+    tune_allocator();
     let options = RepackOptions {
         all: args.all,
         delete_redundant: args.delete,

@@ -252,6 +252,20 @@ impl From<LockError> for RepackError {
     }
 }
 
+/// The resident pages each mapped file of the repository may keep during a repack (see
+/// `LocalStorage::with_map_budget`). A full repack reads every entry of the old packs, so
+/// with no bound all of them stay mapped: git/git's whole 489 MB pack (RssFile) on top of
+/// the heap, a third of the peak of `repack -adf`.
+const MAP_BUDGET: u64 = 64 << 20;
+
+/// How a repack opens the repository: the default delta base cache, a bound on mapped pages.
+fn open_options() -> packd_odb::RepositoryOptions {
+    packd_odb::RepositoryOptions {
+        map_budget: Some(MAP_BUDGET),
+        ..Default::default()
+    }
+}
+
 /// The objects directory of `repo`.
 fn objects_dir(repo: &Repository) -> PathBuf {
     repo.common_dir().join("objects")
@@ -264,7 +278,7 @@ pub fn repack(
     options: &RepackOptions,
     progress: &dyn RepackProgress,
 ) -> Result<RepackReport, RepackError> {
-    let open = || Repository::open(git_dir, &Default::default());
+    let open = || Repository::open(git_dir, &open_options());
     let repo = open()?;
     let objects = objects_dir(&repo);
     let held = lock::try_maintenance(&objects)?;

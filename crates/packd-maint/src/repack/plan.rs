@@ -63,7 +63,7 @@ pub(super) enum How {
     NewDelta {
         base: u32,
         delta_size: u64,
-        compressed: Vec<u8>,
+        compressed: bytes::Bytes,
     },
     /// Read, and compressed whole.
     Compress,

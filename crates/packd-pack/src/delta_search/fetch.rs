@@ -65,7 +65,7 @@ pub(crate) struct NewDelta {
     /// Bytes of the delta, inflated.
     pub delta_size: u64,
     /// The delta, zlib-compressed.
-    pub compressed: Vec<u8>,
+    pub compressed: bytes::Bytes,
 }
 
 impl PackServer {

@@ -88,8 +88,9 @@ pub enum Choice {
         depth: u32,
         /// Bytes of the delta, inflated.
         delta_size: u64,
-        /// The delta, zlib-compressed, ready to write.
-        compressed: Vec<u8>,
+        /// The delta, zlib-compressed, ready to write (a slice of a buffer shared by the
+        /// deltas of its chunk of the search).
+        compressed: bytes::Bytes,
     },
 }
 
