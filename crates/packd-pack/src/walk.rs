@@ -486,7 +486,7 @@ pub(crate) fn count(
         trees.push(walker.commit(id)?.tree);
     }
     let path_bases = if request.thin && !had_trees.is_empty() {
-        path_bases(repo, &had_trees, &trees, &had, cancel)?
+        path_bases(repo, &had_trees, &trees, &|id| had.contains(id), cancel)?
     } else {
         IdMap::default()
     };
@@ -568,7 +568,7 @@ pub(crate) fn count_plain(
         }
     }
     let path_bases = if request.thin && !had_trees.is_empty() {
-        path_bases(repo, &had_trees, &trees, &had, cancel)?
+        path_bases(repo, &had_trees, &trees, &|id| had.contains(id), cancel)?
     } else {
         IdMap::default()
     };
@@ -591,13 +591,15 @@ const MAX_HAD_PATHS: usize = 1 << 20;
 
 /// For the objects under `sent_roots` that the client lacks, the object the client has at the
 /// same path under one of `had_roots` (its first [`MAX_PATH_HAVES`]), when it differs: the
-/// natural delta base of a thin pack. Bitmaps give this through their name-hash cache; without
-/// one, it is what keeps a fetch from sending every changed file whole.
-fn path_bases(
+/// natural delta base of a thin pack. Bitmaps give this through their name-hash cache for the
+/// objects they hold; for the others (none without a bitmap, those pushed since it was written
+/// with one) it is what keeps a fetch from sending every changed file whole. `had`: whether the
+/// client has an object (its trees are not walked).
+pub(crate) fn path_bases(
     repo: &Repository,
     had_roots: &[ObjectId],
     sent_roots: &[ObjectId],
-    had: &IdSet,
+    had: &dyn Fn(&ObjectId) -> bool,
     cancel: &AtomicBool,
 ) -> Result<IdMap<ObjectId>, PackError> {
     let mut had_paths: std::collections::HashMap<Vec<u8>, ObjectId> = Default::default();
@@ -607,20 +609,14 @@ fn path_bases(
         had_paths.len() < MAX_HAD_PATHS
     })?;
     let mut bases = IdMap::default();
-    walk_paths(
-        repo,
-        sent_roots,
-        &|id| had.contains(id),
-        cancel,
-        &mut |path, id| {
-            if let Some(base) = had_paths.get(path) {
-                if *base != id {
-                    bases.entry(id).or_insert(*base);
-                }
+    walk_paths(repo, sent_roots, had, cancel, &mut |path, id| {
+        if let Some(base) = had_paths.get(path) {
+            if *base != id {
+                bases.entry(id).or_insert(*base);
             }
-            true
-        },
-    )?;
+        }
+        true
+    })?;
     Ok(bases)
 }
 

@@ -167,3 +167,91 @@ fn a_pack_of_whole_objects_is_not_sent_as_it_is_to_a_fetch() {
     // here; 0 when the pack went out as it is).
     assert!(deltas >= 30, "{deltas} deltas in {} bytes", ours.len());
 }
+
+/// The same with the client's history in a bitmapped pack (git's) and the new objects whole
+/// in a pack outside it (pushed since the bitmap was written): the bitmap's name-hash cache
+/// names none of them, so their bases come from the client's version of each path.
+#[test]
+fn whole_objects_past_the_bitmap_get_deltas_against_what_the_client_has() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let old_objects = repo.git_str(&["rev-list", "--objects", "old"]);
+    let new_objects = repo.git_str(&["rev-list", "--objects", "old..main"]);
+    let prefix = repo.pack_dir().join("pack");
+    let prefix = prefix.to_str().unwrap();
+    let before = repo.packs();
+    // old's history repacked with a bitmap by git in a copy of its own, its pack moved in.
+    let old_only = sb.path().join("old-only.git");
+    sb.git_in(
+        sb.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--single-branch",
+            "-b",
+            "old",
+            repo.path.to_str().unwrap(),
+            old_only.to_str().unwrap(),
+        ],
+    );
+    sb.git_in(&old_only, &["repack", "-adbq"]);
+    for entry in std::fs::read_dir(old_only.join("objects/pack")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, repo.pack_dir().join(path.file_name().unwrap())).unwrap();
+    }
+    repo.git_stdin(
+        &["pack-objects", "-q", "--window=0", prefix],
+        new_objects.as_bytes(),
+    );
+    for pack in before {
+        for ext in ["pack", "idx", "bitmap", "rev"] {
+            let _ = std::fs::remove_file(pack.with_extension(ext));
+        }
+    }
+    assert_eq!(repo.packs().len(), 2);
+    let bitmaps = std::fs::read_dir(repo.pack_dir())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "bitmap")
+        })
+        .count();
+    assert_eq!(bitmaps, 1, "old's pack has a bitmap");
+    assert!(!old_objects.is_empty());
+    let mut packd = Command::new(PACKD);
+    apply_env(&mut packd, &repo.home);
+    packd
+        .arg("-C")
+        .arg(&repo.path)
+        .args(["pack-objects", "--thin"]);
+    let ours = pack_of(&mut packd, "main\n^old\n");
+    let sent = u32::from_be_bytes(ours[8..12].try_into().unwrap()) as usize;
+    // Completed by the client, the pack holds the client's versions it deltas against too.
+    let client = sb.clone_bare(&repo, "client-thin.git");
+    let out = client.git_stdin(&["index-pack", "--stdin", "--fix-thin", "--strict"], &ours);
+    let name = String::from_utf8(out).unwrap();
+    let idx = client.pack_dir().join(format!(
+        "pack-{}.idx",
+        name.split_whitespace().last().unwrap()
+    ));
+    let completed = client
+        .git_stdin(&["show-index"], &std::fs::read(&idx).unwrap())
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    // What the client has of those paths is a base (none without the client's version of
+    // each path: the search then finds bases among the sent objects alone, 7,461 bytes
+    // against 7,024 here).
+    assert!(
+        completed - sent >= 1,
+        "{} client objects used as bases ({sent} objects in {} bytes)",
+        completed - sent,
+        ours.len()
+    );
+    let deltas = delta_count(&sb, &repo, &ours);
+    assert!(deltas >= 30, "{deltas} deltas in {} bytes", ours.len());
+}

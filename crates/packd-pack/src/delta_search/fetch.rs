@@ -143,6 +143,7 @@ impl PackServer {
         let objects = self.repo.objects();
         let mut candidates = Vec::with_capacity(searched.len());
         let mut bits = Vec::with_capacity(searched.len());
+        let mut path_base_bits = Vec::with_capacity(searched.len());
         for &i in &searched {
             let id = plan.id(&plan.items[i as usize])?;
             let Some(found) = objects.header(&id)? else {
@@ -151,11 +152,22 @@ impl PackServer {
                 )));
             };
             let bit = index.bit_of_id(&id)?;
-            let name_hash = match bit {
+            // An object from outside the bitmap has no name-hash there: its path's comes
+            // from the client's version of that path, when the count found one
+            // (`Planned::path_bases`), which is then offered as its base below.
+            let path_base = match bit {
+                Some(_) => None,
+                None => match plan.path_bases.get(&id) {
+                    Some(base) => index.bit_of_id(base)?,
+                    None => None,
+                },
+            };
+            let name_hash = match bit.or(path_base) {
                 Some(bit) => index.name_hash(bit)?.unwrap_or(0),
                 None => 0,
             };
             bits.push(bit);
+            path_base_bits.push(path_base);
             candidates.push(Candidate {
                 id,
                 kind: found.kind,
@@ -170,6 +182,13 @@ impl PackServer {
             let mut offered = HashSet::new();
             let mut preferred = Vec::new();
             for (c, bit) in bits.iter().enumerate() {
+                if let (None, Some(b)) = (bit, path_base_bits[c]) {
+                    let kind_bits = index.type_bitmap(candidates[c].kind);
+                    if had.get(b) && kind_bits.get(b) && offered.insert(b) {
+                        preferred.push((b, candidates[c].name_hash));
+                    }
+                    continue;
+                }
                 let (Some(bit), hash) = (*bit, candidates[c].name_hash) else {
                     continue;
                 };
