@@ -145,16 +145,7 @@ fn a_pack_of_whole_objects_is_not_sent_as_it_is_to_a_fetch() {
     let prefix = prefix.to_str().unwrap();
     let before = repo.packs();
     repo.git_stdin(&["pack-objects", "-q", prefix], old_objects.as_bytes());
-    repo.git_stdin(
-        &["pack-objects", "-q", "--window=0", prefix],
-        new_objects.as_bytes(),
-    );
-    for pack in before {
-        for ext in ["pack", "idx", "bitmap", "rev"] {
-            let _ = std::fs::remove_file(pack.with_extension(ext));
-        }
-    }
-    assert_eq!(repo.packs().len(), 2);
+    new_objects_whole_instead_of(&repo, &new_objects, before);
     let mut packd = Command::new(PACKD);
     apply_env(&mut packd, &repo.home);
     packd
@@ -177,8 +168,6 @@ fn whole_objects_past_the_bitmap_get_deltas_against_what_the_client_has() {
     let repo = history(&sb);
     let old_objects = repo.git_str(&["rev-list", "--objects", "old"]);
     let new_objects = repo.git_str(&["rev-list", "--objects", "old..main"]);
-    let prefix = repo.pack_dir().join("pack");
-    let prefix = prefix.to_str().unwrap();
     let before = repo.packs();
     // old's history repacked with a bitmap by git in a copy of its own, its pack moved in.
     let old_only = sb.path().join("old-only.git");
@@ -200,16 +189,7 @@ fn whole_objects_past_the_bitmap_get_deltas_against_what_the_client_has() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, repo.pack_dir().join(path.file_name().unwrap())).unwrap();
     }
-    repo.git_stdin(
-        &["pack-objects", "-q", "--window=0", prefix],
-        new_objects.as_bytes(),
-    );
-    for pack in before {
-        for ext in ["pack", "idx", "bitmap", "rev"] {
-            let _ = std::fs::remove_file(pack.with_extension(ext));
-        }
-    }
-    assert_eq!(repo.packs().len(), 2);
+    new_objects_whole_instead_of(&repo, &new_objects, before);
     let bitmaps = std::fs::read_dir(repo.pack_dir())
         .unwrap()
         .filter(|e| {
@@ -254,4 +234,21 @@ fn whole_objects_past_the_bitmap_get_deltas_against_what_the_client_has() {
     );
     let deltas = delta_count(&sb, &repo, &ours);
     assert!(deltas >= 30, "{deltas} deltas in {} bytes", ours.len());
+}
+
+/// Packs `new_objects` (a `rev-list --objects` listing) whole into a pack of `repo`'s own
+/// (git's `pack-objects --window=0`), then removes the packs `before` named: the repository is
+/// left with that pack and the one its caller wrote.
+fn new_objects_whole_instead_of(repo: &Repo, new_objects: &str, before: Vec<std::path::PathBuf>) {
+    let prefix = repo.pack_dir().join("pack");
+    repo.git_stdin(
+        &["pack-objects", "-q", "--window=0", prefix.to_str().unwrap()],
+        new_objects.as_bytes(),
+    );
+    for pack in before {
+        for ext in ["pack", "idx", "bitmap", "rev"] {
+            let _ = std::fs::remove_file(pack.with_extension(ext));
+        }
+    }
+    assert_eq!(repo.packs().len(), 2);
 }
