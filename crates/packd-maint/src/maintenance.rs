@@ -246,11 +246,9 @@ impl Cost {
 
 /// Writes the commit-graph of the repository at `git_dir` afresh (git's default options).
 fn write_commit_graph(git_dir: &Path) -> Result<(), String> {
-    use packd_reach::commit_graph::{reachable_tips, write_commit_graph, GraphOptions};
     let repo =
         Repository::open(git_dir, &RepositoryOptions::default()).map_err(|e| e.to_string())?;
-    let tips = reachable_tips(&repo).map_err(|e| e.to_string())?;
-    write_commit_graph(&repo, &tips, &GraphOptions::for_repository(&repo))
+    packd_reach::commit_graph::write_for_refs(&repo)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -377,12 +377,8 @@ pub fn repack(
     }
     if options.commit_graph && options.all {
         let repo = open()?;
-        let graph = (|| {
-            let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
-            let graph_options = packd_reach::commit_graph::GraphOptions::for_repository(&repo);
-            packd_reach::commit_graph::write_commit_graph(&repo, &tips, &graph_options)
-        })()
-        .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
+        let graph = packd_reach::commit_graph::write_for_refs(&repo)
+            .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
         if graph.commits > 0 {
             report.commit_graph = Some(graph.path);
         }
@@ -521,12 +517,8 @@ fn after_append(
     }
     if options.commit_graph && !graph_current {
         let repo = open()?;
-        let graph = (|| {
-            let tips = packd_reach::commit_graph::reachable_tips(&repo)?;
-            let graph_options = packd_reach::commit_graph::GraphOptions::for_repository(&repo);
-            packd_reach::commit_graph::write_commit_graph(&repo, &tips, &graph_options)
-        })()
-        .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
+        let graph = packd_reach::commit_graph::write_for_refs(&repo)
+            .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
         if graph.commits > 0 {
             report.commit_graph = Some(graph.path);
         }

@@ -181,6 +181,14 @@ pub fn reachable_tips(repo: &Repository) -> Result<Vec<ObjectId>, CommitGraphErr
     Ok(tips)
 }
 
+/// The commit-graph of every commit the refs and `HEAD` reach, written afresh with the
+/// repository's options ([`GraphOptions::for_repository`]): what a repack or maintenance
+/// writes after it.
+pub fn write_for_refs(repo: &Repository) -> Result<WrittenGraph, CommitGraphError> {
+    let tips = reachable_tips(repo)?;
+    write_commit_graph(repo, &tips, &GraphOptions::for_repository(repo))
+}
+
 /// Writes objects/info/commit-graph for the commits reachable from `tips` (tags are peeled;
 /// tips that are not commits, such as tagged trees, are skipped, as git skips them) as a single
 /// file, not a chain, removing a stale chain as `git commit-graph write` without `--split`
