@@ -94,6 +94,8 @@ fn git_accepts_a_pack_of_the_searchs_choices() {
             size: data.len() as u64,
             name_hash: *hash,
             base_only: false,
+            base_depth: 0,
+            above: 0,
         })
         .collect();
     let load = |i: u32| Ok::<_, ()>(Bytes::from(objects[i as usize].1.clone()));

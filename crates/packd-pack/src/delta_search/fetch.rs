@@ -174,6 +174,8 @@ impl PackServer {
                 size: found.size,
                 name_hash,
                 base_only: false,
+                base_depth: 0,
+                above: 0,
             });
         }
         let targets = candidates.len();
@@ -239,6 +241,8 @@ impl PackServer {
                     size: found.size,
                     name_hash: hash,
                     base_only: true,
+                    base_depth: 0,
+                    above: 0,
                 });
             }
         }

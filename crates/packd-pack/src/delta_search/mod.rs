@@ -41,6 +41,10 @@ pub struct SearchOptions {
     pub deadline: Option<Instant>,
     /// The zlib level of the compressed deltas (`pack.compression`; git's -1 is 6).
     pub compression_level: i32,
+    /// Base-only candidates sort before the others of their name hash (git's order for the
+    /// preferred bases of a thin pack); when false they sort by size among them, as objects
+    /// of one search would (a repack's second part, offered the first part's objects).
+    pub base_only_first: bool,
 }
 
 impl Default for SearchOptions {
@@ -54,6 +58,7 @@ impl Default for SearchOptions {
             threads: 0,
             deadline: None,
             compression_level: 6,
+            base_only_first: true,
         }
     }
 }
@@ -73,6 +78,13 @@ pub struct Candidate {
     /// A base only: may serve as a base (a thin fetch's object the client has, git's
     /// "preferred base"), is never itself given a delta or written.
     pub base_only: bool,
+    /// For a base-only candidate, the depth of the delta chain it already ends (0: stored
+    /// whole): a delta against it is one deeper, and none is made past `depth`.
+    pub base_depth: u32,
+    /// The longest chain of deltas decided elsewhere (reused from disk) that already rests on
+    /// this candidate: a delta given to it deepens those chains too, so its own chain may be
+    /// only `depth - above` long (git's `check_delta_limit`).
+    pub above: u32,
 }
 
 /// What the search chose for one candidate.
@@ -139,7 +151,7 @@ pub fn search_where<E: Send>(
             (SMALLEST..=LARGEST).contains(&size)
         })
         .collect();
-    let ordered = order::window_order(candidates, searched);
+    let ordered = order::window_order(candidates, searched, options.base_only_first);
     let chunks = order::chunks(candidates, &ordered, CHUNK);
     let done = AtomicU64::new((candidates.len() - ordered.len()) as u64);
     let run = || {

@@ -4,17 +4,26 @@
 use super::{Candidate, Choice};
 
 /// `searched` (indexes into `candidates`) in the window's order, git's `type_size_sort`: kind
-/// (tags, blobs, trees, commits), name hash (descending), base-only objects first, size
+/// (tags, blobs, trees, commits), name hash (descending), base-only objects first (when
+/// `base_only_first`), size
 /// (largest first), then position in `candidates` (the caller's order; git's is newest first).
 /// Larger objects come first so that deltas are made from them to smaller ones (removing
 /// bytes is a smaller delta than adding them), and one path's versions meet in the window.
-pub(super) fn window_order(candidates: &[Candidate], mut searched: Vec<u32>) -> Vec<u32> {
+pub(super) fn window_order(
+    candidates: &[Candidate],
+    mut searched: Vec<u32>,
+    base_only_first: bool,
+) -> Vec<u32> {
     searched.sort_unstable_by(|&a, &b| {
         let (x, y) = (&candidates[a as usize], &candidates[b as usize]);
         (y.kind as u8)
             .cmp(&(x.kind as u8))
             .then(y.name_hash.cmp(&x.name_hash))
-            .then(y.base_only.cmp(&x.base_only))
+            .then(if base_only_first {
+                y.base_only.cmp(&x.base_only)
+            } else {
+                std::cmp::Ordering::Equal
+            })
             .then(y.size.cmp(&x.size))
             .then(a.cmp(&b))
     });

@@ -66,6 +66,8 @@ fn delta_quality() {
                 packd_reach::bitmap::name_hash(path.as_bytes())
             },
             base_only: false,
+            base_depth: 0,
+            above: 0,
         });
         data.push(object.data);
     }

@@ -38,6 +38,8 @@ fn objects(files: u32, versions: u32) -> Objects {
                 size: bytes.len() as u64,
                 name_hash: f.wrapping_mul(2_654_435_761) | 1,
                 base_only: false,
+                base_depth: 0,
+                above: 0,
             });
             data.push(Bytes::from(bytes));
         }
@@ -171,7 +173,7 @@ fn the_window_is_ordered_as_git_orders_it() {
     let mut objects = objects(3, 2);
     objects.candidates[0].kind = ObjectKind::Tree;
     let all: Vec<u32> = (0..objects.candidates.len() as u32).collect();
-    let ordered = order::window_order(&objects.candidates, all);
+    let ordered = order::window_order(&objects.candidates, all, true);
     let key = |i: &u32| {
         let c = &objects.candidates[*i as usize];
         (
@@ -195,7 +197,7 @@ fn the_window_is_ordered_as_git_orders_it() {
 fn chunks_are_cut_where_the_name_hash_changes() {
     let objects = objects(40, 7);
     let all: Vec<u32> = (0..objects.candidates.len() as u32).collect();
-    let ordered = order::window_order(&objects.candidates, all);
+    let ordered = order::window_order(&objects.candidates, all, true);
     let chunks = order::chunks(&objects.candidates, &ordered, 10);
     assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), ordered.len());
     for pair in chunks.windows(2) {
@@ -329,4 +331,43 @@ fn a_writers_order_is_kept() {
         }
     }
     assert!(deltas > 20, "{deltas} deltas");
+}
+
+#[test]
+fn chains_resting_on_a_candidate_and_under_a_base_count_toward_the_depth() {
+    // Every candidate already carries a chain of 2 (reused deltas resting on it): with depth
+    // 3, its own chain may be 1 long at most.
+    let mut resting = objects(2, 20);
+    for c in resting.candidates.iter_mut() {
+        c.above = 2;
+    }
+    let choices = run(
+        &resting,
+        &SearchOptions {
+            depth: 3,
+            ..SearchOptions::default()
+        },
+    );
+    let depths = check(&resting, &choices, 1);
+    assert!(depths.contains(&1), "some deltas are made");
+    // Base-only candidates ending chains at the full depth are never bases; ten levels less,
+    // they are, and their deltas are one deeper.
+    for (base_depth, used) in [(50, false), (40, true)] {
+        let mut objects = objects(3, 6);
+        for c in objects.candidates.iter_mut().step_by(2) {
+            c.base_only = true;
+            c.base_depth = base_depth;
+        }
+        let choices = run(&objects, &SearchOptions::default());
+        let mut against_base_only = 0;
+        for choice in &choices {
+            if let Choice::Delta { base, depth, .. } = choice {
+                if objects.candidates[*base as usize].base_only {
+                    against_base_only += 1;
+                    assert_eq!(*depth, base_depth + 1);
+                }
+            }
+        }
+        assert_eq!(against_base_only > 0, used, "base depth {base_depth}");
+    }
 }

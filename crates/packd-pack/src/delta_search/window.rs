@@ -25,12 +25,12 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(idx: u32) -> Slot {
+    fn new(idx: u32, depth: u32) -> Slot {
         Slot {
             idx,
             data: None,
             index: None,
-            depth: 0,
+            depth,
             memory: 0,
         }
     }
@@ -110,10 +110,12 @@ pub(super) fn search_chunk<E>(
             let oldest = window.pop_front().expect("a slot");
             memory -= oldest.memory;
         }
-        let max_depth = options.depth;
-        let mut slot = Slot::new(target);
+        let c = &candidates[target as usize];
+        // Deltas already resting on the target deepen with it (git's check_delta_limit).
+        let max_depth = options.depth.saturating_sub(c.above);
+        let mut slot = Slot::new(target, if c.base_only { c.base_depth } else { 0 });
         let mut best: Option<Best> = None;
-        if !candidates[target as usize].base_only {
+        if !c.base_only && max_depth > 0 {
             for position in (0..window.len()).rev() {
                 if !may_base(target, window[position].idx) {
                     continue;
@@ -172,7 +174,7 @@ pub(super) fn search_chunk<E>(
         if best.delta.capacity() > scratch.capacity() {
             scratch = best.delta;
         }
-        if best.depth >= max_depth {
+        if best.depth >= options.depth {
             // Nothing can be made against it: it leaves at once.
             memory -= slot.memory;
             continue;
