@@ -6,14 +6,21 @@
 //! so callers ask for what they need in as few calls as they can ([`Blob::read_many`]) and never
 //! assume that a read is cheap or that bytes stay mapped.
 
+mod cache;
 mod local;
 mod memory;
+
+pub use cache::{BlockCache, BlockCacheConfig, BlockCacheStats, CachedStorage};
 
 pub use local::LocalStorage;
 pub mod write;
 pub use write::{NewBlob, Version};
 mod local_write;
 pub use memory::MemoryBlob;
+#[cfg(feature = "s3")]
+mod readv;
+#[cfg(feature = "s3")]
+pub use readv::{Coalescing, ReadOptions, ReadStats};
 #[cfg(feature = "s3")]
 mod s3;
 #[cfg(feature = "s3")]
@@ -179,6 +186,12 @@ pub trait Blob: Send + Sync + fmt::Debug {
 
     /// The blob's size in bytes.
     fn len(&self) -> u64;
+
+    /// What tells this blob's bytes from other bytes once stored under the same name (an
+    /// object store's ETag), for caches keyed by name; `None` when the storage has none.
+    fn tag(&self) -> Option<&str> {
+        None
+    }
 
     /// True when the blob has no bytes.
     fn is_empty(&self) -> bool {

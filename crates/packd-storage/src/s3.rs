@@ -44,8 +44,11 @@
 //! lost. A blob is published by one `PUT`, which S3 bounds at 5 GiB; larger packs would need
 //! a multipart upload completed with `If-None-Match`, which is not written yet.
 
+use crate::readv::{
+    length_error, Answer, InOrder, LinkEstimate, ReadCounters, ReadOptions, ReadStats,
+};
 use crate::{check_range, Blob, NewBlob, Storage, StorageError, Version};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
@@ -55,11 +58,6 @@ use std::sync::Arc;
 
 /// Bytes a blob being created keeps in memory before it spills to a temporary file.
 pub const SPOOL_IN_MEMORY: usize = 8 << 20;
-
-/// The most bytes one [`Blob::read_many`] batch asks for at once: the batch is coalesced and
-/// fetched by `object_store` (several requests in flight), then yielded before the next batch
-/// is asked for, so a list of ranges covering a whole pack is never held in memory at once.
-const READ_MANY_BATCH_BYTES: u64 = 16 << 20;
 
 /// Where a bucket is and how to sign requests to it.
 #[derive(Clone, Debug, Default)]
@@ -82,6 +80,8 @@ pub struct S3Config {
     /// Whether plain `http://` endpoints are allowed. Always allowed for a loopback endpoint
     /// (`127.0.0.1`, `localhost`, `[::1]`); elsewhere only if this or `AWS_ALLOW_HTTP` says so.
     pub allow_http: bool,
+    /// How [`Blob::read_many`] coalesces ranges into requests (see `readv.rs`).
+    pub reads: ReadOptions,
 }
 
 impl S3Config {
@@ -146,6 +146,12 @@ pub(crate) struct Shared {
     /// by the first one's success); `s3_write.rs` reads the key and decides.
     pub(crate) writes: Arc<AmazonS3>,
     pub(crate) bucket: String,
+    /// How ranges are coalesced.
+    reads: ReadOptions,
+    /// This store's latency and bandwidth, measured on its answers.
+    link: LinkEstimate,
+    /// What the reads of all blobs of this store cost.
+    counters: ReadCounters,
 }
 
 impl Shared {
@@ -237,6 +243,9 @@ impl S3Storage {
                 store: Arc::new(store),
                 writes: Arc::new(writes),
                 bucket: config.bucket.clone(),
+                reads: config.reads,
+                link: LinkEstimate::default(),
+                counters: ReadCounters::default(),
             }),
             prefix: config.prefix.trim_matches('/').to_string(),
         })
@@ -249,6 +258,19 @@ impl S3Storage {
             shared: self.shared.clone(),
             prefix: self.key(sub.trim_matches('/')),
         }
+    }
+
+    /// What the reads of this store (this storage and all those rooted in the same client)
+    /// have cost so far.
+    pub fn read_stats(&self) -> ReadStats {
+        self.shared.counters.get()
+    }
+
+    /// The store's latency and bandwidth (bytes per second) as measured so far, and the gap
+    /// [`crate::Coalescing::Merge`] merges across.
+    pub fn link_estimate(&self) -> (std::time::Duration, f64, u64) {
+        let (latency, bandwidth) = self.shared.link.get();
+        (latency, bandwidth, self.shared.link.break_even_gap())
     }
 
     /// The key prefix this storage is rooted at.
@@ -313,11 +335,14 @@ impl Storage for S3Storage {
     fn open(&self, name: &str) -> Result<Arc<dyn Blob>, StorageError> {
         let path = self.path(name)?;
         let store = self.shared.store.clone();
+        let started = std::time::Instant::now();
         let head = {
             let path = path.clone();
             self.shared.block(async move { store.head(&path).await })
         };
         let meta = head.map_err(|e| storage_error(self.describe(name), e))?;
+        // A HEAD is one round trip: the first latency figure before any GET.
+        self.shared.link.observe_latency(started.elapsed());
         Ok(Arc::new(S3Blob {
             name: self.describe(name),
             shared: self.shared.clone(),
@@ -418,54 +443,84 @@ struct S3Blob {
 }
 
 impl S3Blob {
-    /// An error naming the blob.
-    fn io(&self, message: String) -> StorageError {
-        StorageError::Io {
-            name: self.name.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, message),
-        }
+    /// Starts the `GET` of `range` on the runtime; its answer goes to `done`, tagged `id`.
+    fn start_get(
+        &self,
+        id: usize,
+        range: Range<u64>,
+        done: std::sync::mpsc::Sender<Answer>,
+    ) -> tokio::task::AbortHandle {
+        let rt = self
+            .shared
+            .runtime
+            .0
+            .as_ref()
+            .expect("the runtime lives as long as the storage");
+        let get = get_range(
+            self.shared.clone(),
+            self.path.clone(),
+            self.e_tag.clone(),
+            self.name.clone(),
+            range,
+        );
+        rt.spawn(async move {
+            let _ = done.send((id, get.await));
+        })
+        .abort_handle()
     }
+}
 
-    /// Checks that the server sent exactly the bytes of `range`.
-    fn checked(&self, range: &Range<u64>, bytes: Bytes) -> Result<Bytes, StorageError> {
-        let want = range.end - range.start;
-        if bytes.len() as u64 != want {
-            return Err(self.io(format!(
-                "the store answered {} bytes for bytes {}..{} ({want} bytes)",
-                bytes.len(),
-                range.start,
-                range.end
-            )));
-        }
-        Ok(bytes)
+/// One ranged `GET` of `path` (at ETag `e_tag`; named `name` in errors): exactly the bytes of
+/// `range`, or an error. Feeds the store's latency and bandwidth estimate.
+async fn get_range(
+    shared: Arc<Shared>,
+    path: Path,
+    e_tag: Option<String>,
+    name: String,
+    range: Range<u64>,
+) -> Result<Bytes, StorageError> {
+    use futures_util::StreamExt;
+    let want = range.end - range.start;
+    let options = GetOptions {
+        range: Some(GetRange::Bounded(range.clone())),
+        if_match: e_tag,
+        ..GetOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let answer = shared
+        .store
+        .get_opts(&path, options)
+        .await
+        .map_err(|e| storage_error(name.clone(), e))?;
+    let head = started.elapsed();
+    if answer.range != range {
+        return Err(StorageError::Io {
+            name,
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the store answered bytes {}..{} for bytes {}..{}",
+                    answer.range.start, answer.range.end, range.start, range.end
+                ),
+            ),
+        });
     }
-
-    /// Fetches one batch of ranges (all non-empty, inside the blob) at once.
-    fn fetch_batch(&self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>, StorageError> {
-        if ranges.is_empty() {
-            return Ok(Vec::new());
+    // The request's own size (bounded by the request cap), never a size the store sent.
+    let mut body = BytesMut::with_capacity(want as usize);
+    let mut stream = answer.into_stream();
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| storage_error(name.clone(), e))?;
+        if body.len() as u64 + piece.len() as u64 > want {
+            return Err(length_error(&name, &range, body.len() + piece.len()));
         }
-        let store = self.shared.store.clone();
-        let path = self.path.clone();
-        let got = {
-            let ranges = ranges.clone();
-            self.shared
-                .block(async move { store.get_ranges(&path, &ranges).await })
-                .map_err(|e| storage_error(self.name.clone(), e))?
-        };
-        if got.len() != ranges.len() {
-            return Err(self.io(format!(
-                "the store answered {} ranges for {}",
-                got.len(),
-                ranges.len()
-            )));
-        }
-        ranges
-            .iter()
-            .zip(got)
-            .map(|(range, bytes)| self.checked(range, bytes))
-            .collect()
+        body.extend_from_slice(&piece);
     }
+    if body.len() as u64 != want {
+        return Err(length_error(&name, &range, body.len()));
+    }
+    shared.link.observe_latency(head);
+    shared.link.observe_body(want, started.elapsed() - head);
+    Ok(body.freeze())
 }
 
 impl Blob for S3Blob {
@@ -477,73 +532,49 @@ impl Blob for S3Blob {
         self.len
     }
 
+    fn tag(&self) -> Option<&str> {
+        self.e_tag.as_deref()
+    }
+
     fn read(&self, range: Range<u64>) -> Result<Bytes, StorageError> {
         check_range(&self.name, &range, self.len)?;
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        let store = self.shared.store.clone();
-        let path = self.path.clone();
-        let options = GetOptions {
-            range: Some(GetRange::Bounded(range.clone())),
-            if_match: self.e_tag.clone(),
-            ..GetOptions::default()
-        };
-        let bytes = self
-            .shared
-            .block(async move { store.get_opts(&path, options).await?.bytes().await })
-            .map_err(|e| storage_error(self.name.clone(), e))?;
-        self.checked(&range, bytes)
+        let want = range.end - range.start;
+        if want > self.shared.reads.max_request_bytes {
+            // Cut into requests that run side by side.
+            let one = [range];
+            return self.read_many(&one).next().expect("one answer per range");
+        }
+        let got = self.shared.block(get_range(
+            self.shared.clone(),
+            self.path.clone(),
+            self.e_tag.clone(),
+            self.name.clone(),
+            range,
+        ));
+        self.shared.counters.add(&ReadStats {
+            read_many_calls: 0,
+            gets: 1,
+            bytes_fetched: if got.is_ok() { want } else { 0 },
+            bytes_used: if got.is_ok() { want } else { 0 },
+        });
+        got
     }
 
     fn read_many<'a>(
         &'a self,
         ranges: &'a [Range<u64>],
     ) -> Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a> {
-        // Batches of consecutive ranges of at most READ_MANY_BATCH_BYTES (or one range);
-        // an empty or out-of-bounds range is answered in its place without a request.
-        let mut next = 0;
-        let mut ready: std::collections::VecDeque<Result<Bytes, StorageError>> =
-            std::collections::VecDeque::new();
-        Box::new(std::iter::from_fn(move || {
-            if ready.is_empty() && next < ranges.len() {
-                let start = next;
-                let mut bytes = 0;
-                while next < ranges.len()
-                    && (next == start
-                        || bytes + ranges[next].end.saturating_sub(ranges[next].start)
-                            <= READ_MANY_BATCH_BYTES)
-                {
-                    bytes += ranges[next].end.saturating_sub(ranges[next].start);
-                    next += 1;
-                }
-                let batch = &ranges[start..next];
-                tracing::debug!(ranges = batch.len(), bytes, "S3 read_many batch");
-                let fetch: Vec<Range<u64>> = batch
-                    .iter()
-                    .filter(|r| !r.is_empty() && check_range(&self.name, r, self.len).is_ok())
-                    .cloned()
-                    .collect();
-                match self.fetch_batch(fetch) {
-                    Ok(fetched) => {
-                        let mut fetched = fetched.into_iter();
-                        for r in batch {
-                            ready.push_back(match check_range(&self.name, r, self.len) {
-                                Err(e) => Err(e),
-                                Ok(()) if r.is_empty() => Ok(Bytes::new()),
-                                Ok(()) => Ok(fetched.next().expect("one answer per range")),
-                            });
-                        }
-                    }
-                    Err(e) => {
-                        // The whole batch failed: the first range says why, and the iterator
-                        // ends there (callers stop at the first error).
-                        ready.push_back(Err(e));
-                        next = ranges.len();
-                    }
-                }
-            }
-            ready.pop_front()
-        }))
+        Box::new(InOrder::new(
+            &self.name,
+            self.len,
+            ranges,
+            self.shared.reads,
+            self.shared.link.break_even_gap(),
+            Box::new(move |id, range, done| self.start_get(id, range, done)),
+            &self.shared.counters,
+        ))
     }
 }

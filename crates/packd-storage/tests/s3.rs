@@ -29,6 +29,7 @@ fn storage_for(server: &S3Server, secret: &str) -> S3Storage {
         access_key_id: Some(server.access_key_id().into()),
         secret_access_key: Some(secret.into()),
         allow_http: false,
+        ..S3Config::default()
     })
     .expect("an S3 storage")
 }
@@ -453,6 +454,7 @@ fn setup_with_faults() -> (S3Server, FaultProxy, S3Storage) {
         access_key_id: Some(server.access_key_id().into()),
         secret_access_key: Some(server.secret_access_key().into()),
         allow_http: false,
+        ..S3Config::default()
     })
     .unwrap();
     (server, proxy, storage)

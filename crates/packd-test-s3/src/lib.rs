@@ -300,6 +300,9 @@ struct Faults {
     stop: std::sync::atomic::AtomicBool,
     cut_requests: std::sync::atomic::AtomicU32,
     lose_answers: std::sync::atomic::AtomicU32,
+    /// Answers to cut short, and after how many of their bytes.
+    short_answers: std::sync::atomic::AtomicU32,
+    short_after: std::sync::atomic::AtomicU64,
 }
 
 impl Faults {
@@ -357,6 +360,16 @@ impl FaultProxy {
     }
 }
 
+impl FaultProxy {
+    /// The next `n` answers are cut short: their connection is closed after `bytes` bytes of
+    /// the answer (its head included) reached the client.
+    pub fn cut_next_answers_after(&self, n: u32, bytes: u64) {
+        use std::sync::atomic::Ordering;
+        self.faults.short_after.store(bytes, Ordering::SeqCst);
+        self.faults.short_answers.fetch_add(n, Ordering::SeqCst);
+    }
+}
+
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.faults
@@ -373,6 +386,8 @@ fn relay(client: TcpStream, server: TcpStream, faults: std::sync::Arc<Faults>) {
         |mut from: TcpStream, mut to: TcpStream, faults: std::sync::Arc<Faults>, requests: bool| {
             move || {
                 let mut buf = vec![0u8; 64 * 1024];
+                // Bytes this answer may still pass, once it is being cut short.
+                let mut allowed: Option<u64> = None;
                 loop {
                     let n = match from.read(&mut buf) {
                         Ok(0) | Err(_) => break,
@@ -383,8 +398,22 @@ fn relay(client: TcpStream, server: TcpStream, faults: std::sync::Arc<Faults>) {
                     } else {
                         &faults.lose_answers
                     };
-                    if Faults::take(counter) || to.write_all(&buf[..n]).is_err() {
+                    if Faults::take(counter) {
                         break;
+                    }
+                    if !requests && allowed.is_none() && Faults::take(&faults.short_answers) {
+                        allowed =
+                            Some(faults.short_after.load(std::sync::atomic::Ordering::SeqCst));
+                    }
+                    let pass = allowed.map_or(n, |a| n.min(a as usize));
+                    if to.write_all(&buf[..pass]).is_err() {
+                        break;
+                    }
+                    if let Some(a) = allowed.as_mut() {
+                        *a -= pass as u64;
+                        if *a == 0 {
+                            break;
+                        }
                     }
                 }
                 let _ = from.shutdown(std::net::Shutdown::Both);
@@ -396,4 +425,145 @@ fn relay(client: TcpStream, server: TcpStream, faults: std::sync::Arc<Faults>) {
     };
     std::thread::spawn(pipe(client, server, faults.clone(), true));
     std::thread::spawn(pipe(server2, client2, faults, false));
+}
+
+/// A TCP proxy on 127.0.0.1 in front of a server that makes the link slow the way a distant
+/// store is: every byte reaches the other side `round_trip / 2` after it was sent (so that a
+/// request and its answer cost `round_trip` more than without the proxy, and a new
+/// connection costs one more for its handshake), at most `bytes_per_second` bytes per second
+/// each way on each connection if a limit is given. Bytes are relayed unchanged, in order.
+/// Stops accepting when dropped.
+///
+/// Benchmarks compare read strategies through it; tests count requests through it, never
+/// time them.
+#[derive(Debug)]
+pub struct DelayProxy {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How much a [`DelayProxy`] relay reads at once, and how many such pieces may wait in one
+/// direction of a connection: what one direction holds is bounded (16 MiB).
+const DELAY_PIECE: usize = 64 * 1024;
+const DELAY_QUEUE: usize = 256;
+
+impl DelayProxy {
+    /// A proxy at a free port of 127.0.0.1 relaying to `upstream_port` of 127.0.0.1, adding
+    /// `round_trip` to each round trip and limiting each direction of each connection to
+    /// `bytes_per_second` (`None`: no limit).
+    pub fn start(
+        upstream_port: u16,
+        round_trip: Duration,
+        bytes_per_second: Option<u64>,
+    ) -> DelayProxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the proxy");
+        let port = listener.local_addr().expect("the proxy's port").port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (stopping, counted) = (stop.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    // The handshake's round trip.
+                    std::thread::sleep(round_trip);
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone())
+                    else {
+                        return;
+                    };
+                    let one_way = round_trip / 2;
+                    delayed_pipe(client, server, one_way, bytes_per_second);
+                    delayed_pipe(server2, client2, one_way, bytes_per_second);
+                });
+            }
+        });
+        DelayProxy {
+            port,
+            stop,
+            connections,
+        }
+    }
+
+    /// The proxy's URL, to give the client instead of the server's.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The connections it has accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accepting thread so that it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Relays `from` to `to`, each piece `delay` after it was read and no faster than
+/// `bytes_per_second`: a reader thread stamps what it reads, a writer thread sends it when due.
+/// Both ends are shut down when either side closes.
+fn delayed_pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    delay: Duration,
+    bytes_per_second: Option<u64>,
+) {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(Instant, Vec<u8>)>(DELAY_QUEUE);
+    let (from2, to2) = (from.try_clone().ok(), to.try_clone().ok());
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; DELAY_PIECE];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        // The writer sends what is queued, then shuts both down.
+    });
+    std::thread::spawn(move || {
+        // When the link is free again (for the bandwidth limit).
+        let mut free_at = Instant::now();
+        for (due, piece) in rx {
+            let at = due.max(free_at);
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            if let Some(rate) = bytes_per_second.filter(|&r| r > 0) {
+                free_at =
+                    Instant::now() + Duration::from_secs_f64(piece.len() as f64 / rate as f64);
+            }
+            if to.write_all(&piece).is_err() {
+                break;
+            }
+        }
+        if let Some(s) = from2 {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(s) = to2 {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    });
 }
