@@ -103,8 +103,15 @@ impl NewBlob for LocalNewBlob {
         file.sync_all().map_err(|e| io_error(&self.temp, e))?;
         #[cfg(unix)]
         {
+            // 0444 less the umask, as git makes packs: the write bits of the mode the file
+            // was created with (0666 less the umask) dropped.
             use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o444))
+            let created = file
+                .metadata()
+                .map_err(|e| io_error(&self.temp, e))?
+                .permissions()
+                .mode();
+            file.set_permissions(std::fs::Permissions::from_mode(created & 0o444))
                 .map_err(|e| io_error(&self.temp, e))?;
         }
         drop(file);
