@@ -234,9 +234,12 @@ pub struct WriteReport {
     pub skipped: Vec<Skipped>,
 }
 
+/// The storage of a repository's own objects and its packs.
+type OwnPacks<'a> = (&'a Arc<dyn Storage>, Vec<&'a Arc<Pack>>);
+
 /// The packs of the repository's own objects directory (not its alternates'), in name order,
 /// and the storage they are read from.
-fn own_packs(repo: &Repository) -> Result<(&Arc<dyn Storage>, Vec<&Arc<Pack>>), WriteError> {
+fn own_packs(repo: &Repository) -> Result<OwnPacks<'_>, WriteError> {
     let own = repo.objects().own_storage();
     let packs: Vec<&Arc<Pack>> = repo
         .objects()
