@@ -297,12 +297,15 @@ pub(crate) fn write_midx(
     leave_out: &[String],
     outcome: &mut GeometricOutcome,
 ) -> Result<(), GeometricError> {
+    let storage = own_storage(repo)?;
     if write_bitmap {
         let bitmap_options = WriteOptions {
             midx: true,
             ..WriteOptions::default()
         };
-        match write_midx_bitmap_leaving_out(repo, &bitmap_options, &NoProgress, leave_out) {
+        let written =
+            write_midx_bitmap_leaving_out(repo, &*storage, &bitmap_options, &NoProgress, leave_out);
+        match written {
             Ok(_) => {
                 outcome.midx = true;
                 outcome.bitmap = true;
@@ -316,7 +319,10 @@ pub(crate) fn write_midx(
             Err(e) => return Err(e.into()),
         }
     }
-    let storage = own_storage(repo)?;
+    // The version replaced, read before the packs are listed (compare-and-swap: another
+    // writer's multi-pack-index put there since fails this write rather than being lost).
+    let name = "pack/multi-pack-index";
+    let current = storage.read_versioned(name)?.map(|(_, version)| version);
     let mut inputs = Vec::new();
     for info in own_packs(repo, &storage) {
         if leave_out.contains(&info.idx_name) {
@@ -333,9 +339,7 @@ pub(crate) fn write_midx(
         return Ok(());
     }
     let bytes = MidxPlan::new(inputs, None)?.to_bytes(true);
-    let name = "pack/multi-pack-index";
-    let current = storage.read_versioned(name)?;
-    storage.replace(name, current.as_ref().map(|(_, v)| v), &bytes)?;
+    storage.replace(name, current.as_ref(), &bytes)?;
     outcome.midx = true;
     Ok(())
 }

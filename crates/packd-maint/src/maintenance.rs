@@ -248,7 +248,12 @@ impl Cost {
 fn write_commit_graph(git_dir: &Path) -> Result<(), String> {
     let repo =
         Repository::open(git_dir, &RepositoryOptions::default()).map_err(|e| e.to_string())?;
-    packd_reach::commit_graph::write_for_refs(&repo)
+    let storage = repo
+        .objects()
+        .own_storage()
+        .cloned()
+        .ok_or_else(|| format!("{}: no objects directory of its own", git_dir.display()))?;
+    packd_reach::commit_graph::write_for_refs(&repo, &*storage)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

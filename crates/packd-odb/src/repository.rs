@@ -138,6 +138,25 @@ impl Repository {
 
     /// Opens the repository whose git directory is `git_dir`.
     pub fn open(git_dir: &Path, options: &RepositoryOptions) -> Result<Repository> {
+        Repository::open_with(git_dir, options, None)
+    }
+
+    /// Opens the repository whose git directory is `git_dir` (its configuration and refs), its
+    /// objects read from `objects` (its own objects storage first, then any alternates')
+    /// rather than from its `objects` directory: a repository whose objects are in a bucket.
+    pub fn open_with_objects(
+        git_dir: &Path,
+        options: &RepositoryOptions,
+        objects: Vec<std::sync::Arc<dyn packd_storage::Storage>>,
+    ) -> Result<Repository> {
+        Repository::open_with(git_dir, options, Some(objects))
+    }
+
+    fn open_with(
+        git_dir: &Path,
+        options: &RepositoryOptions,
+        storages: Option<Vec<std::sync::Arc<dyn packd_storage::Storage>>>,
+    ) -> Result<Repository> {
         if !is_git_dir(git_dir) {
             return Err(Error::NotARepository(git_dir.display().to_string()));
         }
@@ -170,14 +189,15 @@ impl Repository {
             Some(d) => PathBuf::from(d),
             None => common_dir.join("objects"),
         };
-        let objects = ObjectDb::open(
-            &objects_dir,
-            &OpenOptions {
-                cache_budget,
-                hash,
-                map_budget: options.map_budget,
-            },
-        )?;
+        let open_options = OpenOptions {
+            cache_budget,
+            hash,
+            map_budget: options.map_budget,
+        };
+        let objects = match storages {
+            Some(storages) => ObjectDb::from_storages(storages, &open_options)?,
+            None => ObjectDb::open(&objects_dir, &open_options)?,
+        };
         Ok(Repository {
             git_dir,
             common_dir,

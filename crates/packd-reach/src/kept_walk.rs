@@ -16,10 +16,10 @@
 //! All integers but the words are big-endian. The file is `<dir>/<key in hex>.walk`, one per
 //! bitmap: a new pack or a new bitmap has a new key, and writing its file removes the files of
 //! bitmaps no longer in the `pack/` the bitmap was found in (a repack replaced them; a listing
-//! with no bitmap in it removes nothing: see `write`). A file is written as the
-//! bitmap writer writes its files (`bitmap::write::replace_files`: a temporary file, synced,
-//! renamed); one that does not check out (damaged, another key, a position without a bitmap, a
-//! bit past the last object) is ignored.
+//! with no bitmap in it removes nothing: see `write`). A file is written whole
+//! (`replace_file`: a temporary file, synced, made read-only, renamed); one that does not
+//! check out (damaged, another key, a position without a bitmap, a bit past the last object)
+//! is ignored.
 
 use crate::bitmap_walk::WalkMemo;
 use crate::ewah::Bitmap;
@@ -214,8 +214,7 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
 pub(crate) fn write(path: &Path, bytes: Vec<u8>, objects: &dyn Storage) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    crate::bitmap::write::replace_files(&[(path.to_path_buf(), bytes)])
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    replace_file(path, &bytes)?;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
@@ -247,6 +246,56 @@ pub(crate) fn write(path: &Path, bytes: Vec<u8>, objects: &dyn Storage) -> std::
             let _ = std::fs::remove_file(other);
         }
     }
+    Ok(())
+}
+
+/// Replaces the file at `path` whole with `bytes`: written to a new temporary file beside it
+/// (`tmp_<name>_<pid>_<n>`, created exclusively so that two writers never share one), synced,
+/// made read-only and renamed over it, then the directory synced. A local cache of this
+/// server's, not a file of the repository: it does not go through the storage layer.
+fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut made = None;
+    for n in 0..1000u32 {
+        let tmp = dir.join(format!("tmp_{name}_{}_{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(file) => {
+                made = Some((tmp, file));
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((tmp, mut file)) = made else {
+        return Err(std::io::Error::other(format!(
+            "{}: cannot create a temporary file",
+            dir.display()
+        )));
+    };
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| {
+            drop(file);
+            packd_odb::file_mode::make_read_only(&tmp)
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 
@@ -347,6 +396,7 @@ mod tests {
         write(&file, b"first".to_vec(), objects).unwrap();
         write(&file, b"second".to_vec(), objects).unwrap();
         assert_eq!(read(&file).unwrap(), b"second");
+        assert!(std::fs::metadata(&file).unwrap().permissions().readonly());
         let names: Vec<_> = std::fs::read_dir(&walk_dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())

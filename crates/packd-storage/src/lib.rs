@@ -319,6 +319,19 @@ pub trait Storage: Send + Sync + fmt::Debug {
         })
     }
 
+    /// [`Storage::replace`] for a blob git keeps read-only (the commit-graph, a `.bitmap`
+    /// written again for its pack): on a local disk the new file is made 0444 (less the
+    /// umask), as git's writers of these files leave it (`hold_lock_file_for_update_mode`
+    /// with 0444); elsewhere it is [`Storage::replace`].
+    fn replace_read_only(
+        &self,
+        name: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<Version, StorageError> {
+        self.replace(name, expected, bytes)
+    }
+
     /// Deletes blob `name`; `false` when it did not exist.
     fn delete(&self, name: &str) -> Result<bool, StorageError> {
         Err(StorageError::ReadOnly {

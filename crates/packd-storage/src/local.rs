@@ -193,7 +193,16 @@ impl Storage for LocalStorage {
         expected: Option<&crate::Version>,
         bytes: &[u8],
     ) -> Result<crate::Version, StorageError> {
-        crate::local_write::replace(&self.path(name), expected, bytes)
+        crate::local_write::replace(&self.path(name), expected, bytes, None)
+    }
+
+    fn replace_read_only(
+        &self,
+        name: &str,
+        expected: Option<&crate::Version>,
+        bytes: &[u8],
+    ) -> Result<crate::Version, StorageError> {
+        crate::local_write::replace(&self.path(name), expected, bytes, Some(0o444))
     }
 
     fn delete(&self, name: &str) -> Result<bool, StorageError> {

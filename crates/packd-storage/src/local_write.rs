@@ -103,8 +103,15 @@ impl NewBlob for LocalNewBlob {
         file.sync_all().map_err(|e| io_error(&self.temp, e))?;
         #[cfg(unix)]
         {
+            // 0444 less the umask, as git makes packs: the write bits of the mode the file
+            // was created with (0666 less the umask) dropped.
             use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o444))
+            let created = file
+                .metadata()
+                .map_err(|e| io_error(&self.temp, e))?
+                .permissions()
+                .mode();
+            file.set_permissions(std::fs::Permissions::from_mode(created & 0o444))
                 .map_err(|e| io_error(&self.temp, e))?;
         }
         drop(file);
@@ -156,21 +163,28 @@ impl Drop for Lock {
     }
 }
 
-/// [`crate::Storage::replace`] for the file at `path`, by git's lock-file protocol.
+/// [`crate::Storage::replace`] for the file at `path`, by git's lock-file protocol; the lock
+/// (then the file) is created with `mode` (less the umask) when given, 0666 otherwise.
 pub(crate) fn replace(
     path: &Path,
     expected: Option<&Version>,
     bytes: &[u8],
+    mode: Option<u32>,
 ) -> Result<Version, StorageError> {
     let parent = make_parent(path)?;
     let mut lock_name = path.as_os_str().to_owned();
     lock_name.push(".lock");
     let lock_path = PathBuf::from(lock_name);
-    let mut file = match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock_path)
-    {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if let Some(mode) = mode {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut file = match options.open(&lock_path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             return Err(StorageError::Locked {
@@ -279,5 +293,35 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("list")).unwrap(), b"two");
         assert!(s.delete("list").unwrap());
         assert!(!s.delete("list").unwrap());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_read_only_replace_leaves_the_file_read_only_as_git_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStorage::new(dir.path());
+        let mode = |name: &str| {
+            let meta = std::fs::metadata(dir.path().join(name)).unwrap();
+            meta.permissions().mode() & 0o222
+        };
+        let v1 = s
+            .replace_read_only("info/commit-graph", None, b"one")
+            .unwrap();
+        assert_eq!(mode("info/commit-graph"), 0, "no write bit");
+        assert!(matches!(
+            s.replace_read_only("info/commit-graph", None, b"again"),
+            Err(StorageError::Conflict { .. })
+        ));
+        s.replace_read_only("info/commit-graph", Some(&v1), b"two")
+            .unwrap();
+        assert_eq!(mode("info/commit-graph"), 0);
+        assert_eq!(
+            std::fs::read(dir.path().join("info/commit-graph")).unwrap(),
+            b"two"
+        );
+        s.replace("list", None, b"x").unwrap();
+        assert_ne!(mode("list"), 0, "a plain replace stays writable");
+        assert!(!dir.path().join("info/commit-graph.lock").exists());
     }
 }

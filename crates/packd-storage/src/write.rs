@@ -7,6 +7,8 @@
 //! read_versioned(name) -> (bytes, Version)              a small mutable blob and its version
 //! replace(name, expected Version | absent, bytes)       compare-and-swap of a small mutable blob:
 //!                                                        lists, leases, packed-refs
+//! replace_read_only(name, expected, bytes)              the same, for a file git keeps 0444:
+//!                                                        the commit-graph, a rewritten .bitmap
 //! delete(name)                                          either kind
 //! list(dir)                                             (on the read side, Storage::list)
 //! ```

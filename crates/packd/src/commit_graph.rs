@@ -88,7 +88,12 @@ pub fn run(repo: &Repository, args: &Args) -> Result<ExitCode> {
         ..GraphOptions::for_repository(repo)
     };
     let started = std::time::Instant::now();
-    let written = write_commit_graph(repo, &tips, &options);
+    let storage = repo
+        .objects()
+        .own_storage()
+        .cloned()
+        .context("the repository has no objects directory of its own")?;
+    let written = write_commit_graph(repo, &*storage, &tips, &options);
     if let Some(bar) = &bar {
         bar.0.finish_and_clear();
     }

@@ -2,7 +2,7 @@
 //! pack, `pack-*.bitmap` and a reverse index `pack-*.rev`; for several (or with `--midx`), a
 //! multi-pack-index and `multi-pack-index-*.bitmap`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use packd_reach::bitmap::write::{write_bitmap, Progress, Stage, WriteOptions};
 use std::io::IsTerminal;
@@ -86,9 +86,19 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         );
         Bar(bar)
     });
+    let storage = repo
+        .objects()
+        .own_storage()
+        .cloned()
+        .context("the repository has no objects directory of its own")?;
     let report = match &bar {
-        Some(bar) => write_bitmap(repo, &options, bar),
-        None => write_bitmap(repo, &options, &packd_reach::bitmap::write::NoProgress),
+        Some(bar) => write_bitmap(repo, &*storage, &options, bar),
+        None => write_bitmap(
+            repo,
+            &*storage,
+            &options,
+            &packd_reach::bitmap::write::NoProgress,
+        ),
     };
     if let Some(bar) = &bar {
         bar.0.finish_and_clear();

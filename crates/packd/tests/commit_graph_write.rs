@@ -2,14 +2,18 @@
 //! packd writes passes `git commit-graph verify`, is the file git writes for the same commits
 //! byte for byte (merges, octopus merges, several roots, dates that overflow GDA2 into GDO2,
 //! generation v1 and v2, --stdin-commits), is read back by packd's reader, replaces a split
-//! chain, and is not written at all for a bad commit.
+//! chain, is not written at all for a bad commit, and never overwrites a graph another writer
+//! (packd, or stock git) put there after it began, nor one git holds the lock of.
 
 mod common;
 
 use common::*;
 use packd_odb::graph::CommitGraph;
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
-use packd_reach::commit_graph::{reachable_tips, write_commit_graph, GraphOptions};
+use packd_reach::commit_graph::{
+    prepare_commit_graph, reachable_tips, write_commit_graph, CommitGraphError, GraphOptions,
+};
+use packd_storage::StorageError;
 use std::fmt::Write as _;
 
 /// A fast-import stream with commits of chosen dates and parents.
@@ -187,8 +191,10 @@ fn the_library_reports_what_it_wrote() {
     let repo = awkward_history(&sb);
     let opened = Repository::open(&repo.git_dir, &RepositoryOptions::default()).unwrap();
     let tips = reachable_tips(&opened).unwrap();
+    let storage = opened.objects().own_storage().unwrap().clone();
     let written = write_commit_graph(
         &opened,
+        &*storage,
         &tips,
         &GraphOptions {
             generation_v2: true,
@@ -282,8 +288,9 @@ fn a_split_chain_is_replaced_by_one_file() {
 
     let opened = Repository::open(&repo.git_dir, &RepositoryOptions::default()).unwrap();
     let tips = reachable_tips(&opened).unwrap();
-    let written =
-        write_commit_graph(&opened, &tips, &GraphOptions::for_repository(&opened)).unwrap();
+    let storage = opened.objects().own_storage().unwrap().clone();
+    let options = GraphOptions::for_repository(&opened);
+    let written = write_commit_graph(&opened, &*storage, &tips, &options).unwrap();
     assert!(written.removed_chain);
     assert!(graph_path(&repo).exists());
     assert_eq!(files_in(&chain_dir), Vec::<String>::new());
@@ -388,4 +395,86 @@ fn a_deep_history_is_walked_without_recursion() {
         &git,
         &std::fs::read(graph_path(&repo)).unwrap(),
     );
+}
+
+/// The commits in the repository's commit-graph, by packd's reader.
+fn graph_commits(repo: &Repo) -> u32 {
+    let opened = Repository::open(&repo.git_dir, &RepositoryOptions::default()).unwrap();
+    let storage = opened.objects().own_storage().unwrap();
+    let graph = CommitGraph::open(storage.as_ref(), opened.objects().hash_kind()).unwrap();
+    graph.expect("a commit-graph").len()
+}
+
+#[test]
+fn racing_writers_cannot_both_win() {
+    let sb = Sandbox::new();
+    let repo = awkward_history(&sb);
+    let opened = Repository::open(&repo.git_dir, &RepositoryOptions::default()).unwrap();
+    let storage = opened.objects().own_storage().unwrap().clone();
+    let options = GraphOptions::for_repository(&opened);
+    let all = reachable_tips(&opened).unwrap();
+    let total: u32 = repo
+        .git_str(&["rev-list", "--all", "--count"])
+        .parse()
+        .unwrap();
+    let some = vec![ObjectId::from_hex(&repo.git_str(&["rev-parse", "main~3"])).unwrap()];
+    let is_conflict = |r: &Result<_, CommitGraphError>| {
+        matches!(
+            r,
+            Err(CommitGraphError::Storage(StorageError::Conflict { .. }))
+        )
+    };
+
+    // Two packd writers: both read the (absent) file first; the second to install loses.
+    let first = prepare_commit_graph(&opened, &*storage, &some, &options).unwrap();
+    let second = prepare_commit_graph(&opened, &*storage, &all, &options).unwrap();
+    assert_eq!(second.commits(), total);
+    let won = first.install().unwrap();
+    assert!(won.commits < total);
+    let lost = second.install();
+    assert!(is_conflict(&lost), "{lost:?}");
+    verify(&repo);
+    assert_eq!(
+        graph_commits(&repo),
+        won.commits,
+        "the first writer's graph, whole"
+    );
+    // Read again, the loser writes.
+    write_commit_graph(&opened, &*storage, &all, &options).unwrap();
+    assert_eq!(graph_commits(&repo), total);
+
+    // Stock git writes the graph after packd read its version: packd's install is refused and
+    // git's graph stays.
+    let prepared = prepare_commit_graph(&opened, &*storage, &all, &options).unwrap();
+    let topic = repo.git_str(&["rev-parse", "topic"]);
+    repo.git_stdin(
+        &["commit-graph", "write", "--no-progress", "--stdin-commits"],
+        format!("{topic}\n").as_bytes(),
+    );
+    let gits = std::fs::read(graph_path(&repo)).unwrap();
+    let lost = prepared.install();
+    assert!(is_conflict(&lost), "{lost:?}");
+    assert_eq!(std::fs::read(graph_path(&repo)).unwrap(), gits);
+    verify(&repo);
+
+    // While git holds the lock, packd is refused and the file is untouched.
+    let lock = repo.objects_dir().join("info/commit-graph.lock");
+    std::fs::write(&lock, b"").unwrap();
+    let locked = write_commit_graph(&opened, &*storage, &all, &options);
+    assert!(
+        matches!(
+            locked,
+            Err(CommitGraphError::Storage(StorageError::Locked { .. }))
+        ),
+        "{locked:?}"
+    );
+    assert_eq!(std::fs::read(graph_path(&repo)).unwrap(), gits);
+    std::fs::remove_file(&lock).unwrap();
+    write_commit_graph(&opened, &*storage, &all, &options).unwrap();
+    verify(&repo);
+    read_back(&repo, total as usize);
+    assert!(std::fs::metadata(graph_path(&repo))
+        .unwrap()
+        .permissions()
+        .readonly());
 }

@@ -12,9 +12,12 @@ use std::time::{Duration, SystemTime};
 /// running (a push's `index-pack`, another process's write): left alone.
 const STALE: Duration = Duration::from_secs(3600);
 
-/// Removes `tmp_packd_*` files (and packs without an index) over an hour old from
-/// `objects/pack` and `objects/info`: what writers killed mid-write leave. Errors are logged,
-/// not fatal: nothing depends on these files being gone.
+/// Removes `tmp_packd_*` files, lock files (`*.lock`: `commit-graph.lock`,
+/// `multi-pack-index.lock`, a `.bitmap`'s) and packs without an index over an hour old from
+/// `objects/pack` and `objects/info`: what writers killed mid-write leave (a writer holds a
+/// lock for seconds; one an hour old would refuse every later write of its file, packd's and
+/// git's). Errors are logged, not fatal: nothing depends on these files being gone. A local
+/// disk's leftovers only: a bucket has no temporary files, and its listing carries no ages.
 pub(super) fn remove_stale_temporaries(objects: &Path) {
     let now = SystemTime::now();
     for dir in ["pack", "info"] {
@@ -29,7 +32,7 @@ pub(super) fn remove_stale_temporaries(objects: &Path) {
                     .join(dir)
                     .join(name.replace(".pack", ".idx"))
                     .exists();
-            if !(name.starts_with("tmp_packd_") || orphan) {
+            if !(name.starts_with("tmp_packd_") || name.ends_with(".lock") || orphan) {
                 continue;
             }
             let old = entry
@@ -109,6 +112,8 @@ mod tests {
             "pack-bb.pack",
             "pack-bb.idx",
             "tmp_pack_git",
+            "multi-pack-index.lock",
+            "pack-bb.bitmap.lock",
         ] {
             std::fs::write(pack.join(name), b"x").unwrap();
         }
@@ -117,6 +122,7 @@ mod tests {
             "pack-aa.pack",
             "pack-bb.pack",
             "tmp_pack_git",
+            "multi-pack-index.lock",
         ] {
             age(&pack.join(name), "2 hours ago");
         }
@@ -129,6 +135,7 @@ mod tests {
         assert_eq!(
             left,
             [
+                "pack-bb.bitmap.lock",
                 "pack-bb.idx",
                 "pack-bb.pack",
                 "tmp_pack_git",

@@ -358,6 +358,7 @@ pub fn repack(
         let repo = open()?;
         let written = packd_reach::bitmap::write::write_bitmap_reusing(
             &repo,
+            &*storage,
             &Default::default(),
             &packd_reach::bitmap::write::NoProgress,
             prior.as_ref(),
@@ -377,15 +378,34 @@ pub fn repack(
     }
     if options.commit_graph && options.all {
         let repo = open()?;
-        let graph = packd_reach::commit_graph::write_for_refs(&repo)
-            .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
-        if graph.commits > 0 {
-            report.commit_graph = Some(graph.path);
-        }
+        report.commit_graph = write_commit_graph(&repo, &*storage)?;
         tracing::debug!("repack: commit-graph written at {:.2?}", started.elapsed());
     }
     report.packs_written = written.into_iter().map(|w| w.name).collect();
     Ok(report)
+}
+
+/// The commit-graph of what the refs reach, written into `storage`; where it is, if it holds
+/// any commit. Another writer's graph put there meanwhile (a conflict), or its lock held (git's
+/// `commit-graph write`, or a packd killed while writing, whose lock `cleanup` removes once it
+/// is an hour old), leaves the graph there as it is, with a warning: a commit-graph is an
+/// index that may lack commits, and the packs this repack wrote are in place already.
+fn write_commit_graph(
+    repo: &Repository,
+    storage: &dyn packd_storage::Storage,
+) -> Result<Option<PathBuf>, RepackError> {
+    use packd_reach::commit_graph::CommitGraphError;
+    use packd_storage::StorageError;
+    match packd_reach::commit_graph::write_for_refs(repo, storage) {
+        Ok(graph) => Ok((graph.commits > 0).then_some(graph.path)),
+        Err(CommitGraphError::Storage(
+            e @ (StorageError::Conflict { .. } | StorageError::Locked { .. }),
+        )) => {
+            tracing::warn!("repack: the commit-graph is left as it is: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(RepackError::CommitGraph(e.to_string())),
+    }
 }
 
 /// `--write-midx`: the multi-pack-index over every pack of the repository now (git's
@@ -506,7 +526,7 @@ fn after_append(
     graph_current: bool,
 ) -> Result<RepackReport, RepackError> {
     let open = || Repository::open(git_dir, &Default::default());
-    {
+    let storage = {
         let repo = open()?;
         let storage = repo
             .objects()
@@ -514,14 +534,11 @@ fn after_append(
             .ok_or_else(|| RepackError::NoStorage(git_dir.display().to_string()))?
             .clone();
         report.loose_removed += cleanup::prune_packed(&repo, &*storage)?;
-    }
+        storage
+    };
     if options.commit_graph && !graph_current {
         let repo = open()?;
-        let graph = packd_reach::commit_graph::write_for_refs(&repo)
-            .map_err(|e| RepackError::CommitGraph(e.to_string()))?;
-        if graph.commits > 0 {
-            report.commit_graph = Some(graph.path);
-        }
+        report.commit_graph = write_commit_graph(&repo, &*storage)?;
     } else if options.commit_graph {
         tracing::debug!("repack: the commit-graph holds the reachable commits already");
     }

@@ -16,21 +16,25 @@
 //! peel the refs to commits in the pack; select commits ([`super::select`]); build their bitmaps
 //! ancestors first (`super::build`); XOR each against the best of the ten entries written just
 //! before it (git's search, git's order: newest commit first, so that the newest bitmaps, where
-//! most queries start, sit at the short ends of the XOR chains); serialize; and replace the files
-//! atomically: each is written to a temporary file in the pack directory, synced, made read-only
-//! (0444 less the umask, as git makes them; the multi-pack-index itself stays writable, as
-//! git's) and renamed over the old one, then the directory is synced. On any
-//! error the temporary files are removed and the old files stay as they were.
+//! most queries start, sit at the short ends of the XOR chains); serialize; and publish the files
+//! through the storage layer (`crate::publish`), into the objects storage the caller gives: the
+//! `.rev`, then the `.bitmap`, each created, or replaced by compare-and-swap when one of other
+//! bytes is there. On a local disk they are 0444 less the umask, as git makes them (the
+//! multi-pack-index itself stays writable, as git's). A write that fails leaves the files
+//! already there as they were.
 //!
 //! Over several packs ([`write_midx_bitmap`]): the multi-pack-index is planned first
 //! (`packd_odb::pack::multi_index::write`: one copy per object, the pseudo-pack order), the
 //! bitmap numbers its chosen copies in that order and records its checksum; commit positions
 //! and the name-hash cache are in its id order. `objects/pack/multi-pack-index` (with a RIDX
-//! chunk, so no `.rev`) is renamed into place before `multi-pack-index-<checksum>.bitmap`;
-//! other `multi-pack-index-*.bitmap`/`.rev` files are removed afterwards. Unlike one pack's,
-//! a selected commit reaching an object no pack has is an error, not a skipped bitmap.
+//! chunk, so no `.rev`) replaces the one read before planning (compare-and-swap: a
+//! multi-pack-index another writer put there meanwhile fails this write rather than being
+//! overwritten), then `multi-pack-index-<checksum>.bitmap` is published; other
+//! `multi-pack-index-*.bitmap`/`.rev` files are removed afterwards. Unlike one pack's, a
+//! selected commit reaching an object no pack has is an error, not a skipped bitmap.
 //!
-//! Only a pack on the local disk can be written (the storage layer reads; it does not write).
+//! The packs are read through the repository's object database and the files written through
+//! the storage given (the repository's own objects storage): a local directory or a bucket.
 
 use super::build::{Builder, CommitGraph, PackObjects, Unbitmappable};
 use super::reuse::PriorBitmaps;
@@ -38,13 +42,14 @@ use super::select::{self, Reason, Tip, TipClass};
 use super::{BITMAP_OPT_FULL_DAG, BITMAP_OPT_HASH_CACHE, BITMAP_OPT_LOOKUP_TABLE};
 use crate::ewah::Bitmap;
 use crate::ewah_encode::Encoded;
+use crate::publish::{delete_stale, put_read_only};
 use crate::rev_index;
 use packd_odb::pack::multi_index::write::{MidxPack, MidxPlan};
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository};
+use packd_storage::{Storage, StorageError};
 use std::collections::VecDeque;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// How far back (in entries written) an entry may look for its XOR base, as git does.
@@ -179,24 +184,13 @@ pub enum WriteError {
         /// The object it reaches that no pack has.
         missing: ObjectId,
     },
-    /// The pack is not on the local disk.
-    #[error("{pack}: not a local file; only local packs can get a bitmap written")]
-    NotLocal {
-        /// The pack.
-        pack: String,
-    },
     /// Reading the repository failed.
     #[error(transparent)]
     Odb(#[from] packd_odb::Error),
-    /// Writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Writing a file through the storage layer failed; [`StorageError::Conflict`] (or
+    /// `Locked`) when another writer changed it meanwhile.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// A commit that got no bitmap because the pack lacks something it reaches.
@@ -210,7 +204,8 @@ pub struct Skipped {
     pub missing: ObjectId,
 }
 
-/// What was written.
+/// What was written. Paths are where the storage says the files are (a path on a local disk,
+/// an `s3://` URL in a bucket).
 #[derive(Debug, Clone)]
 pub struct WriteReport {
     /// The `.bitmap` file.
@@ -239,8 +234,12 @@ pub struct WriteReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// The packs of the repository's own objects directory (not its alternates'), in name order.
-fn own_packs(repo: &Repository) -> Result<Vec<&Arc<Pack>>, WriteError> {
+/// The storage of a repository's own objects and its packs.
+type OwnPacks<'a> = (&'a Arc<dyn Storage>, Vec<&'a Arc<Pack>>);
+
+/// The packs of the repository's own objects directory (not its alternates'), in name order,
+/// and the storage they are read from.
+fn own_packs(repo: &Repository) -> Result<OwnPacks<'_>, WriteError> {
     let own = repo.objects().own_storage();
     let packs: Vec<&Arc<Pack>> = repo
         .objects()
@@ -248,63 +247,61 @@ fn own_packs(repo: &Repository) -> Result<Vec<&Arc<Pack>>, WriteError> {
         .filter(|(s, _)| own.is_some_and(|o| Arc::ptr_eq(o, s)))
         .map(|(_, p)| p)
         .collect();
-    if packs.is_empty() {
-        return Err(WriteError::NoPack {
+    match own {
+        Some(own) if !packs.is_empty() => Ok((own, packs)),
+        _ => Err(WriteError::NoPack {
             dir: repo.git_dir().join("objects/pack").display().to_string(),
-        });
+        }),
     }
-    for p in &packs {
-        if !Path::new(p.data_name()).is_file() {
-            return Err(WriteError::NotLocal {
-                pack: p.data_name().to_string(),
-            });
-        }
-    }
-    Ok(packs)
 }
 
-/// Writes bitmaps for the repository's packs: a pack bitmap (and `.rev`) when it has one pack
-/// (beside cruft packs only) and `options.midx` is off, else a multi-pack-index and its bitmap.
+/// Writes bitmaps for the repository's packs into `storage` (the repository's own objects
+/// storage): a pack bitmap (and `.rev`) when it has one pack (beside cruft packs only) and
+/// `options.midx` is off, else a multi-pack-index and its bitmap.
 pub fn write_bitmap(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
-    write_bitmap_reusing(repo, options, progress, None)
+    write_bitmap_reusing(repo, storage, options, progress, None)
 }
 
 /// [`write_bitmap`], a pack bitmap reusing the bitmaps of `prior` (see
 /// [`write_pack_bitmap_reusing`]); a multi-pack-index bitmap is built from nothing.
 pub fn write_bitmap_reusing(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
     prior: Option<&PriorBitmaps>,
 ) -> Result<WriteReport, WriteError> {
-    let packs = own_packs(repo)?;
-    if options.midx || bitmapped_pack(&packs).is_none() {
-        write_midx_bitmap(repo, options, progress)
+    let (own, packs) = own_packs(repo)?;
+    if options.midx || bitmapped_pack(&**own, &packs).is_none() {
+        write_midx_bitmap(repo, storage, options, progress)
     } else {
-        write_pack_bitmap_reusing(repo, options, progress, prior)
+        write_pack_bitmap_reusing(repo, storage, options, progress, prior)
     }
 }
 
-/// Whether `pack` is a cruft pack (it has an `.mtimes`): unreachable objects only, which no
-/// bitmap needs to number.
-fn is_cruft(pack: &Pack) -> bool {
-    Path::new(pack.data_name())
-        .with_extension("mtimes")
-        .is_file()
+/// Whether `pack`, read from `storage`, is a cruft pack (it has an `.mtimes`): unreachable
+/// objects only, which no bitmap needs to number.
+fn is_cruft(storage: &dyn Storage, pack: &Pack) -> bool {
+    let name = pack.name();
+    storage.exists(&format!(
+        "{}.mtimes",
+        name.strip_suffix(".pack").unwrap_or(name)
+    ))
 }
 
 /// The one pack a pack bitmap is written for: the only pack, or the only one beside cruft
 /// packs (as `git repack -adb --cruft` bitmaps its reachable pack: nothing reachable is in a
 /// cruft pack, so the pack is closed); `None` otherwise.
-fn bitmapped_pack<'a>(packs: &[&'a Arc<Pack>]) -> Option<&'a Arc<Pack>> {
+fn bitmapped_pack<'a>(storage: &dyn Storage, packs: &[&'a Arc<Pack>]) -> Option<&'a Arc<Pack>> {
     match packs {
         [one] => Some(*one),
         many => {
-            let mut live = many.iter().filter(|p| !is_cruft(p));
+            let mut live = many.iter().filter(|p| !is_cruft(storage, p));
             match (live.next(), live.next()) {
                 (Some(one), None) => Some(*one),
                 _ => None,
@@ -314,13 +311,14 @@ fn bitmapped_pack<'a>(packs: &[&'a Arc<Pack>]) -> Option<&'a Arc<Pack>> {
 }
 
 /// Writes the bitmap (and `.rev`) of the repository's single pack (or its one pack beside
-/// cruft packs).
+/// cruft packs) into `storage`.
 pub fn write_pack_bitmap(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
-    write_pack_bitmap_reusing(repo, options, progress, None)
+    write_pack_bitmap_reusing(repo, storage, options, progress, None)
 }
 
 /// [`write_pack_bitmap`], taking the bitmaps of `prior` (an earlier pack's file, see
@@ -330,12 +328,13 @@ pub fn write_pack_bitmap(
 /// file's).
 pub fn write_pack_bitmap_reusing(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
     prior: Option<&PriorBitmaps>,
 ) -> Result<WriteReport, WriteError> {
-    let packs = own_packs(repo)?;
-    let pack = match bitmapped_pack(&packs) {
+    let (own, packs) = own_packs(repo)?;
+    let pack = match bitmapped_pack(&**own, &packs) {
         Some(one) => one,
         None => {
             let many = packs.as_slice();
@@ -349,7 +348,6 @@ pub fn write_pack_bitmap_reusing(
             });
         }
     };
-    let data_path = PathBuf::from(pack.data_name());
     let cache = repo.objects().cache();
     let started = std::time::Instant::now();
 
@@ -366,24 +364,25 @@ pub fn write_pack_bitmap_reusing(
         prior,
     )?;
 
-    // Files.
-    let stem = data_path.with_extension("");
-    let bitmap_path = stem.with_extension("bitmap");
-    let rev_path = stem.with_extension("rev");
-    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    // Files: the `.rev` first, so that a reader finding the bitmap finds the order it needs.
+    let stem = pack.name().strip_suffix(".pack").unwrap_or(pack.name());
+    let bitmap_name = format!("{stem}.bitmap");
+    let rev_name = format!("{stem}.rev");
     if options.rev {
         let rev = rev_index::encode(&objects.index_of, pack.index().pack_checksum())
             .map_err(packd_odb::Error::from)?;
-        files.push((rev_path.clone(), rev));
+        put_read_only(storage, &rev_name, &rev)?;
     }
     let bitmap_bytes = built.bytes.len() as u64;
-    files.push((bitmap_path.clone(), built.bytes));
-    replace_files(&files)?;
+    put_read_only(storage, &bitmap_name, &built.bytes)?;
+    let bitmap_path = PathBuf::from(storage.describe(&bitmap_name));
     tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
     Ok(WriteReport {
         bitmap_path,
         bitmap_bytes,
-        rev_path: options.rev.then_some(rev_path),
+        rev_path: options
+            .rev
+            .then(|| PathBuf::from(storage.describe(&rev_name))),
         midx_path: None,
         packs: 1,
         preferred_pack: None,
@@ -402,28 +401,36 @@ fn idx_file_name(pack: &Pack) -> String {
     format!("{}.idx", name.strip_suffix(".pack").unwrap_or(name))
 }
 
-/// The modification time of `path` in whole seconds since the epoch (as git compares packs).
-fn mtime_seconds(path: &Path) -> Result<i64, WriteError> {
-    let modified = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .map_err(io_error(path))?;
-    Ok(match modified.duration_since(std::time::UNIX_EPOCH) {
+/// The modification time of `pack`'s data in whole seconds since the epoch (as git compares
+/// packs): of its file on a local disk; 0 in object storage, whose listing the storage layer
+/// does not date (the multi-pack-index then orders equal copies by pack name alone).
+fn mtime_seconds(pack: &Pack) -> i64 {
+    let Ok(modified) = std::fs::metadata(pack.data_name()).and_then(|m| m.modified()) else {
+        return 0;
+    };
+    match modified.duration_since(std::time::UNIX_EPOCH) {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),
-    })
+    }
 }
+
+/// The multi-pack-index's name in the objects storage.
+const MIDX: &str = "pack/multi-pack-index";
 
 /// Writes a multi-pack-index over all the repository's packs (`objects/pack/multi-pack-index`,
 /// with a RIDX chunk) and its bitmap (`multi-pack-index-<checksum>.bitmap`), bits in the
-/// pseudo-pack order. Every selected commit must be bitmappable: the packs together must hold
-/// everything their refs reach. The multi-pack-index is renamed into place before its bitmap;
-/// bitmaps and `.rev` files of earlier multi-pack-indexes are removed afterwards.
+/// pseudo-pack order, into `storage`. Every selected commit must be bitmappable: the packs
+/// together must hold everything their refs reach. The multi-pack-index replaces the one read
+/// before anything else (a [`StorageError::Conflict`] if another writer replaced it since) and
+/// is in place before its bitmap; bitmaps and `.rev` files of earlier multi-pack-indexes are
+/// removed afterwards.
 pub fn write_midx_bitmap(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<WriteReport, WriteError> {
-    write_midx_bitmap_leaving_out(repo, options, progress, &[])
+    write_midx_bitmap_leaving_out(repo, storage, options, progress, &[])
 }
 
 /// [`write_midx_bitmap`] over the repository's packs but those whose `.idx` file name
@@ -431,11 +438,15 @@ pub fn write_midx_bitmap(
 /// deletes once the multi-pack-index that no longer names them is in place.
 pub fn write_midx_bitmap_leaving_out(
     repo: &Repository,
+    storage: &dyn Storage,
     options: &WriteOptions,
     progress: &dyn Progress,
     leave_out: &[String],
 ) -> Result<WriteReport, WriteError> {
-    let mut packs = own_packs(repo)?;
+    // The version this write replaces, read before the packs are: a multi-pack-index written
+    // by another writer from here on makes the replace below a conflict.
+    let before = storage.read_versioned(MIDX)?.map(|(_, version)| version);
+    let (_, mut packs) = own_packs(repo)?;
     packs.retain(|p| !leave_out.contains(&idx_file_name(p)));
     if packs.is_empty() {
         return Err(WriteError::NoPack {
@@ -443,14 +454,13 @@ pub fn write_midx_bitmap_leaving_out(
         });
     }
     let started = std::time::Instant::now();
-    let pack_dir = Path::new(packs[0].data_name())
-        .parent()
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
     let mut inputs = Vec::with_capacity(packs.len());
     for p in &packs {
-        let mtime = mtime_seconds(Path::new(p.data_name()))?;
-        inputs.push(MidxPack::from_index(&idx_file_name(p), mtime, p.index())?);
+        inputs.push(MidxPack::from_index(
+            &idx_file_name(p),
+            mtime_seconds(p),
+            p.index(),
+        )?);
     }
     let plan = MidxPlan::new(inputs, options.preferred_pack.as_deref())?;
     let mut by_number: Vec<&Pack> = Vec::with_capacity(packs.len());
@@ -468,7 +478,7 @@ pub fn write_midx_bitmap_leaving_out(
     let total: u64 = packs.iter().map(|p| p.len() as u64).sum();
     progress.start(Stage::Scanning, total);
     let objects = PackObjects::scan_midx(&by_number, &plan, cache, &|d| progress.update(d))?;
-    let midx_path = pack_dir.join("multi-pack-index");
+    let midx_path = PathBuf::from(storage.describe(MIDX));
     let built = build_bitmaps(
         repo,
         &objects,
@@ -481,26 +491,16 @@ pub fn write_midx_bitmap_leaving_out(
     )?;
 
     let bitmap_name = format!("multi-pack-index-{}.bitmap", packd_odb::hex(&checksum));
-    let bitmap_path = pack_dir.join(&bitmap_name);
+    let bitmap_path = PathBuf::from(storage.describe(&format!("pack/{bitmap_name}")));
     let bitmap_bytes = built.bytes.len() as u64;
-    replace_files(&[
-        (midx_path.clone(), midx_bytes),
-        (bitmap_path.clone(), built.bytes),
-    ])?;
+    storage.replace(MIDX, before.as_ref(), &midx_bytes)?;
+    put_read_only(storage, &format!("pack/{bitmap_name}"), &built.bytes)?;
     // Earlier multi-pack-indexes' bitmaps and reverse indexes.
-    if let Ok(dir) = std::fs::read_dir(&pack_dir) {
-        for entry in dir.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with("multi-pack-index-")
-                && (name.ends_with(".bitmap") || name.ends_with(".rev"))
-                && name != bitmap_name
-            {
-                if let Err(e) = std::fs::remove_file(entry.path()) {
-                    tracing::warn!("could not remove the stale {}: {e}", entry.path().display());
-                }
-            }
-        }
-    }
+    delete_stale(storage, "pack", |name| {
+        name.starts_with("multi-pack-index-")
+            && (name.ends_with(".bitmap") || name.ends_with(".rev"))
+            && name != bitmap_name
+    });
     tracing::debug!("wrote {} in {:?}", bitmap_path.display(), started.elapsed());
     Ok(WriteReport {
         bitmap_path,
@@ -827,99 +827,6 @@ pub(crate) fn serialize(
     Ok(out)
 }
 
-/// Temporary files being written; removed on drop unless renamed into place.
-struct TempFiles(Vec<PathBuf>);
-
-impl Drop for TempFiles {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
-    move |source| WriteError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-/// Replaces each `(path, bytes)` atomically, with git's mode (read-only, but for the
-/// `multi-pack-index`): all are written to temporary files beside their targets and synced
-/// first; only then are they renamed into place, in order, and the directories synced. If anything fails before the renames, no target is touched.
-pub fn replace_files(files: &[(PathBuf, Vec<u8>)]) -> Result<(), WriteError> {
-    let mut temps = TempFiles(Vec::new());
-    for (path, bytes) in files {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (tmp, mut file) = create_temp(dir, &name)?;
-        temps.0.push(tmp.clone());
-        file.write_all(bytes).map_err(io_error(&tmp))?;
-        file.sync_all().map_err(io_error(&tmp))?;
-        drop(file);
-        if is_read_only_in_git(path) {
-            packd_odb::file_mode::make_read_only(&tmp).map_err(io_error(&tmp))?;
-        }
-    }
-    for ((path, _), tmp) in files.iter().zip(&temps.0) {
-        std::fs::rename(tmp, path).map_err(io_error(path))?;
-    }
-    temps.0.clear();
-    let mut dirs: Vec<&Path> = files
-        .iter()
-        .map(|(p, _)| p.parent().unwrap_or(Path::new(".")))
-        .collect();
-    dirs.dedup();
-    for dir in dirs {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Creates a new file `tmp_<name>_<pid>_<n>` in `dir` (exclusively, so that two writers never
-/// share one).
-fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, std::fs::File), WriteError> {
-    for n in 0..1000u32 {
-        let tmp = dir.join(format!("tmp_{name}_{}_{n}", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-        {
-            Ok(f) => return Ok((tmp, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_error(&tmp)(e)),
-        }
-    }
-    Err(WriteError::Io {
-        path: dir.display().to_string(),
-        source: std::io::Error::other("cannot create a temporary file"),
-    })
-}
-
-/// Whether git writes the file at `path` read-only: every pack file (bitmaps, reverse indexes,
-/// a multi-pack-index's bitmap) but the `multi-pack-index` itself, which git writes through a
-/// lock file and leaves 0666 less the umask.
-fn is_read_only_in_git(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| n != "multi-pack-index")
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> Result<(), WriteError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir))
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> Result<(), WriteError> {
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1003,27 +910,5 @@ mod tests {
                 assert_eq!(bm.name_hash(i).unwrap(), want);
             }
         }
-    }
-
-    #[test]
-    fn replaced_files_are_read_only_and_temporaries_are_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("x.bitmap");
-        std::fs::write(&a, b"old").unwrap();
-        replace_files(&[(a.clone(), b"new".to_vec())]).unwrap();
-        assert_eq!(std::fs::read(&a).unwrap(), b"new");
-        assert!(std::fs::metadata(&a).unwrap().permissions().readonly());
-        // A second replacement over the read-only file works too.
-        replace_files(&[(a.clone(), b"newer".to_vec())]).unwrap();
-        assert_eq!(std::fs::read(&a).unwrap(), b"newer");
-        // A target in a directory that does not exist fails before anything is renamed.
-        let b = dir.path().join("missing/y.rev");
-        assert!(replace_files(&[(a.clone(), b"x".to_vec()), (b, b"y".to_vec())]).is_err());
-        assert_eq!(std::fs::read(&a).unwrap(), b"newer");
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -22,8 +22,15 @@
 //! ```text
 //! collect.rs     the commits the tips reach, read from the object database as git parses them
 //! generation.rs  topological levels (generation v1) and corrected commit dates (v2)
-//! write.rs       the file's bytes, and putting it in place atomically (a stale chain removed)
+//! write.rs       the file's bytes, and putting it in place through the storage layer
+//!                (compare-and-swap against the version read first; a stale chain removed)
 //! ```
+//!
+//! Writing is two steps, [`prepare_commit_graph`] then [`PreparedGraph::install`]: the first
+//! reads the version of `info/commit-graph` before it reads any commit, the second replaces the
+//! file only if it is still that version. Two writers racing (two maintenances, packd and
+//! `git commit-graph write`) cannot both win: the second to install gets a conflict (or, while
+//! git holds `commit-graph.lock`, a locked error), and the file is the first one's, whole.
 //!
 //! The commit date is the one git reads (the number after the committer line's first `>`,
 //! parsed as `strtoumax` would, as an unsigned 64-bit value), so that `git commit-graph
@@ -35,6 +42,7 @@ mod generation;
 mod write;
 
 use packd_odb::{ObjectId, Repository};
+use packd_storage::{Storage, StorageError, Version};
 use std::path::PathBuf;
 
 pub use collect::Commits;
@@ -116,7 +124,8 @@ impl std::fmt::Debug for GraphOptions<'_> {
 /// What [`write_commit_graph`] wrote.
 #[derive(Debug, Clone)]
 pub struct WrittenGraph {
-    /// The file (`objects/info/commit-graph`).
+    /// The file (`objects/info/commit-graph`), as the storage describes it (a path on a local
+    /// disk, an `s3://` URL in a bucket).
     pub path: PathBuf,
     /// The number of commits in it.
     pub commits: u32,
@@ -156,15 +165,10 @@ pub enum CommitGraphError {
     /// Reading objects or refs failed.
     #[error(transparent)]
     Odb(#[from] packd_odb::Error),
-    /// Writing the file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Writing the file failed: [`StorageError::Conflict`] when another writer replaced it
+    /// since it was read (its graph stays), `Locked` while another holds its lock.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// The tips `git commit-graph write --reachable` starts from: every ref, and HEAD (which git
@@ -181,28 +185,68 @@ pub fn reachable_tips(repo: &Repository) -> Result<Vec<ObjectId>, CommitGraphErr
     Ok(tips)
 }
 
-/// The commit-graph of every commit the refs and `HEAD` reach, written afresh with the
-/// repository's options ([`GraphOptions::for_repository`]): what a repack or maintenance
-/// writes after it.
-pub fn write_for_refs(repo: &Repository) -> Result<WrittenGraph, CommitGraphError> {
+/// The commit-graph of every commit the refs and `HEAD` reach, written afresh into `storage`
+/// (the repository's own objects storage) with the repository's options
+/// ([`GraphOptions::for_repository`]): what a repack or maintenance writes after it.
+pub fn write_for_refs(
+    repo: &Repository,
+    storage: &dyn Storage,
+) -> Result<WrittenGraph, CommitGraphError> {
     let tips = reachable_tips(repo)?;
-    write_commit_graph(repo, &tips, &GraphOptions::for_repository(repo))
+    write_commit_graph(repo, storage, &tips, &GraphOptions::for_repository(repo))
 }
 
-/// Writes objects/info/commit-graph for the commits reachable from `tips` (tags are peeled;
-/// tips that are not commits, such as tagged trees, are skipped, as git skips them) as a single
-/// file, not a chain, removing a stale chain as `git commit-graph write` without `--split`
-/// does. The file is written to a temporary file beside it, synced and renamed into place:
-/// never half-written. With no commit at all, nothing is written (as git) and the result has 0
-/// commits.
+/// Writes `info/commit-graph` into `storage` (the repository's own objects storage) for the
+/// commits reachable from `tips` (tags are peeled; tips that are not commits, such as tagged
+/// trees, are skipped, as git skips them) as a single file, not a chain, removing a stale chain
+/// as `git commit-graph write` without `--split` does: [`prepare_commit_graph`], then
+/// [`PreparedGraph::install`]. The file is never half-written, and never replaces one another
+/// writer put there meanwhile. With no commit at all, nothing is written (as git) and the
+/// result has 0 commits.
 pub fn write_commit_graph(
     repo: &Repository,
+    storage: &dyn Storage,
     tips: &[ObjectId],
     options: &GraphOptions,
 ) -> Result<WrittenGraph, CommitGraphError> {
-    let objects_dir = objects_dir(repo);
+    prepare_commit_graph(repo, storage, tips, options)?.install()
+}
+
+/// A commit-graph encoded and not yet written, with the version of the file it is to replace.
+pub struct PreparedGraph<'a> {
+    storage: &'a dyn Storage,
+    /// `info/commit-graph`'s version when preparing began (`None`: there was none).
+    replaces: Option<Version>,
+    /// The file's bytes; `None` when there is no commit (nothing is written).
+    encoded: Option<write::Encoded>,
+    progress: Option<&'a dyn Progress>,
+    started: std::time::Instant,
+}
+
+impl std::fmt::Debug for PreparedGraph<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedGraph")
+            .field("replaces", &self.replaces)
+            .field("commits", &self.commits())
+            .finish()
+    }
+}
+
+/// The first step of [`write_commit_graph`]: reads the version of `info/commit-graph` in
+/// `storage`, then the commits `tips` reach, and encodes the file.
+pub fn prepare_commit_graph<'a>(
+    repo: &Repository,
+    storage: &'a dyn Storage,
+    tips: &[ObjectId],
+    options: &GraphOptions<'a>,
+) -> Result<PreparedGraph<'a>, CommitGraphError> {
     check_compatible(repo)?;
     let started = std::time::Instant::now();
+    // Read before any commit is: a graph another writer puts there from now on, which may
+    // hold commits this one does not, makes the install a conflict instead of being lost.
+    let replaces = storage
+        .read_versioned(write::GRAPH)?
+        .map(|(_, version)| version);
     let commits = Commits::collect(repo.objects(), tips, options.progress)?;
     tracing::debug!(
         "commit-graph: {} commits read in {:?}",
@@ -216,41 +260,57 @@ pub fn write_commit_graph(
     if let Some(p) = options.progress {
         p.update(commits.len() as u64);
     }
-    let path = objects_dir.join("info/commit-graph");
-    if commits.is_empty() {
-        return Ok(WrittenGraph {
-            path,
-            commits: 0,
-            extra_edges: 0,
-            overflows: 0,
-            bytes: 0,
-            checksum: ObjectId::NULL,
-            removed_chain: false,
-        });
-    }
-    if let Some(p) = options.progress {
-        p.start(Stage::Writing, 1);
-    }
-    let encoded = write::encode(&commits, &generations)?;
-    let written = write::install(&objects_dir, encoded)?;
-    if let Some(p) = options.progress {
-        p.update(1);
-    }
-    tracing::debug!(
-        "commit-graph: {} commits, {} bytes written in {:?}",
-        written.commits,
-        written.bytes,
-        started.elapsed()
-    );
-    Ok(written)
+    let encoded = if commits.is_empty() {
+        None
+    } else {
+        if let Some(p) = options.progress {
+            p.start(Stage::Writing, 1);
+        }
+        Some(write::encode(&commits, &generations)?)
+    };
+    Ok(PreparedGraph {
+        storage,
+        replaces,
+        encoded,
+        progress: options.progress,
+        started,
+    })
 }
 
-/// The repository's own objects directory (GIT_OBJECT_DIRECTORY when set, as the object
-/// database opens it).
-fn objects_dir(repo: &Repository) -> PathBuf {
-    match std::env::var_os("GIT_OBJECT_DIRECTORY") {
-        Some(d) => PathBuf::from(d),
-        None => repo.common_dir().join("objects"),
+impl PreparedGraph<'_> {
+    /// The number of commits the file holds.
+    pub fn commits(&self) -> u32 {
+        self.encoded.as_ref().map_or(0, |e| e.commits())
+    }
+
+    /// The second step of [`write_commit_graph`]: replaces `info/commit-graph` with this one if
+    /// it is still the version read when preparing began, else fails with
+    /// [`StorageError::Conflict`] (or `Locked`) and leaves the other writer's file as it is.
+    /// With no commit, writes nothing.
+    pub fn install(self) -> Result<WrittenGraph, CommitGraphError> {
+        let path = PathBuf::from(self.storage.describe(write::GRAPH));
+        let Some(encoded) = self.encoded else {
+            return Ok(WrittenGraph {
+                path,
+                commits: 0,
+                extra_edges: 0,
+                overflows: 0,
+                bytes: 0,
+                checksum: ObjectId::NULL,
+                removed_chain: false,
+            });
+        };
+        let written = write::install(self.storage, encoded, self.replaces.as_ref())?;
+        if let Some(p) = self.progress {
+            p.update(1);
+        }
+        tracing::debug!(
+            "commit-graph: {} commits, {} bytes written in {:?}",
+            written.commits,
+            written.bytes,
+            self.started.elapsed()
+        );
+        Ok(written)
     }
 }
 

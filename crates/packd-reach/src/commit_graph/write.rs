@@ -1,11 +1,14 @@
 //! The commit-graph file's bytes (the layout is in the module root), and putting them in
-//! place: a temporary file in `objects/info`, synced and renamed over `commit-graph` (read-only,
-//! as git leaves it), after which a split chain, now stale, is removed as git removes it.
+//! place through the storage layer: `info/commit-graph` replaced by compare-and-swap against
+//! the version read before the commits were (on a local disk git's lock-file protocol, the
+//! file left read-only as git leaves it), after which a split chain, now stale, is removed as
+//! git removes it.
 
 use super::generation::MAX_GDA2_OFFSET;
 use super::{CommitGraphError, Commits, Generations, WrittenGraph};
 use packd_odb::ObjectId;
-use std::path::Path;
+use packd_storage::{Storage, Version};
+use std::path::PathBuf;
 
 /// "No parent" in CDAT.
 const NO_PARENT: u32 = 0x7000_0000;
@@ -156,29 +159,35 @@ pub fn encode(commits: &Commits, generations: &Generations) -> Result<Encoded, C
     })
 }
 
-/// Puts `encoded` in place as `objects_dir/info/commit-graph` (atomically: see
-/// [`crate::bitmap::write::replace_files`]), then removes a split chain as git does when it
-/// writes a single file (`commit-graphs/commit-graph-chain` and the `graph-*.graph` layers).
-pub fn install(objects_dir: &Path, encoded: Encoded) -> Result<WrittenGraph, CommitGraphError> {
-    let info = objects_dir.join("info");
-    std::fs::create_dir_all(&info).map_err(|source| CommitGraphError::Io {
-        path: info.display().to_string(),
-        source,
-    })?;
-    let path = info.join("commit-graph");
+/// The commit-graph's name in the objects storage.
+pub(super) const GRAPH: &str = "info/commit-graph";
+
+/// A split chain's directory, which a single file makes stale.
+const CHAIN_DIR: &str = "info/commit-graphs";
+
+impl Encoded {
+    /// The number of commits in it.
+    pub fn commits(&self) -> u32 {
+        self.commits
+    }
+}
+
+/// Puts `encoded` in `storage` as `info/commit-graph` if that is still at `replaces` (the
+/// version read before the commits were, `None`: absent), read-only as git leaves it; then
+/// removes a split chain as git does when it writes a single file
+/// (`commit-graphs/commit-graph-chain` and the `graph-*.graph` layers). Another writer's graph
+/// put there since is a [`packd_storage::StorageError::Conflict`] (git's own writer holding
+/// its lock, `Locked`), and stays.
+pub fn install(
+    storage: &dyn Storage,
+    encoded: Encoded,
+    replaces: Option<&Version>,
+) -> Result<WrittenGraph, CommitGraphError> {
     let bytes = encoded.bytes.len() as u64;
-    crate::bitmap::write::replace_files(&[(path.clone(), encoded.bytes)]).map_err(|e| match e {
-        crate::bitmap::write::WriteError::Io { path, source } => {
-            CommitGraphError::Io { path, source }
-        }
-        other => CommitGraphError::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::other(other.to_string()),
-        },
-    })?;
-    let removed_chain = remove_chain(&info.join("commit-graphs"))?;
+    storage.replace_read_only(GRAPH, replaces, &encoded.bytes)?;
+    let removed_chain = remove_chain(storage)?;
     Ok(WrittenGraph {
-        path,
+        path: PathBuf::from(storage.describe(GRAPH)),
         commits: encoded.commits,
         extra_edges: encoded.extra_edges,
         overflows: encoded.overflows,
@@ -188,34 +197,13 @@ pub fn install(objects_dir: &Path, encoded: Encoded) -> Result<WrittenGraph, Com
     })
 }
 
-/// Removes the chain file and every `*.graph` in `dir` (git's `expire_commit_graphs` after a
+/// Removes the chain file and every `*.graph` beside it (git's `expire_commit_graphs` after a
 /// non-split write, which keeps no layer); true if there was a chain file.
-fn remove_chain(dir: &Path) -> Result<bool, CommitGraphError> {
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| CommitGraphError::Io { path, source }
-    };
-    let chain = dir.join("commit-graph-chain");
-    let removed = match std::fs::remove_file(&chain) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(io(&chain)(e)),
-    };
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
-        Err(e) => return Err(io(dir)(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io(dir))?;
-        let name = entry.file_name();
-        if name.to_string_lossy().ends_with(".graph") {
-            let path = entry.path();
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&path)(e)),
-            }
+fn remove_chain(storage: &dyn Storage) -> Result<bool, CommitGraphError> {
+    let removed = storage.delete(&format!("{CHAIN_DIR}/commit-graph-chain"))?;
+    for name in storage.list(CHAIN_DIR)? {
+        if name.ends_with(".graph") {
+            storage.delete(&format!("{CHAIN_DIR}/{name}"))?;
         }
     }
     Ok(removed)
