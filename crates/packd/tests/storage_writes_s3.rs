@@ -35,6 +35,7 @@ fn bucket() -> (S3Server, S3Storage) {
         access_key_id: Some(server.access_key_id().into()),
         secret_access_key: Some(server.secret_access_key().into()),
         allow_http: false,
+        ..S3Config::default()
     })
     .expect("an S3 storage");
     (server, storage.at("repos/r.git/objects"))
