@@ -411,6 +411,15 @@ impl Storage for CachedStorage {
         self.inner.replace(name, expected, bytes)
     }
 
+    fn replace_read_only(
+        &self,
+        name: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<Version, StorageError> {
+        self.inner.replace_read_only(name, expected, bytes)
+    }
+
     fn delete(&self, name: &str) -> Result<bool, StorageError> {
         self.inner.delete(name)
     }
@@ -645,5 +654,23 @@ impl Iterator for CachedRead<'_> {
             return Some(Ok(Bytes::new()));
         }
         Some(Ok(self.assemble(r)))
+    }
+}
+
+#[cfg(all(test, unix))]
+mod forwarding_tests {
+    use super::*;
+    use crate::LocalStorage;
+
+    #[test]
+    fn a_read_only_replace_through_the_cache_stays_read_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(BlockCache::new(&BlockCacheConfig::default()).unwrap());
+        let s = CachedStorage::new(Arc::new(LocalStorage::new(dir.path())), cache);
+        s.replace_read_only("info/commit-graph", None, b"one")
+            .unwrap();
+        let meta = std::fs::metadata(dir.path().join("info/commit-graph")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o222, 0, "no write bit");
     }
 }
