@@ -365,6 +365,11 @@ fn decide(
         })
         .collect();
     let mut depth: Vec<u32> = vec![u32::MAX; objs.len()];
+    // Each object's chain root (the object the search decides at its bottom), and for each
+    // root the longest reused chain resting on it: a new delta for the root deepens that
+    // chain too (git's check_delta_limit), so its own chain is kept to `depth - above`.
+    let mut root: Vec<u32> = (0..objs.len() as u32).collect();
+    let mut above = vec![0u32; objs.len()];
     for start in 0..objs.len() {
         let mut chain = Vec::new();
         let mut at = start as u32;
@@ -391,34 +396,24 @@ fn decide(
             }
         };
         let mut d = base_depth;
+        let mut r = root[at as usize];
         for &link in chain.iter().rev() {
             if d >= settings.depth {
                 reused_base[link as usize] = None;
                 d = 0;
+                r = link;
             } else {
                 d += 1;
             }
             depth[link as usize] = d;
+            root[link as usize] = r;
+            above[r as usize] = above[r as usize].max(d);
         }
     }
 
     let candidates_of: Vec<u32> = (0..objs.len() as u32)
         .filter(|&i| reused_base[i as usize].is_none())
         .collect();
-    // For each object the search decides, the longest reused chain resting on it: a new
-    // delta for it deepens that chain too (git's check_delta_limit), so its own chain is
-    // kept to `depth - above`.
-    let mut above = vec![0u32; objs.len()];
-    for i in 0..objs.len() {
-        if reused_base[i].is_none() {
-            continue;
-        }
-        let mut root = i as u32;
-        while let Some(b) = reused_base[root as usize] {
-            root = b;
-        }
-        above[root as usize] = above[root as usize].max(depth[i]);
-    }
     tracing::debug!(
         "repack: {} on-disk deltas reused, {} objects to the delta search",
         objs.len() - candidates_of.len(),
