@@ -8,8 +8,11 @@
 // Unit tests keep the test harness's own `main`.
 #![cfg_attr(not(test), no_main)]
 
+mod bucket;
 mod cat_file;
 mod commit_graph;
+mod export;
+mod import;
 mod index_pack;
 mod maintenance;
 mod pack_objects;
@@ -98,6 +101,11 @@ enum Command {
     /// Speak git's receive-pack protocol for one repository on stdin/stdout (for ssh and
     /// `git push --receive-pack`): take a pushed pack and update refs.
     ReceivePack(receive_pack::Args),
+    /// Upload a repository to S3-compatible object storage (s3://BUCKET/PATH), its refs as
+    /// a reftable stack, for `packd serve --store` to serve.
+    Import(import::Args),
+    /// Write a repository in object storage out as a bare repository stock git reads.
+    Export(export::Args),
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -253,6 +261,8 @@ fn run() -> ExitCode {
             .global
             .workdir()
             .and_then(|dir| receive_pack::run(&dir, args)),
+        Command::Import(args) => cli.global.workdir().and_then(|dir| import::run(&dir, args)),
+        Command::Export(args) => cli.global.workdir().and_then(|dir| export::run(&dir, args)),
     };
     match result {
         Ok(code) => code,
