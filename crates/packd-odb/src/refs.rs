@@ -161,14 +161,29 @@ pub struct ListedRef {
     pub symref_target: Option<String>,
 }
 
+/// Refs kept elsewhere than in git's files (loose refs and `packed-refs`): a reftable stack
+/// in a bucket (`packd_refs::ReftableRefs`). A [`RefReader`] built with one
+/// ([`RefReader::with_store`]) asks it the two questions every other read is made of, so that
+/// everything that reads refs (advertisements, wants, revisions) works on either.
+pub trait RefStore: Send + Sync + std::fmt::Debug {
+    /// What `name` resolves to, as [`RefReader::resolve_symbolic`] says it.
+    fn resolve_symbolic(&self, name: &str) -> Result<Option<Resolution>>;
+    /// The refs under `prefix`, but those under each of `skip`, sorted by name, as
+    /// [`RefReader::list_refs`] lists them.
+    fn list_refs(&self, prefix: &str, skip: &[&str]) -> Result<Vec<ListedRef>>;
+}
+
 /// Reads refs from a repository's directories: `git_dir` for HEAD and per-worktree refs,
-/// `common_dir` for everything else (they are the same outside linked worktrees).
+/// `common_dir` for everything else (they are the same outside linked worktrees), or from a
+/// [`RefStore`].
 #[derive(Debug, Clone)]
 pub struct RefReader<'a> {
     git_dir: &'a Path,
     common_dir: &'a Path,
     /// The repository's parsed `packed-refs`, when it keeps one.
     packed_cache: Option<&'a PackedRefsCache>,
+    /// Where the refs are when they are not files.
+    store: Option<&'a dyn RefStore>,
 }
 
 /// Why `name` is not a ref name git accepts (its `check-ref-format` rules, one-level names
@@ -217,7 +232,14 @@ impl<'a> RefReader<'a> {
             git_dir,
             common_dir,
             packed_cache: None,
+            store: None,
         }
+    }
+
+    /// The same reader, reading the refs from `store` rather than from files.
+    pub fn with_store(mut self, store: &'a dyn RefStore) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// The same reader, taking packed refs from `cache` (kept by a repository across requests).
@@ -262,6 +284,9 @@ impl<'a> RefReader<'a> {
     /// One walk serves every caller so that what HEAD is listed as (its id) and what it is
     /// said to point at (its target) cannot disagree.
     pub fn resolve_symbolic(&self, name: &str) -> Result<Option<Resolution>> {
+        if let Some(store) = self.store {
+            return store.resolve_symbolic(name);
+        }
         let mut name = name.to_string();
         for depth in 0..MAX_SYMREF_DEPTH {
             if check_ref_format(&name).is_err() {
@@ -336,6 +361,9 @@ impl<'a> RefReader<'a> {
     /// which refs are loose files: an advertisement of thousands of packed refs then reads no
     /// tag and opens no ref file to peel them or to look for symbolic refs.
     pub fn list_refs(&self, prefix: &str, skip: &[&str]) -> Result<Vec<ListedRef>> {
+        if let Some(store) = self.store {
+            return store.list_refs(prefix, skip);
+        }
         let hidden = |name: &str| crate::packed_refs::is_hidden(name, skip);
         let packed = match self.packed_cache {
             Some(cache) => cache.entries(self.common_dir, prefix, skip)?,

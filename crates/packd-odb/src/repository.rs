@@ -25,6 +25,8 @@ pub struct Repository {
     /// `packed-refs` as last parsed, when the repository keeps it (see
     /// [`RepositoryOptions::keep_packed_refs`]).
     packed_refs: Option<crate::packed_refs::PackedRefsCache>,
+    /// Where the refs are when they are not files (a repository in a bucket).
+    ref_store: Option<std::sync::Arc<dyn crate::refs::RefStore>>,
 }
 
 /// What a name given on a command line resolved to.
@@ -169,6 +171,41 @@ impl Repository {
             Err(_) => git_dir.clone(),
         };
         let config = Config::read(&Config::standard_files(&common_dir))?;
+        Repository::assemble(git_dir, common_dir, config, options, storages, None)
+    }
+
+    /// Opens a repository kept in storage rather than in a git directory (a repository in a
+    /// bucket): its objects are read from `objects`, its refs from `refs`, and its
+    /// configuration is `config` (the bytes of its `config` file, named `config_name` in
+    /// messages) after the system's and the user's files, as for any repository.
+    /// `local_dir`, a directory of this machine, stands for its git directory: what packd
+    /// derives from the repository (its `packd-cache/`) is kept there, and nothing else.
+    pub fn open_stored(
+        local_dir: &Path,
+        config: &[u8],
+        config_name: &str,
+        objects: Vec<std::sync::Arc<dyn packd_storage::Storage>>,
+        refs: std::sync::Arc<dyn crate::refs::RefStore>,
+        options: &RepositoryOptions,
+    ) -> Result<Repository> {
+        let mut files = Config::standard_files(local_dir);
+        files.pop();
+        let mut parsed = Config::read(&files)?;
+        parsed.parse(&String::from_utf8_lossy(config), config_name)?;
+        let dir = local_dir.to_path_buf();
+        Repository::assemble(dir.clone(), dir, parsed, options, Some(objects), Some(refs))
+    }
+
+    /// The repository of `git_dir` and `common_dir` whose configuration is `config`, its
+    /// objects from `storages` (`None`: from its objects directory).
+    fn assemble(
+        git_dir: PathBuf,
+        common_dir: PathBuf,
+        config: Config,
+        options: &RepositoryOptions,
+        storages: Option<Vec<std::sync::Arc<dyn packd_storage::Storage>>>,
+        ref_store: Option<std::sync::Arc<dyn crate::refs::RefStore>>,
+    ) -> Result<Repository> {
         let hash = match config.get("extensions.objectFormat").map(|s| s.to_ascii_lowercase()) {
             None => HashKind::Sha1,
             Some(f) if f == "sha1" => HashKind::Sha1,
@@ -205,12 +242,19 @@ impl Repository {
             objects,
             commit_graph: std::sync::OnceLock::new(),
             packed_refs: options.keep_packed_refs.then(Default::default),
+            ref_store,
         })
     }
 
     /// The git directory (`.git`, or the bare repository itself).
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
+    }
+
+    /// Whether the refs are in a [`crate::refs::RefStore`] rather than in files: a repository
+    /// opened with [`Repository::open_stored`], which nothing may write to as files.
+    pub fn refs_are_stored(&self) -> bool {
+        self.ref_store.is_some()
     }
 
     /// The directory shared by all worktrees: objects, most refs, packed-refs (the git
@@ -259,6 +303,9 @@ impl Repository {
     /// A reader for the repository's refs.
     pub fn refs(&self) -> RefReader<'_> {
         let reader = RefReader::new(&self.git_dir, &self.common_dir);
+        if let Some(store) = &self.ref_store {
+            return reader.with_store(store.as_ref());
+        }
         match &self.packed_refs {
             Some(cache) => reader.with_packed_cache(cache),
             None => reader,

@@ -8,6 +8,7 @@
 //! journal      <common>/packd-transactions/<token>: an owner's record, flock'ed while it lives
 //! packed       packed-refs rewritten without deleted refs
 //! transaction  apply: lock, verify, hook "prepared", commit point, write, hook "committed"
+//! reftable_store  ReftableRefs: refs read from a reftable stack (a repository in a bucket)
 //! ```
 //!
 //! Reading refs (listing, resolving, `packed-refs` parsing) stays in `packd_odb::refs` and
@@ -21,6 +22,7 @@ mod lock;
 mod loose;
 mod name;
 mod packed;
+mod reftable_store;
 mod transaction;
 
 #[cfg(test)]
@@ -29,6 +31,7 @@ mod tests;
 pub use hook::{HookState, NoHook, TransactionHook};
 pub use journal::{recover, JOURNAL_DIR};
 pub use name::check_ref_name;
+pub use reftable_store::ReftableRefs;
 pub use transaction::{apply, TransactionOptions};
 
 use packd_odb::ObjectId;

@@ -48,6 +48,15 @@ pub struct NewRepository {
     missing: Vec<OsString>,
 }
 
+/// Why a push to `decoded` in `store` is refused: writing a repository in object storage (its
+/// pack, then the reftable stack's conditional swap) is not served yet.
+fn store_push_refused(store: &crate::store::StoreRoot, decoded: &str) -> PathError {
+    PathError::Forbidden(format!(
+        "{decoded}: pushes to repositories in object storage ({}) are not served yet",
+        store.describe()
+    ))
+}
+
 impl Root {
     /// The canonical deepest existing directory of `ROOT/rel` (itself or an ancestor) and the
     /// components below it that do not exist. It must resolve inside the root.
@@ -85,6 +94,9 @@ impl Root {
     /// Checks that a push may create a repository at the decoded path `decoded` (see the
     /// module's rules) and says where it would go. Nothing is made.
     pub fn plan_repository(&self, decoded: &str) -> Result<NewRepository, PathError> {
+        if let Some(store) = self.store() {
+            return Err(store_push_refused(store, decoded));
+        }
         let rel = check_relative(decoded)?;
         let shown = rel.display().to_string();
         if self.path().join(&rel).symlink_metadata().is_ok() {
@@ -121,6 +133,9 @@ impl Root {
         decoded: &str,
         create: bool,
     ) -> Result<Option<PathBuf>, PathError> {
+        if let Some(store) = self.store() {
+            return Err(store_push_refused(store, decoded));
+        }
         match self.resolve(decoded) {
             Ok(git_dir) => Ok(Some(git_dir)),
             Err(PathError::NotFound(_)) if create => self.plan_repository(decoded).map(|_| None),

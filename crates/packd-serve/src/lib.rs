@@ -28,6 +28,7 @@ pub mod repos;
 mod sendfile;
 pub mod stamp;
 pub mod stopping;
+pub mod store;
 pub mod wants;
 
 pub use packd_odb::RepositoryOptions;
@@ -66,6 +67,9 @@ pub enum ServeError {
 pub struct Config {
     /// Directory whose repositories are served.
     pub root: PathBuf,
+    /// The store whose repositories are served instead, when given (`--store`; then `root`
+    /// is not read): see [`store`].
+    pub store: Option<Arc<store::StoreRoot>>,
     /// Address of the smart HTTP listener (`host:port`; port 0 picks one).
     pub listen: String,
     /// Address of the git:// listener, if any.
@@ -203,10 +207,22 @@ fn bind(addr: &str) -> Result<TcpListener, ServeError> {
 impl Server {
     /// Checks the root and binds the listeners.
     pub fn bind(config: &Config) -> Result<Server, ServeError> {
-        let root = paths::Root::new(&config.root).map_err(|source| ServeError::Root {
-            path: config.root.display().to_string(),
-            source,
-        })?;
+        let root = match &config.store {
+            Some(store) => paths::Root::in_store(store.clone()),
+            None => paths::Root::new(&config.root).map_err(|source| ServeError::Root {
+                path: config.root.display().to_string(),
+                source,
+            })?,
+        };
+        let mut cache = repos::RepoCache::new(
+            config.cache_capacity,
+            config.upload_pack.clone(),
+            config.clone_cache_bytes,
+            config.repository.clone(),
+        );
+        if let Some(store) = &config.store {
+            cache = cache.with_store(store.clone());
+        }
         let http = bind(&config.listen)?;
         let daemon = config.git_daemon.as_deref().map(bind).transpose()?;
         Ok(Server {
@@ -214,12 +230,7 @@ impl Server {
             daemon,
             shared: Arc::new(Shared {
                 root,
-                cache: repos::RepoCache::new(
-                    config.cache_capacity,
-                    config.upload_pack.clone(),
-                    config.clone_cache_bytes,
-                    config.repository.clone(),
-                ),
+                cache,
                 limits: config.limits,
                 allow_push: config.allow_push,
                 create_on_push: config.create_on_push,

@@ -125,10 +125,12 @@ fn git_dir_of(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The served root, canonicalized once.
+/// The served root, canonicalized once: a directory, or a prefix of object storage (then
+/// [`Root::path`] is this server's directory of what it derives from those repositories).
 #[derive(Debug, Clone)]
 pub struct Root {
     canonical: PathBuf,
+    store: Option<std::sync::Arc<crate::store::StoreRoot>>,
 }
 
 impl Root {
@@ -141,7 +143,23 @@ impl Root {
                 format!("{} is not a directory", dir.display()),
             ));
         }
-        Ok(Root { canonical })
+        Ok(Root {
+            canonical,
+            store: None,
+        })
+    }
+
+    /// The repositories of `store`.
+    pub fn in_store(store: std::sync::Arc<crate::store::StoreRoot>) -> Root {
+        Root {
+            canonical: store.cache().to_path_buf(),
+            store: Some(store),
+        }
+    }
+
+    /// The store served, when the repositories are in one.
+    pub fn store(&self) -> Option<&std::sync::Arc<crate::store::StoreRoot>> {
+        self.store.as_ref()
     }
 
     /// The canonical root directory.
@@ -159,6 +177,9 @@ impl Root {
     /// Maps a decoded repository path to the canonical git directory it names under the root:
     /// `ROOT/<path>`, else `ROOT/<path>.git`, each bare or a work tree with `.git`.
     pub fn resolve(&self, decoded: &str) -> Result<PathBuf, PathError> {
+        if let Some(store) = &self.store {
+            return store.resolve(decoded);
+        }
         let rel = check_relative(decoded)?;
         let shown = rel.display().to_string();
         let plain = self.canonical.join(&rel);

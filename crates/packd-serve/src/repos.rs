@@ -55,6 +55,8 @@ pub struct RepoCache {
     clone_cache_bytes: u64,
     /// How repositories are opened.
     repository: RepositoryOptions,
+    /// The store the repositories are in, when they are not under a directory.
+    store: Option<Arc<crate::store::StoreRoot>>,
 }
 
 impl RepoCache {
@@ -77,6 +79,22 @@ impl RepoCache {
             options,
             clone_cache_bytes,
             repository,
+            store: None,
+        }
+    }
+
+    /// The same cache, opening the repositories of `store` (the git directories it is given
+    /// are the store's directories of derived data: see [`crate::store`]).
+    pub fn with_store(mut self, store: Arc<crate::store::StoreRoot>) -> RepoCache {
+        self.store = Some(store);
+        self
+    }
+
+    /// The stamp of the repository at `git_dir` (see [`Stamp`]).
+    fn stamp(&self, git_dir: &Path) -> Stamp {
+        match &self.store {
+            Some(store) => store.stamp(git_dir),
+            None => Stamp::of(git_dir),
         }
     }
 
@@ -117,7 +135,7 @@ impl RepoCache {
         git_dir: &Path,
         opened_since: Option<Instant>,
     ) -> Result<Arc<UploadPack>, OpenError> {
-        let stamp = Stamp::of(git_dir);
+        let stamp = self.stamp(git_dir);
         if let Some(upload) = self.cached(git_dir, &stamp, opened_since) {
             return Ok(upload);
         }
@@ -136,7 +154,7 @@ impl RepoCache {
         };
         let opener = opening.lock();
         // Stamped again: the files may have changed while this request waited.
-        let stamp = Stamp::of(git_dir);
+        let stamp = self.stamp(git_dir);
         let upload = match self.cached(git_dir, &stamp, opened_since) {
             Some(upload) => Ok(upload),
             None => self.open(git_dir, stamp),
@@ -181,7 +199,10 @@ impl RepoCache {
     /// Opens `git_dir`, whose files look as `stamp` says, and caches it.
     fn open(&self, git_dir: &Path, stamp: Stamp) -> Result<Arc<UploadPack>, OpenError> {
         let opened = Instant::now();
-        let repo = Arc::new(Repository::open(git_dir, &self.repository)?);
+        let repo = Arc::new(match &self.store {
+            Some(store) => store.open(git_dir, &self.repository)?,
+            None => Repository::open(git_dir, &self.repository)?,
+        });
         let cache = CloneCacheConfig::in_repository(&repo, self.clone_cache_bytes);
         let packs = Arc::new(PackServer::open(repo).with_clone_cache(cache));
         let upload = Arc::new(UploadPack::new(packs, self.options.clone()));

@@ -41,6 +41,8 @@ pub struct Stamp {
     multi_pack_index: Option<(u64, [u8; TRAILER])>,
     /// The other files, in a fixed order.
     files: Vec<Option<FileId>>,
+    /// For a repository in a store: the version of its `config` (an ETag).
+    config_version: Option<String>,
 }
 
 fn file_id(path: &Path) -> Option<FileId> {
@@ -98,6 +100,28 @@ impl Stamp {
             pack_names: pack_names(&pack),
             multi_pack_index: size_and_trailer(&pack.join("multi-pack-index")),
             files: files.iter().map(|p| file_id(p)).collect(),
+            config_version: None,
+        }
+    }
+
+    /// The stamp of a repository in a store (see `crate::store`) whose objects are in
+    /// `objects` and whose `config` is at `config_version`: the listing of its `pack/`
+    /// (files are put there whole, under their final names) and that version.
+    pub fn of_storage(
+        objects: &dyn packd_storage::Storage,
+        config_version: Option<String>,
+    ) -> Stamp {
+        let pack_names = objects.list("pack").ok().map(|names| {
+            names
+                .into_iter()
+                .filter(|name| !name.starts_with("tmp_") && !name.ends_with(".lock"))
+                .collect()
+        });
+        Stamp {
+            pack_names,
+            multi_pack_index: None,
+            files: Vec::new(),
+            config_version,
         }
     }
 }

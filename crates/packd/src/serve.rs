@@ -7,7 +7,7 @@ use packd_protocol::UploadPackOptions;
 use packd_serve::auth::AuthFile;
 use packd_serve::{Config, Limits, RepositoryOptions, Server};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +24,20 @@ use std::time::Duration;
 )]
 pub struct Args {
     /// Directory whose repositories are served.
-    #[arg(long, value_name = "DIR", required_unless_present = "hash_token")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["hash_token", "store"])]
     root: Option<PathBuf>,
+
+    /// Serve the repositories under a prefix of S3-compatible object storage instead
+    /// (s3://BUCKET/PREFIX, as `packd import` put them; endpoint, region and credentials
+    /// from the usual AWS environment variables). Fetches only: pushes are refused.
+    #[arg(long, value_name = "URL", conflicts_with = "root")]
+    store: Option<String>,
+
+    /// With --store: this server's directory of what it derives from the repositories
+    /// (clone packs, kept walks). Default: $XDG_CACHE_HOME/packd/store, else
+    /// ~/.cache/packd/store.
+    #[arg(long, value_name = "DIR", requires = "store")]
+    cache_dir: Option<PathBuf>,
 
     /// Address for smart HTTP (port 0 picks a free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
@@ -141,6 +153,22 @@ pub struct Args {
     max_open_repos: usize,
 }
 
+/// The repositories under the store `url`, their derived data in `cache_dir` (or the default).
+fn store_root(url: &str, cache_dir: Option<&Path>) -> Result<packd_serve::store::StoreRoot> {
+    let storage = crate::bucket::open_s3(url)?;
+    let cache = match cache_dir {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .context("no --cache-dir, and neither XDG_CACHE_HOME nor HOME is set")?
+            .join("packd/store"),
+    };
+    let at = move |sub: &str| -> Arc<dyn packd_storage::Storage> { Arc::new(storage.at(sub)) };
+    packd_serve::store::StoreRoot::new(Box::new(at), url.to_string(), &cache)
+        .with_context(|| format!("the cache directory {}", cache.display()))
+}
+
 /// Runs `packd serve` until the process is stopped.
 pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
     if args.hash_token {
@@ -153,13 +181,22 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
         println!("{}", packd_serve::auth::hash_token(token)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let root = args.root.clone().context("--root is required")?;
+    let store = match &args.store {
+        Some(url) => Some(Arc::new(store_root(url, args.cache_dir.as_deref())?)),
+        None => None,
+    };
+    let root = match (&args.root, &store) {
+        (Some(root), _) => root.clone(),
+        (None, Some(store)) => store.cache().to_path_buf(),
+        (None, None) => anyhow::bail!("--root or --store is required"),
+    };
     let auth = match &args.auth_file {
         Some(path) => Some(Arc::new(AuthFile::load(path)?)),
         None => None,
     };
     let config = Config {
         root,
+        store,
         listen: args.listen.clone(),
         git_daemon: args.git_daemon.clone(),
         limits: Limits {

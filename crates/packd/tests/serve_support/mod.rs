@@ -42,6 +42,19 @@ impl Server {
     /// [`Server::start`] with `PACKD_LOG=FILTER` (the access log is at info); an empty FILTER
     /// leaves `PACKD_LOG` unset, for the default filter.
     pub fn start_logging(sandbox: &Sandbox, root: &Path, extra: &[&str], filter: &str) -> Server {
+        let mut args = vec![std::ffi::OsString::from("--root"), root.into()];
+        args.extend(extra.iter().map(std::ffi::OsString::from));
+        Server::start_with(sandbox, &args, &[], filter)
+    }
+
+    /// `packd serve --listen 127.0.0.1:0 --git-daemon 127.0.0.1:0 ARGS...` with `env` added
+    /// to its environment and `PACKD_LOG=FILTER` (see [`Server::start_logging`]).
+    pub fn start_with(
+        sandbox: &Sandbox,
+        args: &[std::ffi::OsString],
+        env: &[(String, String)],
+        filter: &str,
+    ) -> Server {
         let log = sandbox.path().join(format!(
             "serve-{}.log",
             std::time::SystemTime::now()
@@ -56,9 +69,10 @@ impl Server {
         } else {
             cmd.env("PACKD_LOG", filter);
         }
-        cmd.args(["serve", "--root"]).arg(root);
+        cmd.arg("serve");
         cmd.args(["--listen", "127.0.0.1:0", "--git-daemon", "127.0.0.1:0"]);
-        cmd.args(extra);
+        cmd.args(args);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());

@@ -1,0 +1,148 @@
+//! Serving repositories kept in object storage (`packd serve --store s3://BUCKET/PREFIX`)
+//! rather than under a directory: each is a prefix of the store in the layout `packd import`
+//! writes (git's object files, `config`, refs as a reftable stack: see the packd binary's
+//! `bucket.rs`), read through the storage layer.
+//!
+//! ```text
+//! request /NAME         PREFIX/NAME, else PREFIX/NAME.git: a repository when its
+//!                       reftable/tables.list exists (the last file an import writes)
+//! CACHE/NAME[.git]/     this server's directory for it: what packd derives from the
+//!                       repository (packd-cache/: clone packs, kept walks), never its data
+//! ```
+//!
+//! The name is checked as a local one is ([`crate::paths::check_relative`]: no `..`, no empty
+//! or absolute path), so it maps onto one prefix and one cache directory below the roots.
+//! Whether the repository changed since it was opened (its [`Stamp`]) is the listing of its
+//! `objects/pack/` and the version of its `config`: packs are named by their contents, so an
+//! unchanged listing means unchanged packs. Refs are read on every request, from a snapshot of
+//! the stack. Pushes are refused: writing a bucket repository (the pack, then the stack's
+//! conditional swap) is not served yet.
+
+use crate::paths::{check_relative, PathError};
+use crate::stamp::Stamp;
+use packd_odb::{Repository, RepositoryOptions};
+use packd_reftable::{Stack, TABLES_LIST};
+use packd_storage::Storage;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Storage rooted at a path below the served prefix (`a/b.git` -> `PREFIX/a/b.git`).
+pub type StorageAt = dyn Fn(&str) -> Arc<dyn Storage> + Send + Sync;
+
+/// The repositories under one prefix of a store, and this server's directory of what it
+/// derives from them.
+pub struct StoreRoot {
+    at: Box<StorageAt>,
+    describe: String,
+    cache: PathBuf,
+}
+
+impl std::fmt::Debug for StoreRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreRoot")
+            .field("store", &self.describe)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+impl StoreRoot {
+    /// The repositories of the store `describe` (`s3://BUCKET/PREFIX`, for messages), `at`
+    /// giving the storage of a path below it, with derived data under `cache` (made if
+    /// missing, then canonicalized).
+    pub fn new(at: Box<StorageAt>, describe: String, cache: &Path) -> std::io::Result<StoreRoot> {
+        std::fs::create_dir_all(cache)?;
+        Ok(StoreRoot {
+            at,
+            describe,
+            cache: cache.canonicalize()?,
+        })
+    }
+
+    /// The directory under which each repository's derived data lives.
+    pub fn cache(&self) -> &Path {
+        &self.cache
+    }
+
+    /// The store, as given.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// Maps a decoded repository path onto the repository it names in the store (`PATH`, else
+    /// `PATH.git`), as this server's directory for it (see [`StoreRoot::open`]).
+    pub fn resolve(&self, decoded: &str) -> Result<PathBuf, PathError> {
+        let rel = check_relative(decoded)?;
+        let shown = rel.display().to_string();
+        let with_git = format!("{shown}.git");
+        for candidate in [shown.as_str(), with_git.as_str()] {
+            let reftable = (self.at)(&format!("{candidate}/reftable"));
+            if reftable.exists(TABLES_LIST) {
+                return Ok(self.cache.join(candidate));
+            }
+        }
+        Err(PathError::NotFound(shown))
+    }
+
+    /// The path in the store of the repository whose directory here is `local`.
+    fn key_of<'a>(&self, local: &'a Path) -> Result<&'a str, packd_odb::Error> {
+        local
+            .strip_prefix(&self.cache)
+            .ok()
+            .and_then(|rel| rel.to_str())
+            .filter(|rel| !rel.is_empty())
+            .ok_or_else(|| {
+                packd_odb::Error::NotARepository(format!(
+                    "{}: not a repository of {}",
+                    local.display(),
+                    self.describe
+                ))
+            })
+    }
+
+    /// Opens the repository whose directory here is `local` (made if missing: it holds only
+    /// what this server derives): its config, objects and refs read from the store.
+    pub fn open(
+        &self,
+        local: &Path,
+        options: &RepositoryOptions,
+    ) -> Result<Repository, packd_odb::Error> {
+        let key = self.key_of(local)?;
+        std::fs::create_dir_all(local).map_err(|source| packd_odb::Error::Io {
+            path: local.display().to_string(),
+            source,
+        })?;
+        let repo = (self.at)(key);
+        let config = repo
+            .read_versioned("config")?
+            .map(|(bytes, _)| bytes)
+            .unwrap_or_default();
+        let objects = (self.at)(&format!("{key}/objects"));
+        let refs = packd_refs::ReftableRefs::new(Stack::new((self.at)(&format!("{key}/reftable"))));
+        Repository::open_stored(
+            local,
+            &config,
+            &repo.describe("config"),
+            vec![objects],
+            Arc::new(refs),
+            options,
+        )
+    }
+
+    /// What the repository whose directory here is `local` looks like now, to tell whether an
+    /// open of it is still current.
+    pub fn stamp(&self, local: &Path) -> Stamp {
+        match self.key_of(local) {
+            Ok(key) => {
+                let objects = (self.at)(&format!("{key}/objects"));
+                let config = (self.at)(key)
+                    .read_versioned("config")
+                    .ok()
+                    .flatten()
+                    .map(|(_, v)| v.0);
+                Stamp::of_storage(objects.as_ref(), config)
+            }
+            Err(_) => Stamp::of_storage(&packd_storage::LocalStorage::new(local), None),
+        }
+    }
+}
