@@ -7,7 +7,7 @@ use packd_protocol::UploadPackOptions;
 use packd_serve::auth::AuthFile;
 use packd_serve::{Config, Limits, RepositoryOptions, Server};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,10 +34,22 @@ pub struct Args {
     store: Option<String>,
 
     /// With --store: this server's directory of what it derives from the repositories
-    /// (clone packs, kept walks). Default: $XDG_CACHE_HOME/packd/store, else
-    /// ~/.cache/packd/store.
+    /// (`repos/NAME/`: clone packs, kept walks) and of the block cache's disk tier
+    /// (`blocks/`). Default: $XDG_CACHE_HOME/packd/store, else ~/.cache/packd/store.
     #[arg(long, value_name = "DIR", requires = "store")]
     cache_dir: Option<PathBuf>,
+
+    /// With --store: the memory of the block cache that every repository's reads from the
+    /// store go through (64 KiB blocks of packs, indexes, bitmaps and reftables).
+    #[arg(long, value_name = "BYTES", default_value = "256m", value_parser = crate::parse_size,
+          requires = "store")]
+    block_cache_bytes: u64,
+
+    /// With --store: a second tier of the block cache on local disk, of at most BYTES, in
+    /// the cache directory's `blocks/` (0: none).
+    #[arg(long, value_name = "BYTES", default_value = "0", value_parser = crate::parse_size,
+          requires = "store")]
+    block_cache_disk_bytes: u64,
 
     /// Address for smart HTTP (port 0 picks a free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
@@ -153,20 +165,36 @@ pub struct Args {
     max_open_repos: usize,
 }
 
-/// The repositories under the store `url`, their derived data in `cache_dir` (or the default).
-fn store_root(url: &str, cache_dir: Option<&Path>) -> Result<packd_serve::store::StoreRoot> {
+/// The repositories under the store `url`, their derived data in `--cache-dir` (or the
+/// default), every read of them through one block cache.
+fn store_root(url: &str, args: &Args) -> Result<packd_serve::store::StoreRoot> {
     let storage = crate::bucket::open_s3(url)?;
-    let cache = match cache_dir {
-        Some(dir) => dir.to_path_buf(),
+    let cache = match &args.cache_dir {
+        Some(dir) => dir.clone(),
         None => std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .context("no --cache-dir, and neither XDG_CACHE_HOME nor HOME is set")?
             .join("packd/store"),
     };
-    let at = move |sub: &str| -> Arc<dyn packd_storage::Storage> { Arc::new(storage.at(sub)) };
-    packd_serve::store::StoreRoot::new(Box::new(at), url.to_string(), &cache)
-        .with_context(|| format!("the cache directory {}", cache.display()))
+    let blocks = Arc::new(
+        packd_storage::BlockCache::new(&packd_storage::BlockCacheConfig {
+            memory_bytes: args.block_cache_bytes,
+            disk: (args.block_cache_disk_bytes > 0)
+                .then(|| (cache.join("blocks"), args.block_cache_disk_bytes)),
+            ..packd_storage::BlockCacheConfig::default()
+        })
+        .context("the block cache")?,
+    );
+    let at = move |sub: &str| -> Arc<dyn packd_storage::Storage> {
+        Arc::new(packd_storage::CachedStorage::new(
+            Arc::new(storage.at(sub)),
+            blocks.clone(),
+        ))
+    };
+    let repos = cache.join("repos");
+    packd_serve::store::StoreRoot::new(Box::new(at), url.to_string(), &repos)
+        .with_context(|| format!("the cache directory {}", repos.display()))
 }
 
 /// Runs `packd serve` until the process is stopped.
@@ -182,7 +210,7 @@ pub fn run(args: &Args, repository: RepositoryOptions) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let store = match &args.store {
-        Some(url) => Some(Arc::new(store_root(url, args.cache_dir.as_deref())?)),
+        Some(url) => Some(Arc::new(store_root(url, args)?)),
         None => None,
     };
     let root = match (&args.root, &store) {

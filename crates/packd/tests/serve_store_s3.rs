@@ -55,6 +55,7 @@ fn served(f: &Fixture, extra: &[&str]) -> (S3Server, Server) {
     ];
     args.extend(extra.iter().map(OsString::from));
     let server = Server::start_with(&f.sandbox, &args, &s3_env(&s3), "info");
+    assert!(f.sandbox.path().join("store-cache/repos").is_dir());
     (s3, server)
 }
 
@@ -163,7 +164,7 @@ fn clones_and_fetches_from_a_bucket_get_what_the_local_repository_holds() {
     f.fsck(&behind);
 
     // Nothing but derived data was written on this machine: the cache holds no git files.
-    let cache = f.sandbox.path().join("store-cache/repo.git");
+    let cache = f.sandbox.path().join("store-cache/repos/repo.git");
     for name in ["HEAD", "objects", "refs", "config", "packed-refs"] {
         assert!(!cache.join(name).exists(), "{name} in the server's cache");
     }
