@@ -163,6 +163,46 @@ impl Quarantine {
     }
 }
 
+impl Quarantine {
+    /// Stores the quarantined pack in `objects` (another repository's objects storage: a
+    /// bucket's) rather than in this directory: `pack/pack-<hex>.pack`, then
+    /// `pack/pack-<hex>.idx`, each put whole and only if absent (a pack already there, named
+    /// by the same contents, is left as it is). Readers take a pack only through its index, so
+    /// none sees the data before it is whole. The local files go on drop.
+    pub fn migrate_to(mut self, objects: &dyn Storage) -> Result<()> {
+        let Some(received) = self.received.take() else {
+            return Ok(());
+        };
+        let hex = received.hex.clone();
+        let written = received.written.clone();
+        // Removed on drop, whatever happens here.
+        self.received = Some(received);
+        for (ext, bytes) in [
+            ("pack", written.as_ref().map(|w| w.0.clone())),
+            ("idx", written.as_ref().map(|w| w.1.clone())),
+        ] {
+            let name = format!("pack/pack-{hex}.{ext}");
+            if ext == "idx" && objects.exists(&name) {
+                return Ok(());
+            }
+            let mut out = objects.create(&name)?;
+            let local = self.pack_dir.join(format!("{}_{ext}", self.stem));
+            let copied = match bytes {
+                Some(bytes) => out.write_all(&bytes),
+                None => {
+                    File::open(&local).and_then(|mut f| std::io::copy(&mut f, &mut out).map(|_| ()))
+                }
+            };
+            copied.map_err(io(&local))?;
+            match out.publish() {
+                Ok(()) | Err(packd_storage::StorageError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Quarantine {
     fn drop(&mut self) {
         // Migrated: nothing left. Refused (or the pack was there already): both files, when

@@ -32,6 +32,7 @@ pub mod pkt_line;
 mod receive_pack;
 mod receive_progress;
 mod receive_rules;
+pub mod receive_store;
 mod request;
 pub mod sideband;
 

@@ -35,6 +35,7 @@ use crate::hooks::proc_receive::{ProcOutcome, ProcReceiveRefs, RefReport};
 use crate::hooks::{HookOptions, Hooks, Relay};
 use crate::receive_progress::Progress;
 use crate::receive_rules::{commits_among, Rules};
+use crate::receive_store::{peeled_among, PushStore};
 use crate::{agent, pkt_line, sideband, ProtocolError};
 use packd_fsck::{check_incoming_with, EarlyChecks, EarlyFound, FsckOptions};
 use packd_odb::hide_refs::HiddenRefs;
@@ -60,6 +61,10 @@ pub struct ReceivePackOptions {
     pub limits: InputLimits,
     /// The repository's hooks: whether they run, and for how long at most.
     pub hooks: HookOptions,
+    /// Where the repository is when its files are not on this disk (a bucket): then it is
+    /// opened, its objects stored and its refs moved through this (see
+    /// [`crate::receive_store`]), and it runs no hooks.
+    pub store: Option<Arc<dyn PushStore>>,
 }
 
 impl Default for ReceivePackOptions {
@@ -69,6 +74,7 @@ impl Default for ReceivePackOptions {
             max_push_options: 1_000,
             limits: InputLimits::default(),
             hooks: HookOptions::default(),
+            store: None,
         }
     }
 }
@@ -189,6 +195,9 @@ impl ReceivePack {
     }
 
     fn open(&self) -> Result<Repository, ProtocolError> {
+        if let Some(store) = &self.options.store {
+            return Ok(store.open()?);
+        }
         Ok(Repository::open(
             &self.git_dir,
             &RepositoryOptions::default(),
@@ -210,8 +219,10 @@ impl ReceivePack {
     ) -> Result<(), ProtocolError> {
         // A push killed inside its ref transaction is finished (or undone) before the refs
         // are shown: the client sees an atomic push's refs all old or all new.
-        let timeout = TransactionOptions::from_config(repo.config()).packed_refs_timeout;
-        packd_refs::recover(repo.common_dir(), timeout.unwrap_or(Duration::MAX));
+        if self.options.store.is_none() {
+            let timeout = TransactionOptions::from_config(repo.config()).packed_refs_timeout;
+            packd_refs::recover(repo.common_dir(), timeout.unwrap_or(Duration::MAX));
+        }
         let hidden = HiddenRefs::from_config(repo.config(), "receive");
         let refs: Vec<(String, ObjectId)> = repo
             .refs()
@@ -382,11 +393,21 @@ impl ReceivePack {
             return Ok(stats);
         }
         let repo = repo()?;
+        // A repository in a store runs no hooks: its config is not this server's to trust
+        // with programs to run.
+        let no_hooks = HookOptions {
+            enabled: false,
+            ..self.options.hooks.clone()
+        };
         let mut hooks = Hooks::new(
             repo.git_dir(),
             repo.common_dir(),
             repo.config(),
-            &self.options.hooks,
+            if self.options.store.is_some() {
+                &no_hooks
+            } else {
+                &self.options.hooks
+            },
         );
         hooks.set_push_options(std::mem::take(&mut asked.options));
         let wants_pack = commands.iter().any(|c| c.new.is_some());
@@ -544,7 +565,7 @@ impl ReceivePack {
         // (the pack is received; with no pack, the commands name them) until the refs are
         // updated, and the repository opened again if a prune ran before (see
         // hold_prune_lock). Released on return.
-        let prune_lock: packd_maint::lock::Held;
+        let prune_lock: Option<packd_maint::lock::Held>;
         let reopened: Option<Repository>;
         let incoming = if wants_pack {
             // Appended bases at the level git's index-pack would use for this repository.
@@ -677,9 +698,21 @@ impl ReceivePack {
             .filter_map(|(u, _)| u.new)
             .collect();
         let commits = commits_among(&branch_tips, incoming.as_ref(), repo.objects());
+        // A store's refs record what a tag peels to.
+        let peeled = match &self.options.store {
+            Some(_) => {
+                let new: Vec<ObjectId> = to_apply.iter().filter_map(|u| u.new).collect();
+                peeled_among(&new, incoming.as_ref(), repo)
+            }
+            None => Default::default(),
+        };
         drop(incoming);
         // Objects first, durable, then the refs that point at them.
-        if let Err(e) = quarantine.migrate() {
+        let migrated = match &self.options.store {
+            Some(store) => quarantine.migrate_to(store.objects().as_ref()),
+            None => quarantine.migrate(),
+        };
+        if let Err(e) = migrated {
             let n = commands.len();
             return (
                 Err(format!("cannot store the objects: {e}")),
@@ -703,6 +736,7 @@ impl ReceivePack {
             receive: self,
             repo,
             commits: &commits,
+            peeled: &peeled,
         };
         let per_ref = !asked.atomic
             && (hooks.find("update").is_some() || hooks.find("reference-transaction").is_some());
@@ -764,10 +798,14 @@ impl ReceivePack {
     /// nothing; an object found in a pack it deleted would be such a stale answer, hence the
     /// repository opened again. Or it waits until the push has updated its refs, and keeps
     /// what they reach.
+    /// A repository in a store has no prune lock here: nothing on this server prunes it.
     fn hold_prune_lock(
         &self,
         repo: &Repository,
-    ) -> Result<(packd_maint::lock::Held, Option<Repository>), String> {
+    ) -> Result<(Option<packd_maint::lock::Held>, Option<Repository>), String> {
+        if self.options.store.is_some() {
+            return Ok((None, None));
+        }
         let objects_dir = repo.common_dir().join("objects");
         let held = packd_maint::lock::push_guard(&objects_dir).map_err(|e| e.to_string())?;
         let pruned = repo
@@ -775,11 +813,11 @@ impl ReceivePack {
             .packs_with_storage()
             .any(|(storage, pack)| !storage.exists(pack.name()));
         if !pruned {
-            return Ok((held, None));
+            return Ok((Some(held), None));
         }
         tracing::debug!("packs deleted during the push: the repository opened again");
         let fresh = self.open().map_err(|e| e.to_string())?;
-        Ok((held, Some(fresh)))
+        Ok((Some(held), Some(fresh)))
     }
 
     /// Hands the commands `for_proc` marks that are still accepted to `proc-receive`, as git
@@ -843,6 +881,8 @@ struct Transaction<'a> {
     repo: &'a Repository,
     /// Which new branch tips are commits (the transaction refuses anything else there).
     commits: &'a HashSet<ObjectId>,
+    /// What the new annotated tags peel to (for a store's refs).
+    peeled: &'a std::collections::HashMap<ObjectId, ObjectId>,
 }
 
 /// The `reference-transaction` hook as the transaction calls it.
@@ -878,7 +918,11 @@ impl Transaction<'_> {
             ..TransactionOptions::from_config(self.repo.config())
         };
         let mut hook = ReferenceTransactionHook { hooks };
-        packd_refs::apply(self.repo.common_dir(), updates, atomic, &options, &mut hook)
+        let results = match &self.receive.options.store {
+            Some(store) => store.apply(updates, atomic, &options, self.peeled),
+            None => packd_refs::apply(self.repo.common_dir(), updates, atomic, &options, &mut hook),
+        };
+        results
             .into_iter()
             .map(|r| {
                 r.map_err(|refusal| {

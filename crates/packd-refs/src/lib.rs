@@ -9,6 +9,7 @@
 //! packed       packed-refs rewritten without deleted refs
 //! transaction  apply: lock, verify, hook "prepared", commit point, write, hook "committed"
 //! reftable_store  ReftableRefs: refs read from a reftable stack (a repository in a bucket)
+//! reftable_update apply_to_stack: a push's updates to such a stack, with apply's rules
 //! ```
 //!
 //! Reading refs (listing, resolving, `packed-refs` parsing) stays in `packd_odb::refs` and
@@ -23,6 +24,7 @@ mod loose;
 mod name;
 mod packed;
 mod reftable_store;
+mod reftable_update;
 mod transaction;
 
 #[cfg(test)]
@@ -32,6 +34,7 @@ pub use hook::{HookState, NoHook, TransactionHook};
 pub use journal::{recover, JOURNAL_DIR};
 pub use name::check_ref_name;
 pub use reftable_store::ReftableRefs;
+pub use reftable_update::apply_to_stack;
 pub use transaction::{apply, TransactionOptions};
 
 use packd_odb::ObjectId;

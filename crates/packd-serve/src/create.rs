@@ -48,11 +48,11 @@ pub struct NewRepository {
     missing: Vec<OsString>,
 }
 
-/// Why a push to `decoded` in `store` is refused: writing a repository in object storage (its
-/// pack, then the reftable stack's conditional swap) is not served yet.
+/// Why a push cannot create a repository at `decoded` in `store`: `packd import` does.
 fn store_push_refused(store: &crate::store::StoreRoot, decoded: &str) -> PathError {
     PathError::Forbidden(format!(
-        "{decoded}: pushes to repositories in object storage ({}) are not served yet",
+        "{decoded}: a push cannot create a repository in object storage ({}); \
+         `packd import` puts one there",
         store.describe()
     ))
 }
@@ -133,8 +133,8 @@ impl Root {
         decoded: &str,
         create: bool,
     ) -> Result<Option<PathBuf>, PathError> {
-        if let Some(store) = self.store() {
-            return Err(store_push_refused(store, decoded));
+        if self.store().is_some() {
+            return self.resolve(decoded).map(Some);
         }
         match self.resolve(decoded) {
             Ok(git_dir) => Ok(Some(git_dir)),

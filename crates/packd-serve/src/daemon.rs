@@ -206,7 +206,13 @@ fn serve_push(
         Err(e) => return refuse(writer, log, e),
     };
     let advertised = match &existing {
-        Some(git_dir) => ReceivePack::new(git_dir, ReceivePackOptions::default()).advertise(writer),
+        Some(git_dir) => {
+            let options = ReceivePackOptions {
+                store: shared.root.push_store(git_dir),
+                ..ReceivePackOptions::default()
+            };
+            ReceivePack::new(git_dir, options).advertise(writer)
+        }
         None => ReceivePack::advertise_empty(writer),
     };
     let advertised = advertised.and_then(|()| writer.flush().map_err(Into::into));
@@ -252,6 +258,7 @@ fn serve_push(
             ..Default::default()
         },
         hooks: shared.hooks.clone(),
+        store: shared.root.push_store(target.git_dir()),
         ..Default::default()
     };
     let created = target.is_created();

@@ -162,6 +162,15 @@ impl Root {
         self.store.as_ref()
     }
 
+    /// How a push writes the repository at `git_dir` (one [`Root::resolve`] gave) when the
+    /// root is a store; `None` for a directory, whose repositories are files.
+    pub fn push_store(
+        &self,
+        git_dir: &Path,
+    ) -> Option<std::sync::Arc<dyn packd_protocol::receive_store::PushStore>> {
+        self.store.as_ref().map(|store| store.push_store(git_dir))
+    }
+
     /// The canonical root directory.
     pub fn path(&self) -> &Path {
         &self.canonical

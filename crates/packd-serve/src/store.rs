@@ -15,14 +15,23 @@
 //! Whether the repository changed since it was opened (its [`Stamp`]) is the listing of its
 //! `objects/pack/` and the version of its `config`: packs are named by their contents, so an
 //! unchanged listing means unchanged packs. Refs are read on every request, from a snapshot of
-//! the stack. Pushes are refused: writing a bucket repository (the pack, then the stack's
-//! conditional swap) is not served yet.
+//! the stack.
+//!
+//! A push ([`StoredRepository`], `packd_protocol::receive_store`) is indexed and checked in a
+//! quarantine in this server's directory for the repository, its pack and index then put into
+//! the store (put if absent, the index last), and its refs moved by a new table of the stack
+//! and a compare-and-swap of `tables.list`: a push that loses the race to another server's
+//! re-reads the list and goes on when its refs still hold what it expected. A push cannot
+//! create a repository in the store (an import does).
 
 use crate::paths::{check_relative, PathError};
 use crate::stamp::Stamp;
+use packd_odb::ObjectId;
 use packd_odb::{Repository, RepositoryOptions};
+use packd_protocol::receive_store::PushStore;
 use packd_reftable::{Stack, TABLES_LIST};
 use packd_storage::Storage;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -129,6 +138,14 @@ impl StoreRoot {
         )
     }
 
+    /// The repository whose directory here is `local`, as a push writes it.
+    pub fn push_store(self: &Arc<Self>, local: &Path) -> Arc<dyn PushStore> {
+        Arc::new(StoredRepository {
+            root: self.clone(),
+            local: local.to_path_buf(),
+        })
+    }
+
     /// What the repository whose directory here is `local` looks like now, to tell whether an
     /// open of it is still current.
     pub fn stamp(&self, local: &Path) -> Stamp {
@@ -143,6 +160,59 @@ impl StoreRoot {
                 Stamp::of_storage(objects.as_ref(), config)
             }
             Err(_) => Stamp::of_storage(&packd_storage::LocalStorage::new(local), None),
+        }
+    }
+}
+
+/// One repository of a store, as receive-pack opens and writes it.
+#[derive(Debug)]
+pub struct StoredRepository {
+    root: Arc<StoreRoot>,
+    local: PathBuf,
+}
+
+impl StoredRepository {
+    /// The storage at `sub` of this repository (`objects`, `reftable`).
+    fn at(&self, sub: &str) -> Result<Arc<dyn Storage>, packd_odb::Error> {
+        let key = self.root.key_of(&self.local)?;
+        Ok((self.root.at)(&format!("{key}/{sub}")))
+    }
+}
+
+impl PushStore for StoredRepository {
+    fn open(&self) -> Result<Repository, packd_odb::Error> {
+        self.root.open(&self.local, &RepositoryOptions::default())
+    }
+
+    fn objects(&self) -> Arc<dyn Storage> {
+        match self.at("objects") {
+            Ok(objects) => objects,
+            // Not a repository of the store: the push was checked against one, so this is
+            // not reached; a storage that takes nothing refuses the objects.
+            Err(_) => Arc::new(packd_storage::LocalStorage::new(self.local.join("objects"))),
+        }
+    }
+
+    fn apply(
+        &self,
+        updates: &[packd_refs::RefUpdate],
+        atomic: bool,
+        options: &packd_refs::TransactionOptions<'_>,
+        peeled: &HashMap<ObjectId, ObjectId>,
+    ) -> Vec<packd_refs::RefResult> {
+        match self.at("reftable") {
+            Ok(reftable) => {
+                packd_refs::apply_to_stack(&Stack::new(reftable), updates, atomic, options, peeled)
+            }
+            Err(e) => updates
+                .iter()
+                .map(|_| {
+                    Err(packd_refs::Refusal::with_error(
+                        packd_refs::UPDATE_FAILED,
+                        e.to_string(),
+                    ))
+                })
+                .collect(),
         }
     }
 }

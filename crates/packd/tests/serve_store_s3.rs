@@ -4,9 +4,14 @@
 //! `ls-remote` (protocol v0 and v2) says what git's says of the original, mirror, single-branch,
 //! shallow and partial clones and an incremental fetch get every object they ask for (`git
 //! fsck --strict`), the refs and the counts of the original. A repository imported while the
-//! server runs is served at once; a name that is not in the bucket is not found; pushes are
-//! refused and change nothing in the bucket. The server keeps nothing but derived data on
-//! its local disk.
+//! server runs is served at once; a name that is not in the bucket is not found, and a push
+//! cannot create it. Pushes land in the bucket (the pack there, the refs in the reftable
+//! stack, an annotated tag with its peeled value; exported, git finds the repository whole),
+//! and the refusals (a directory/file conflict, a tree for a branch) read as git's own
+//! receive-pack's. Two servers on one bucket: a push through one is served by the other at
+//! once, pushes to different refs racing through both all land, and two racing pushes of one
+//! ref from one old value leave exactly one winner. The server keeps nothing but derived
+//! data on its local disk.
 
 mod common;
 mod serve_support;
@@ -171,12 +176,27 @@ fn clones_and_fetches_from_a_bucket_get_what_the_local_repository_holds() {
 }
 
 #[test]
-fn a_repository_imported_while_serving_is_served_and_pushes_are_refused() {
+fn a_repository_imported_while_serving_is_served_and_a_push_cannot_create_one() {
     let f = Fixture::new();
-    let (s3, server) = served(&f, &["--allow-push"]);
+    let (s3, server) = served(&f, &["--allow-push", "--create-on-push"]);
     let url = server.http_url("later.git");
     let missing = f.git(&["ls-remote", &url]);
     assert!(!missing.success(), "an absent repository was listed");
+
+    // A push to a name with no repository: refused (an import makes repositories), nothing
+    // made in the bucket.
+    let work = f.clone_work(&server.http_url("repo.git"));
+    let push = f.sandbox.git_run_in(
+        &work,
+        &["push", &server.http_url("new.git"), "HEAD:main"],
+        None,
+    );
+    assert!(
+        !push.success(),
+        "a push created a repository: {}",
+        push.err()
+    );
+    assert!(!s3.bucket_dir("packd").join("repos/new.git").exists());
 
     let later = f.sandbox.clone_bare(&f.repo, "later-src.git");
     later.commit_on_main("only in later");
@@ -190,28 +210,249 @@ fn a_repository_imported_while_serving_is_served_and_pushes_are_refused() {
         "{}",
         listed.out()
     );
+}
 
-    // A push: refused, the bucket's refs as they were.
-    let list = s3
-        .bucket_dir("packd")
-        .join("repos/repo.git/reftable/tables.list");
-    let before = std::fs::read(&list).unwrap();
-    let work = f.clone_work(&server.http_url("repo.git"));
+/// The `remote:` and ` ! ` lines of a push's stderr, with the URL taken out.
+fn rejections(err: &str) -> Vec<String> {
+    err.lines()
+        .filter(|l| l.starts_with("remote: error") || l.starts_with(" ! "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn pushes_to_a_bucket_land_in_it_and_refusals_read_as_git_s() {
+    let f = Fixture::new();
+    let (s3, server) = served(&f, &["--allow-push"]);
+    let url = server.http_url("repo.git");
+    let work = f.clone_work(&url);
     std::fs::write(work.join("new.txt"), "new\n").unwrap();
     f.sandbox.git_in(&work, &["add", "new.txt"]);
     f.sandbox.git_in(&work, &["commit", "-qm", "new"]);
-    let push = f
-        .sandbox
-        .git_run_in(&work, &["push", "origin", "HEAD:main"], None);
-    assert!(
-        !push.success(),
-        "a push to the bucket was taken: {}",
-        push.err()
+    f.sandbox
+        .git_in(&work, &["tag", "-a", "-m", "pushed tag", "v2.0"]);
+    f.sandbox.git_in(
+        &work,
+        &[
+            "push",
+            "-q",
+            "origin",
+            "HEAD:main",
+            "v2.0",
+            "HEAD:refs/heads/topic",
+        ],
     );
-    assert_eq!(std::fs::read(&list).unwrap(), before);
+    let head = f
+        .sandbox
+        .git_run_in(&work, &["rev-parse", "HEAD"], None)
+        .out();
+    let tag = f
+        .sandbox
+        .git_run_in(&work, &["rev-parse", "v2.0"], None)
+        .out();
+    let listed = f.ls_remote("2", &url);
+    for line in [
+        format!("{}\trefs/heads/main", head.trim()),
+        format!("{}\trefs/heads/topic", head.trim()),
+        format!("{}\trefs/tags/v2.0", tag.trim()),
+        format!("{}\trefs/tags/v2.0^{{}}", head.trim()),
+    ] {
+        assert!(listed.contains(&line), "{line} not in\n{listed}");
+    }
+    // The pack went to the bucket, not to this machine's disk.
+    let packs = s3.bucket_dir("packd").join("repos/repo.git/objects/pack");
+    let idx = std::fs::read_dir(&packs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".idx"))
+        .count();
+    assert_eq!(idx, 2, "the imported pack and the pushed one");
+    let local_pack = f
+        .sandbox
+        .path()
+        .join("store-cache/repos/repo.git/objects/pack");
+    let left: Vec<String> = std::fs::read_dir(&local_pack)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "quarantine files left: {left:?}");
+
+    // Exported, it is a repository git finds whole, with the pushed refs.
+    let mut cmd = Command::new(PACKD);
+    apply_env(&mut cmd, &f.sandbox.home);
+    cmd.envs(s3_env(&s3)).current_dir(f.sandbox.path()).args([
+        "export",
+        "s3://packd/repos/repo.git",
+        "exported.git",
+    ]);
+    run_cmd(cmd, None, PACKD_TIMEOUT).assert_success();
+    let exported = f.sandbox.path().join("exported.git");
+    f.fsck(&exported);
+    assert_eq!(
+        f.sandbox
+            .git_run_in(&exported, &["rev-parse", "topic", "v2.0^{}"], None)
+            .out(),
+        format!("{}{}", head, head)
+    );
+
+    // Refusals, against git's own receive-pack on a copy in the same state.
+    let copy = f.sandbox.path().join("copy.git");
+    f.git(&[
+        "clone",
+        "-q",
+        "--bare",
+        "--mirror",
+        &url,
+        copy.to_str().unwrap(),
+    ])
+    .assert_success();
+    let copy_url = copy.to_str().unwrap().to_string();
+    for refspec in [
+        "HEAD:refs/heads/main/sub",
+        "HEAD:refs/heads/v1",
+        "HEAD^{tree}:refs/heads/tree",
+    ] {
+        let theirs = f
+            .sandbox
+            .git_run_in(&work, &["push", &copy_url, refspec], None);
+        let ours = f.sandbox.git_run_in(&work, &["push", &url, refspec], None);
+        assert_eq!(
+            ours.success(),
+            theirs.success(),
+            "{refspec}: {}",
+            ours.err()
+        );
+        let strip = |err: &str, what: &str| rejections(err).join("\n").replace(what, "URL");
+        assert_eq!(
+            strip(&ours.err(), &url),
+            strip(&theirs.err(), &copy_url),
+            "{refspec}"
+        );
+    }
+    // A deletion.
+    f.sandbox
+        .git_in(&work, &["push", "-q", &url, ":refs/heads/topic"]);
+    assert!(!f.ls_remote("2", &url).contains("refs/heads/topic"));
+}
+
+#[test]
+fn two_servers_on_one_bucket_see_each_other_s_pushes_and_race_without_loss() {
+    let f = Fixture::new();
+    let (s3, a) = served(&f, &["--allow-push"]);
+    let cache_b = f.sandbox.path().join("store-cache-b");
+    let args: Vec<OsString> = vec![
+        "--store".into(),
+        "s3://packd/repos".into(),
+        "--cache-dir".into(),
+        cache_b.into(),
+        "--allow-push".into(),
+    ];
+    let b = Server::start_with(&f.sandbox, &args, &s3_env(&s3), "info");
+    let work_a = f.clone_work(&a.http_url("repo.git"));
+    let work_b = f.sandbox.path().join("work-b");
+    f.git(&[
+        "clone",
+        "-q",
+        &b.http_url("repo.git"),
+        work_b.to_str().unwrap(),
+    ])
+    .assert_success();
+
+    // A push through A is what B serves next.
+    f.sandbox
+        .git_in(&work_a, &["commit", "--allow-empty", "-qm", "via a"]);
+    f.sandbox
+        .git_in(&work_a, &["push", "-q", "origin", "HEAD:main"]);
+    let pushed = f
+        .sandbox
+        .git_run_in(&work_a, &["rev-parse", "HEAD"], None)
+        .out();
     assert!(
-        server.log_text().contains("not served yet"),
-        "{}",
-        server.log_text()
+        f.ls_remote("2", &b.http_url("repo.git"))
+            .starts_with(pushed.trim()),
+        "B does not serve A's push"
+    );
+
+    // Pushes to different refs through the two servers at once: none fails, none is lost.
+    let rounds = 6;
+    std::thread::scope(|scope| {
+        for (work, server, branch) in [(&work_a, &a, "from-a"), (&work_b, &b, "from-b")] {
+            let f = &f;
+            scope.spawn(move || {
+                for round in 0..rounds {
+                    f.sandbox.git_in(
+                        work,
+                        &[
+                            "commit",
+                            "--allow-empty",
+                            "-qm",
+                            &format!("{branch} {round}"),
+                        ],
+                    );
+                    let refspec = format!("HEAD:refs/heads/{branch}-{round}");
+                    let push = f.sandbox.git_run_in(
+                        work,
+                        &["push", "-q", &server.http_url("repo.git"), &refspec],
+                        None,
+                    );
+                    assert!(push.success(), "{branch} round {round}: {}", push.err());
+                }
+            });
+        }
+    });
+    let listed = f.ls_remote("2", &a.http_url("repo.git"));
+    for branch in ["from-a", "from-b"] {
+        for round in 0..rounds {
+            assert!(
+                listed.contains(&format!("refs/heads/{branch}-{round}\n")),
+                "{branch}-{round} lost:\n{listed}"
+            );
+        }
+    }
+    // Two pushes of one ref from the same old value, through the two servers at once: one
+    // lands, the other is refused, and the ref is the winner's.
+    f.sandbox.git_in(&work_a, &["fetch", "-q", "origin"]);
+    f.sandbox.git_in(&work_b, &["fetch", "-q", "origin"]);
+    let mut tips = Vec::new();
+    for (work, side) in [(&work_a, "a"), (&work_b, "b")] {
+        f.sandbox
+            .git_in(work, &["reset", "-q", "--hard", "origin/main"]);
+        f.sandbox.git_in(
+            work,
+            &["commit", "--allow-empty", "-qm", &format!("race {side}")],
+        );
+        tips.push(
+            f.sandbox
+                .git_run_in(work, &["rev-parse", "HEAD"], None)
+                .out(),
+        );
+    }
+    let results: Vec<bool> = std::thread::scope(|scope| {
+        let pushes: Vec<_> = [(&work_a, &a), (&work_b, &b)]
+            .into_iter()
+            .map(|(work, server)| {
+                let f = &f;
+                scope.spawn(move || {
+                    f.sandbox
+                        .git_run_in(
+                            work,
+                            &["push", "-q", &server.http_url("repo.git"), "HEAD:main"],
+                            None,
+                        )
+                        .success()
+                })
+            })
+            .collect();
+        pushes.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    assert_eq!(results.iter().filter(|ok| **ok).count(), 1, "{results:?}");
+    let winner = &tips[results.iter().position(|ok| *ok).unwrap()];
+    assert!(
+        f.ls_remote("2", &b.http_url("repo.git"))
+            .contains(&format!("{}\trefs/heads/main", winner.trim())),
+        "main is not the winner's"
     );
 }

@@ -92,7 +92,11 @@ pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body
         let mut out = b"001f# service=git-receive-pack\n0000".to_vec();
         let advertised = match &git_dir {
             Some(git_dir) => {
-                ReceivePack::new(git_dir, ReceivePackOptions::default()).advertise(&mut out)
+                let options = ReceivePackOptions {
+                    store: shared.root.push_store(git_dir),
+                    ..ReceivePackOptions::default()
+                };
+                ReceivePack::new(git_dir, options).advertise(&mut out)
             }
             None => ReceivePack::advertise_empty(&mut out),
         };
@@ -220,6 +224,9 @@ pub(super) async fn receive_pack(
                 ..InputLimits::default()
             },
             hooks,
+            store: target
+                .as_ref()
+                .and_then(|_| shared.root.push_store(&git_dir)),
             ..ReceivePackOptions::default()
         };
         let cancel = Arc::new(AtomicBool::new(false));
