@@ -56,6 +56,23 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
+/// How reads (and unconditional requests) are retried: a failed connection, a 5xx or a
+/// throttling answer (503 SlowDown) is tried again after a backoff doubling from 100 ms to at
+/// most 2 s, at most 5 times and never past 15 s from the first attempt, so that a store
+/// that went away fails a fetch within that budget (object_store's default would keep it
+/// waiting up to 3 minutes) and one that throttles is eased off.
+fn read_retries() -> RetryConfig {
+    RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 5,
+        retry_timeout: std::time::Duration::from_secs(15),
+    }
+}
+
 /// Bytes a blob being created keeps in memory before it spills to a temporary file.
 pub const SPOOL_IN_MEMORY: usize = 8 << 20;
 
@@ -230,7 +247,10 @@ impl S3Storage {
             })
             .build()
             .map_err(|e| fail(&e))?;
-        let store = builder.build().map_err(|e| fail(&e))?;
+        let store = builder
+            .with_retry(read_retries())
+            .build()
+            .map_err(|e| fail(&e))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("packd-s3")
