@@ -169,6 +169,53 @@ pub(crate) struct Shared {
     link: LinkEstimate,
     /// What the reads of all blobs of this store cost.
     counters: ReadCounters,
+    /// The size and ETag of content-named blobs as the last listing of their directory gave
+    /// them (see [`is_content_named`]), so that opening a pack after listing its directory
+    /// costs no `HEAD`: a repository's open lists `pack/` and opens every file in it.
+    listed: std::sync::Mutex<Listed>,
+}
+
+/// What the listings of a store said of its content-named blobs (see [`Shared::listed`]).
+#[derive(Debug, Default)]
+struct Listed {
+    /// Each blob's size and ETag, by key.
+    blobs: std::collections::HashMap<String, (u64, Option<String>)>,
+    /// The directories (keys ending in `/`) listed since, whose content-named blobs are all in
+    /// `blobs`: [`Storage::exists`] and [`Storage::open`] answer for the pack files of those
+    /// from it, as the repository's stamp (the same listing) says what it shows, until the
+    /// next listing.
+    dirs: std::collections::HashSet<String>,
+}
+
+impl Listed {
+    /// What the listings say of the blob at `key`: `None` when they cannot tell (not a
+    /// content-named blob, or its directory not listed), else its size and ETag if it is there.
+    fn lookup(&self, key: &str) -> Option<Option<(u64, Option<String>)>> {
+        if let Some(found) = self.blobs.get(key) {
+            return Some(Some(found.clone()));
+        }
+        // Absent only for the files of `pack/`, which readers open right after listing it (a
+        // repository's open, its stamp): a reftable named by a `tables.list` read later may
+        // be newer than any listing, so its absence is always asked.
+        let (dir, file) = key.split_at(key.rfind('/').map_or(0, |i| i + 1));
+        let pack_file = file.starts_with("pack-") || file.starts_with("multi-pack-index-");
+        (pack_file && self.dirs.contains(dir)).then_some(None)
+    }
+}
+
+/// The most listed blobs [`Shared::listed`] remembers (it is emptied when full).
+const MAX_LISTED: usize = 1 << 16;
+
+/// Whether the blob at `key` is named by its contents, so that its size and ETag, once
+/// listed, stay true as long as it exists: git's pack files (`pack-<checksum>.*`), a
+/// multi-pack-index's bitmap and reverse index, split commit-graphs, reftables. Mutable blobs
+/// (`multi-pack-index`, `commit-graph`, `tables.list`, `config`) are always asked for.
+fn is_content_named(key: &str) -> bool {
+    let file = key.rsplit('/').next().unwrap_or(key);
+    file.starts_with("pack-")
+        || file.starts_with("multi-pack-index-")
+        || (file.starts_with("graph-") && file.ends_with(".graph"))
+        || (file.starts_with("0x") && file.ends_with(".ref"))
 }
 
 impl Shared {
@@ -266,6 +313,7 @@ impl S3Storage {
                 reads: config.reads,
                 link: LinkEstimate::default(),
                 counters: ReadCounters::default(),
+                listed: Default::default(),
             }),
             prefix: config.prefix.trim_matches('/').to_string(),
         })
@@ -277,6 +325,17 @@ impl S3Storage {
         S3Storage {
             shared: self.shared.clone(),
             prefix: self.key(sub.trim_matches('/')),
+        }
+    }
+
+    /// Notes that the content-named blob `name` was just published with `len` bytes, so that
+    /// an `exists` or `open` of it answered from a listing (see [`Shared::listed`]) finds it.
+    pub(crate) fn remember_published(&self, name: &str, len: u64, e_tag: Option<String>) {
+        let Ok(path) = self.path(name) else { return };
+        if is_content_named(path.as_ref()) {
+            if let Ok(mut known) = self.shared.listed.lock() {
+                known.blobs.insert(path.to_string(), (len, e_tag));
+            }
         }
     }
 
@@ -354,6 +413,24 @@ pub(crate) fn storage_error(described: String, e: object_store::Error) -> Storag
 impl Storage for S3Storage {
     fn open(&self, name: &str) -> Result<Arc<dyn Blob>, StorageError> {
         let path = self.path(name)?;
+        let listed = match self.shared.listed.lock() {
+            Ok(known) => known.lookup(path.as_ref()),
+            Err(_) => None,
+        };
+        if let Some(None) = listed {
+            return Err(StorageError::NotFound {
+                name: self.describe(name),
+            });
+        }
+        if let Some(Some((len, e_tag))) = listed {
+            return Ok(Arc::new(S3Blob {
+                name: self.describe(name),
+                shared: self.shared.clone(),
+                path,
+                len,
+                e_tag,
+            }));
+        }
         let store = self.shared.store.clone();
         let started = std::time::Instant::now();
         let head = {
@@ -390,6 +467,27 @@ impl Storage for S3Storage {
             .shared
             .block(async move { store.list_with_delimiter(prefix.as_ref()).await })
             .map_err(|e| storage_error(self.describe(dir), e))?;
+        if let Ok(mut known) = self.shared.listed.lock() {
+            if known.blobs.len() > MAX_LISTED || known.dirs.len() > MAX_LISTED {
+                *known = Listed::default();
+            }
+            // What this directory no longer holds is forgotten (a pack a repack removed).
+            let here = format!("{}/", self.key(dir));
+            let now: std::collections::HashSet<&str> =
+                listed.objects.iter().map(|o| o.location.as_ref()).collect();
+            known.blobs.retain(|key, _| {
+                let in_dir = key.starts_with(&here) && !key[here.len()..].contains('/');
+                !in_dir || now.contains(key.as_str())
+            });
+            for o in listed.objects.iter() {
+                if is_content_named(o.location.as_ref()) {
+                    known
+                        .blobs
+                        .insert(o.location.to_string(), (o.size, o.e_tag.clone()));
+                }
+            }
+            known.dirs.insert(here);
+        }
         let mut names: Vec<String> = listed
             .objects
             .iter()
@@ -406,6 +504,15 @@ impl Storage for S3Storage {
         let Ok(path) = self.path(name) else {
             return false;
         };
+        if let Some(found) = self
+            .shared
+            .listed
+            .lock()
+            .ok()
+            .and_then(|known| known.lookup(path.as_ref()))
+        {
+            return found.is_some();
+        }
         let store = self.shared.store.clone();
         match self.shared.block(async move { store.head(&path).await }) {
             Ok(_) => true,
@@ -445,6 +552,9 @@ impl Storage for S3Storage {
     }
 
     fn delete(&self, name: &str) -> Result<bool, StorageError> {
+        if let (Ok(path), Ok(mut known)) = (self.path(name), self.shared.listed.lock()) {
+            known.blobs.remove(path.as_ref());
+        }
         crate::s3_write::delete(self, name)
     }
 }

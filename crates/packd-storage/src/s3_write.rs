@@ -129,14 +129,20 @@ impl NewBlob for S3NewBlob {
         let mut tries = 0;
         loop {
             let error = match put(storage, name, PutMode::Create, bytes.clone()) {
-                Ok(_) => return Ok(()),
+                Ok(put) => {
+                    storage.remember_published(name, bytes.len() as u64, put.e_tag);
+                    return Ok(());
+                }
                 // Refused: another blob has the name, unless it is an earlier try of ours that
                 // landed after all (then our bytes are there: read below).
                 Err(e) if refused(&e) && tries == 0 => return Err(exists()),
                 Err(e) => e,
             };
             match get(storage, name)? {
-                Some((now, _)) if now == bytes => return Ok(()),
+                Some((now, e_tag)) if now == bytes => {
+                    storage.remember_published(name, bytes.len() as u64, e_tag);
+                    return Ok(());
+                }
                 Some(_) => return Err(exists()),
                 None if !refused(&error) && tries < RETRIES_AFTER_LOST_ANSWER => {
                     tries += 1;

@@ -311,6 +311,44 @@ fn listing_existence_and_delete() {
     );
 }
 
+/// Two clients of one bucket (two servers): what one publishes or deletes in `pack/` the
+/// other sees at its next listing of `pack/` (it answers from its last listing until then, as
+/// the repository's stamp does), and a reftable named after a listing is always asked for.
+#[test]
+fn opens_after_a_listing_follow_what_other_writers_did() {
+    let (server, a) = setup();
+    let top_a = storage_for(&server, server.secret_access_key());
+    let top_b = storage_for(&server, server.secret_access_key());
+    let b = top_b.at("repos/r.git/objects");
+    put(&a, "pack/pack-a.pack", b"aaaa").unwrap();
+    assert_eq!(b.list("pack").unwrap(), vec!["pack-a.pack"]);
+    assert_eq!(b.open("pack/pack-a.pack").unwrap().len(), 4);
+    put(&a, "pack/pack-b.pack", b"bbbbbb").unwrap();
+    assert!(a.delete("pack/pack-a.pack").unwrap());
+    // Until b lists again it answers from its listing.
+    assert!(!b.exists("pack/pack-b.pack"));
+    assert_eq!(b.list("pack").unwrap(), vec!["pack-b.pack"]);
+    assert!(b.exists("pack/pack-b.pack"));
+    assert_eq!(
+        b.open("pack/pack-b.pack").unwrap().read_all().unwrap(),
+        &b"bbbbbb"[..]
+    );
+    assert!(!b.exists("pack/pack-a.pack"));
+    assert!(b.open("pack/pack-a.pack").unwrap_err().is_not_found());
+    // What a client publishes itself it sees at once.
+    put(&b, "pack/pack-c.pack", b"c").unwrap();
+    assert!(b.exists("pack/pack-c.pack"));
+    // Reftables are not answered from listings when absent.
+    let (ta, tb) = (
+        top_a.at("repos/r.git/reftable"),
+        top_b.at("repos/r.git/reftable"),
+    );
+    put(&ta, "0x000000000001-0x000000000001-00000000.ref", b"t1").unwrap();
+    assert_eq!(tb.list("").unwrap().len(), 1);
+    put(&ta, "0x000000000002-0x000000000002-00000000.ref", b"t2").unwrap();
+    assert!(tb.exists("0x000000000002-0x000000000002-00000000.ref"));
+}
+
 /// `git ARGS` in `dir`, panicking with its stderr if it fails; its stdout.
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

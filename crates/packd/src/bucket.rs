@@ -8,7 +8,8 @@
 //! s3://BUCKET/PREFIX/NAME/objects/pack/pack-X.{pack,rev,bitmap,mtimes,keep,promisor,idx}
 //! s3://BUCKET/PREFIX/NAME/objects/pack/multi-pack-index (and its -X.bitmap, -X.rev)
 //! s3://BUCKET/PREFIX/NAME/objects/info/commit-graph, objects/info/commit-graphs/...
-//! s3://BUCKET/PREFIX/NAME/objects/XX/YYYY...      loose objects, as they were
+//! s3://BUCKET/PREFIX/NAME/objects/XX/YYYY...      loose objects (an import packs its own;
+//!                                                 an export copies any it finds)
 //! s3://BUCKET/PREFIX/NAME/config                  the repository's, with the reftable marker
 //! s3://BUCKET/PREFIX/NAME/shallow                 if the repository is shallow
 //! s3://BUCKET/PREFIX/NAME/HEAD                    "ref: refs/heads/.invalid" (git's reftable HEAD)
@@ -36,12 +37,20 @@ pub const CONFIG_MARKER: &str = "# packd import: the refs are in reftable/\n\
                                  [core]\n\trepositoryformatversion = 1\n\
                                  [extensions]\n\trefStorage = reftable\n";
 
+/// The [`object_file_group`] of loose objects (`objects/XX/YYYY...`).
+pub const LOOSE_GROUP: u8 = 5;
+
 /// Bytes copied per read while a blob streams from one storage to another.
 const CHUNK: u64 = 8 << 20;
 
 /// Opens the repository prefix an `s3://BUCKET/PREFIX/NAME` URL names, with the endpoint,
 /// region and credentials from the usual AWS environment variables.
 pub fn open_s3(url: &str) -> Result<S3Storage> {
+    open_s3_with(url, packd_storage::ReadOptions::default())
+}
+
+/// [`open_s3`], its ranged reads made as `reads` says (coalescing, requests in flight).
+pub fn open_s3_with(url: &str, reads: packd_storage::ReadOptions) -> Result<S3Storage> {
     let Some(rest) = url.strip_prefix("s3://") else {
         bail!("{url}: not an s3://BUCKET/PATH location");
     };
@@ -56,7 +65,11 @@ pub fn open_s3(url: &str) -> Result<S3Storage> {
     {
         bail!("{url}: the path in the bucket has an empty, '.' or '..' component");
     }
-    S3Storage::new(&S3Config::from_env(bucket, prefix)).with_context(|| url.to_string())
+    let config = S3Config {
+        reads,
+        ..S3Config::from_env(bucket, prefix)
+    };
+    S3Storage::new(&config).with_context(|| url.to_string())
 }
 
 /// Which group of git's object files a name under `objects/` belongs to, in the order they are
@@ -101,7 +114,7 @@ pub fn object_file_group(name: &str) -> Option<u8> {
                 is_hex(hash).then_some(3)
             }
         }
-        d if d.len() == 2 && is_hex(d) => (file.len() == 38 && is_hex(file)).then_some(5),
+        d if d.len() == 2 && is_hex(d) => (file.len() == 38 && is_hex(file)).then_some(LOOSE_GROUP),
         _ => None,
     }
 }

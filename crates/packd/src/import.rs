@@ -1,8 +1,9 @@
 //! `packd import DIR s3://BUCKET/PATH`: uploads a repository to a bucket, in the layout
 //! `bucket.rs` describes, through the storage layer's writes (every file put only if absent).
 //!
-//! The objects go first (packs before their indexes, indexes before a multi-pack-index, loose
-//! objects last), then `config`, `shallow`, `HEAD` and the `refs/heads` note, and last the refs
+//! The objects go first (packs before their indexes, indexes before a multi-pack-index, then
+//! the loose objects as one pack of their own: in a bucket a loose object would cost a request
+//! per lookup), then `config`, `shallow`, `HEAD` and the `refs/heads` note, and last the refs
 //! as one reftable, whose `tables.list` makes the repository exist. An import that fails or is
 //! killed leaves no list, so nothing reads it as a repository, and running it again puts what
 //! is missing (files already there with their length are taken as they are: they are named by
@@ -76,7 +77,11 @@ pub fn run(cwd: &Path, args: &Args) -> Result<ExitCode> {
 
     let source = LocalStorage::new(common.join("objects"));
     let objects = bucket.at("objects");
-    let names = bucket::list_object_files(&source)?;
+    // Loose objects go as one pack of their own: in a bucket each loose object would cost a
+    // request per lookup (a HEAD for each object not found in a pack).
+    let (loose, names): (Vec<_>, Vec<_>) = bucket::list_object_files(&source)?
+        .into_iter()
+        .partition(|(group, _)| *group == bucket::LOOSE_GROUP);
     let mut total = 0;
     for (_, name) in &names {
         total += source.open(name)?.len();
@@ -84,6 +89,7 @@ pub fn run(cwd: &Path, args: &Args) -> Result<ExitCode> {
     let bar = bucket::bytes_bar(total, "Uploading objects");
     let (files, bytes) = bucket::copy_groups(&source, &objects, &names, args.jobs, &bar)?;
     bar.finish_and_clear();
+    let loose_packed = pack_loose(&repo, &loose, Arc::new(objects.clone()))?;
 
     let top = LocalStorage::new(&common);
     let mut config = match std::fs::read(common.join("config")) {
@@ -107,12 +113,52 @@ pub fn run(cwd: &Path, args: &Args) -> Result<ExitCode> {
         .apply(&updates)
         .with_context(|| format!("writing the refs of {}", args.url))?;
     println!(
-        "imported {} into {}: {files} files ({bytes} bytes), {} refs",
+        "imported {} into {}: {files} files ({bytes} bytes), {} loose objects as one pack, \
+         {} refs",
         args.dir.display(),
         args.url,
+        loose_packed,
         updates.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the loose objects `loose` (their names under `objects/`) of `repo` as one pack into
+/// `objects` (the bucket's), each whole, in id order; returns how many. The pack, its `.rev`
+/// and its `.idx` are put in that order, as any pack packd writes.
+fn pack_loose(
+    repo: &Repository,
+    loose: &[(u8, String)],
+    objects: Arc<dyn Storage>,
+) -> Result<usize> {
+    let mut ids: Vec<packd_odb::ObjectId> = loose
+        .iter()
+        .filter_map(|(_, name)| packd_odb::ObjectId::from_hex(&name.replace('/', "")))
+        .collect();
+    ids.sort();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let count = u32::try_from(ids.len()).context("more than 2^32 loose objects")?;
+    let level = ["pack.compression", "core.compression"]
+        .iter()
+        .find_map(|k| repo.config().get(k).and_then(packd_odb::config::parse_int))
+        .unwrap_or(-1);
+    let mut writer = packd_maint::pack_file::PackFileWriter::new(
+        objects,
+        repo.objects().hash_kind(),
+        count,
+        packd_maint::pack_file::compression_level(i64::from(level)),
+    )?;
+    for id in &ids {
+        let object = repo
+            .objects()
+            .read(id)?
+            .with_context(|| format!("loose object {id} vanished while importing"))?;
+        writer.whole(*id, object.kind, &object.data)?;
+    }
+    writer.finish()?;
+    Ok(ids.len())
 }
 
 /// Writes the small blob `name` whatever it holds now: before `tables.list` exists no reader

@@ -2,7 +2,8 @@
 //! by `packd-test-s3`): a repository git made (packs with a bitmap, a commit-graph, loose
 //! objects, an annotated tag, a symbolic ref, a detached or symbolic HEAD) goes into a bucket
 //! and comes back out as a repository that `git fsck --strict` passes, with the same refs, the
-//! same HEAD, the same objects and byte-for-byte the same object files. In the bucket the refs
+//! same HEAD, the same objects, byte-for-byte the same packs, indexes, bitmaps and graphs, and
+//! its loose objects as one more pack. In the bucket the refs
 //! are a reftable stack and HEAD is git's reftable placeholder. An import over a repository
 //! already in the bucket, an export into a directory that is not empty, and an import of a
 //! repository borrowing objects (alternates) are refused, changing nothing.
@@ -77,6 +78,11 @@ fn object_files(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// Whether `name` (under `objects/`) is a loose object's.
+fn is_loose(name: &str) -> bool {
+    name.len() == 41 && name.as_bytes()[2] == b'/'
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -129,7 +135,25 @@ fn a_repository_goes_into_a_bucket_and_comes_back_out_as_git_made_it() {
     let fsck = sb.git_run_in(&out, &["fsck", "--strict", "--no-dangling"], None);
     fsck.assert_success();
     assert_eq!(git_view(&sb, &out), git_view(&sb, &src.path));
-    assert_eq!(object_files(&out), object_files(&src.path));
+    // The source's object files, byte for byte, but its loose objects: those came as one pack
+    // (its .pack, .rev and .idx), and every object, unreachable ones too, is there.
+    let (src_files, out_files) = (object_files(&src.path), object_files(&out));
+    let src_not_loose: Vec<_> = src_files.iter().filter(|(n, _)| !is_loose(n)).collect();
+    assert!(
+        src_files.iter().any(|(n, _)| is_loose(n)),
+        "the source had loose objects"
+    );
+    assert!(out_files.iter().all(|(n, _)| !is_loose(n)), "{out_files:?}");
+    for file in &src_not_loose {
+        assert!(out_files.contains(file), "{} missing or changed", file.0);
+    }
+    let extra: Vec<_> = out_files
+        .iter()
+        .filter(|f| !src_files.contains(f))
+        .collect();
+    assert_eq!(extra.len(), 3, "one pack of the loose objects: {extra:?}");
+    let all = ["cat-file", "--batch-all-objects", "--batch-check"];
+    assert_eq!(sb.git_in(&out, &all), sb.git_in(&src.path, &all));
     // The config is the repository's own again.
     assert_eq!(
         std::fs::read_to_string(out.join("config")).unwrap(),
