@@ -51,6 +51,14 @@ pub struct Args {
           requires = "store")]
     block_cache_disk_bytes: u64,
 
+    /// With --store: how a batch of ranged reads becomes requests to the store: `merge`
+    /// neighbours whose gap costs less than a round trip (seed 004's rule, with the latency
+    /// and bandwidth measured as the server runs), `sort` them and join only touching ones,
+    /// or `off`: a GET per range (for comparing them).
+    #[arg(long, value_name = "MODE", default_value = "merge", value_parser = ["merge", "sort", "off"],
+          requires = "store")]
+    store_coalescing: String,
+
     /// Address for smart HTTP (port 0 picks a free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -168,7 +176,16 @@ pub struct Args {
 /// The repositories under the store `url`, their derived data in `--cache-dir` (or the
 /// default), every read of them through one block cache.
 fn store_root(url: &str, args: &Args) -> Result<packd_serve::store::StoreRoot> {
-    let storage = crate::bucket::open_s3(url)?;
+    let coalescing = match args.store_coalescing.as_str() {
+        "off" => packd_storage::Coalescing::Off,
+        "sort" => packd_storage::Coalescing::SortOnly,
+        _ => packd_storage::Coalescing::Merge,
+    };
+    let reads = packd_storage::ReadOptions {
+        coalescing,
+        ..packd_storage::ReadOptions::default()
+    };
+    let storage = crate::bucket::open_s3_with(url, reads)?;
     let cache = match &args.cache_dir {
         Some(dir) => dir.clone(),
         None => std::env::var_os("XDG_CACHE_HOME")

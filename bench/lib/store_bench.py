@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Object-storage benchmark (issue 34): `packd serve --store` on a bucket of a real S3 server
+(versitygw on 127.0.0.1) through a proxy adding a delay per round trip, against `packd serve
+--root` on local disk and git on local disk, in one run.
+
+Called by bench/store.sh; see bench/README.md. Usage:
+  store_bench.py PACKD REPO VERSITYGW DELAY_PROXY WORK
+
+Operations, each a protocol v2 fetch POSTed to the server (as fetch_bench.py does): a mirror
+clone (wants: every ref), a branches-and-tags clone (include-tag), fetches of HEAD N days
+behind (have: the newest commit N days older than HEAD), then a push of 8 commits with `git
+push` over HTTP. For each: GETs and PUTs the store answered and the bytes it sent (from its
+access log), server CPU (the process's CPU clock), wall time, pack bytes. Bucket servers run
+cold (a fresh process: an empty block cache) and then warm (the same request again). git's
+column is `git pack-objects --revs --use-bitmap-index` (its CPU) for the fetches and `git push`
+to a file:// copy (wall) for the push. For the cold 20 ms fetch 1 day behind, the same with
+`--store-coalescing sort` and `off` (a GET per range), as seed 004 compares.
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fetch_bench import (fetch_body, free_port, git, git_pack_objects, proc_cpu,  # noqa: E402
+                         wait_port)
+import http.client  # noqa: E402
+
+KEY, SECRET = "bench", "bench-secret"
+
+
+class Gateway:
+    """versitygw over ROOT, its access log counted between marks."""
+
+    def __init__(self, binary, root):
+        self.root = root
+        os.makedirs(f"{root}/data/packd", exist_ok=True)
+        self.log = f"{root}/access.log"
+        self.port = free_port()
+        env = dict(os.environ, ROOT_ACCESS_KEY_ID=KEY, ROOT_SECRET_ACCESS_KEY=SECRET)
+        self.proc = subprocess.Popen(
+            [binary, "--port", f"127.0.0.1:{self.port}", "--access-log", self.log, "-q",
+             "posix", f"{root}/data"], env=env, stdout=subprocess.DEVNULL,
+            stderr=open(f"{root}/gw.err", "w"))
+        wait_port(self.port, self.proc, "versitygw")
+        self.mark()
+
+    def mark(self):
+        self.at = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+
+    def since_mark(self):
+        """(GETs, PUTs, other requests, bytes sent) logged since the last mark."""
+        gets = puts = other = sent = 0
+        with open(self.log, "rb") as f:
+            f.seek(self.at)
+            for line in f:
+                fields = line.split()
+                op = next((x for x in fields if x.startswith(b"s3_")), b"")
+                if op == b"s3_GetObject":
+                    gets += 1
+                    try:
+                        status_at = fields.index(op) + 3
+                        sent += int(fields[status_at + 2])
+                    except (ValueError, IndexError):
+                        pass
+                elif op == b"s3_PutObject":
+                    puts += 1
+                elif op:
+                    other += 1
+        return gets, puts, other, sent
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def s3_env(endpoint):
+    return dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1",
+                AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
+
+
+class Server:
+    """A running `packd serve` (ARGS choose --root or --store)."""
+
+    def __init__(self, packd, args, env):
+        self.port = free_port()
+        self.proc = subprocess.Popen([packd, "serve", "--listen", f"127.0.0.1:{self.port}",
+                                      "--allow-push", "--no-maintenance", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=env)
+        wait_port(self.port, self.proc, "packd serve")
+
+    def fetch(self, name, wants, haves, include_tag=False):
+        """A v2 fetch with done; returns the pack bytes received."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=900)
+        conn.request("POST", f"/{name}/git-upload-pack",
+                     body=fetch_body(wants, haves, include_tag),
+                     headers={"Content-Type": "application/x-git-upload-pack-request",
+                              "Git-Protocol": "version=2"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            sys.exit(f"packd answered {resp.status}: {resp.read()[:300]!r}")
+        size, in_pack = 0, False
+        while True:
+            head = resp.read(4)
+            if len(head) < 4:
+                sys.exit("the answer ended early")
+            n = int(head, 16)
+            if n == 0:
+                if in_pack:
+                    break
+                continue
+            if n < 4:
+                continue
+            data = resp.read(n - 4)
+            if not in_pack:
+                in_pack = data == b"packfile\n"
+                if data.startswith(b"ERR"):
+                    sys.exit(f"packd: {data!r}")
+                continue
+            if data[0] == 1:
+                size += len(data) - 1
+            elif data[0] == 3:
+                sys.exit(f"packd: {data[1:]!r}")
+        conn.close()
+        return size
+
+    def cpu(self):
+        return proc_cpu(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Proxy:
+    def __init__(self, binary, upstream, ms):
+        self.proc = subprocess.Popen([binary, str(upstream), str(ms)], stdout=subprocess.PIPE,
+                                     text=True)
+        self.endpoint = self.proc.stdout.readline().strip()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def measure(gw, server, op):
+    """Runs op(server) once: (wall s, server cpu s, pack bytes, GETs, PUTs, bytes from store)."""
+    gw.mark()
+    cpu = server.cpu()
+    start = time.monotonic()
+    size = op(server)
+    wall = time.monotonic() - start
+    gets, puts, _, sent = gw.since_mark()
+    return wall, server.cpu() - cpu, size, gets, puts, sent
+
+
+def row(label, m, local=None):
+    wall, cpu, size, gets, puts, sent = m
+    extra = ""
+    if local:
+        extra = f" {cpu / local[1] if local[1] else 0:>6.2f} {wall - local[0]:>+8.3f}"
+    print(f"  {label:<22} {wall:>8.3f} {cpu:>8.3f} {size:>12} {gets:>6} {puts:>5} "
+          f"{sent:>12}{extra}", flush=True)
+
+
+def main():
+    packd, repo, gw_bin, proxy_bin, work = sys.argv[1:6]
+    repo = os.path.abspath(repo)
+    delays = [int(d) for d in os.environ.get("DELAYS", "0,2,20").split(",")]
+    days = [int(d) for d in os.environ.get("DAYS", "1 8 32 128").split()]
+    os.makedirs(work, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=work)
+    print(f"packd object-storage benchmark, {time.strftime('%F %T UTC', time.gmtime())}, "
+          f"{git(repo, 'version')}, {os.path.basename(repo)}")
+    print(git(repo, "count-objects", "-v").replace("\n", ", "))
+    gw = Gateway(gw_bin, f"{tmp}/s3")
+    name = "git.git"
+    try:
+        start = time.monotonic()
+        subprocess.run([packd, "import", repo, f"s3://packd/repos/{name}"], check=True,
+                       env=s3_env(f"http://127.0.0.1:{gw.port}"), stdout=subprocess.DEVNULL)
+        print(f"import: {time.monotonic() - start:.1f} s wall "
+              f"({gw.since_mark()[1]} PUTs)")
+        local_root = f"{tmp}/local"
+        os.makedirs(local_root)
+        subprocess.run(["cp", "-al", repo, f"{local_root}/{name}"], check=True)
+
+        head = git(repo, "rev-parse", "HEAD")
+        head_time = int(git(repo, "log", "-1", "--format=%ct", "HEAD"))
+        every = sorted(set(git(repo, "for-each-ref", "--format=%(objectname)").split()))
+        branches_tags = sorted(set(git(repo, "for-each-ref", "--format=%(objectname)",
+                                       "refs/heads", "refs/tags").split()))
+        ops = [("mirror clone", lambda s: s.fetch(name, every, [])),
+               ("branches+tags clone", lambda s: s.fetch(name, branches_tags, [], True))]
+        git_revs = {"mirror clone": "".join(f"{w}\n" for w in every).encode(),
+                    "branches+tags clone": "".join(f"{w}\n" for w in branches_tags).encode()}
+        for n in days:
+            have = git(repo, "rev-list", "-1", f"--before={head_time - n * 86400}", "HEAD")
+            ops.append((f"fetch {n} days", lambda s, h=have: s.fetch(name, [head], [h])))
+            git_revs[f"fetch {n} days"] = f"{head}\n^{have}\n".encode()
+
+        print("\n== git on local disk: `git pack-objects --revs --use-bitmap-index` CPU")
+        git_cpu = {}
+        for label, _ in ops:
+            cpu, _, wall = git_pack_objects(repo, git_revs[label], f"{tmp}/git.pack",
+                                            include_tag=label.startswith("branches"))
+            git_cpu[label] = cpu
+            print(f"  {label:<22} cpu {cpu:>8.3f}  wall {wall:>8.3f}  "
+                  f"bytes {os.path.getsize(f'{tmp}/git.pack'):>12}", flush=True)
+
+        header = (f"  {'':<22} {'wall s':>8} {'cpu s':>8} {'pack bytes':>12} {'GETs':>6} "
+                  f"{'PUTs':>5} {'store bytes':>12}")
+        print("\n== packd serve --root (local disk), warm (second run)")
+        print(header)
+        local = {}
+        server = Server(packd, ["--root", local_root], os.environ)
+        for label, op in ops:
+            op(server)
+            local[label] = measure(gw, server, op)
+            row(label, local[label])
+        server.stop()
+        for label in git_cpu:
+            print(f"  {label:<22} packd/git cpu {local[label][1] / git_cpu[label]:.3f}")
+
+        results = {}
+        for ms in delays:
+            proxy = Proxy(proxy_bin, gw.port, ms)
+            print(f"\n== packd serve --store through the proxy at {ms} ms a round trip "
+                  f"(cold: a fresh server; warm: the same request again)")
+            print(header + f" {'cpu/lcl':>6} {'wall-lcl':>8}")
+            for label, op in ops:
+                cache = f"{tmp}/cache-{ms}-{label.replace(' ', '-')}"
+                server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir", cache],
+                                s3_env(proxy.endpoint))
+                cold = measure(gw, server, op)
+                warm = measure(gw, server, op)
+                server.stop()
+                results[(ms, label)] = (cold, warm)
+                row(f"{label} cold", cold, local[label])
+                row(f"{label} warm", warm, local[label])
+            if ms == max(delays) and days:
+                label, op = next((lo for lo in ops if lo[0] == f"fetch {days[0]} days"))
+                print(f"  {label} cold, by coalescing mode:")
+                for mode in ["off", "sort", "merge"]:
+                    server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir",
+                                            f"{tmp}/cache-mode-{mode}", "--store-coalescing",
+                                            mode], s3_env(proxy.endpoint))
+                    m = measure(gw, server, op)
+                    server.stop()
+                    results[(ms, f"mode {mode}")] = m
+                    row(f"  {mode}", m, local[label])
+                off, merge = results[(ms, "mode off")][0], results[(ms, "mode merge")][0]
+                print(f"  off / merge wall: {off / merge:.2f}x")
+            proxy.stop()
+
+        print("\n== push of 8 commits (git push over HTTP; git: to a file:// copy)")
+        client = f"{tmp}/client.git"
+        subprocess.run(["cp", "-al", repo, client], check=True)
+        env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
+                   GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+        tip = head
+        for k in range(8):
+            tip = subprocess.run(["git", "-C", client, "commit-tree", "-p", tip, "-m",
+                                  f"bench {k}", f"{tip}^{{tree}}"], check=True, env=env,
+                                 capture_output=True, text=True).stdout.strip()
+        git_copy = f"{tmp}/git-copy.git"
+        subprocess.run(["cp", "-al", repo, git_copy], check=True)
+
+        def push(url, ref):
+            start = time.monotonic()
+            subprocess.run(["git", "-C", client, "push", "-q", url, f"{tip}:refs/heads/{ref}"],
+                           check=True, stderr=subprocess.DEVNULL)
+            return time.monotonic() - start
+
+        print(f"  git file://             {push('file://' + git_copy, 'bench-git'):>8.3f} s")
+        server = Server(packd, ["--root", local_root], os.environ)
+        gw.mark()
+        cpu = server.cpu()
+        wall = push(f"http://127.0.0.1:{server.port}/{name}", "bench-local")
+        local_push = (wall, server.cpu() - cpu)
+        server.stop()
+        print(f"  packd local             {wall:>8.3f} s, server cpu {local_push[1]:.3f} s")
+        for ms in delays:
+            proxy = Proxy(proxy_bin, gw.port, ms)
+            server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir",
+                                    f"{tmp}/cache-push-{ms}"], s3_env(proxy.endpoint))
+            gw.mark()
+            cpu = server.cpu()
+            wall = push(f"http://127.0.0.1:{server.port}/{name}", f"bench-{ms}ms")
+            used = server.cpu() - cpu
+            gets, puts, other, _ = gw.since_mark()
+            server.stop()
+            proxy.stop()
+            rtt = (wall - local_push[0]) / (ms / 1000) if ms else float("nan")
+            print(f"  packd bucket {ms:>2} ms      {wall:>8.3f} s, server cpu {used:.3f} s, "
+                  f"{gets} GETs {puts} PUTs {other} other; {wall - local_push[0]:+.3f} s "
+                  f"against local ({rtt:.1f} round trips)")
+    finally:
+        gw.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
