@@ -30,8 +30,9 @@
 //!         ─> commit-graph
 //! ```
 //!
-//! **The append path.** With `-a -d -b`, without `-f`/`-F` (and without
-//! [`RepackOptions::rewrite`], which `maintenance::run_full` sets), when the repository has a
+//! **The append path.** With `-a -d -b`, without `-f`/`-F`, without a depth asked for
+//! (`--depth`, `pack.depth`: B's chains may be longer) and without
+//! [`RepackOptions::rewrite`] (which `maintenance::run_full` sets), when the repository has a
 //! pack of its own with a `.bitmap` (not `.keep`, not cruft) and the refs reach every one of
 //! its objects (counted with that bitmap: the refs' bitmaps together cover all its bits), that
 //! pack is what a full repack would keep, and `crate::append` does instead of the above: the
@@ -431,6 +432,10 @@ fn append_path(
         || !options.keep_packs.is_empty()
         || options.write_midx
         || options.keep_unreachable
+        // A depth asked for (--depth, pack.depth) may be below the chains of B, which the
+        // append path keeps as they are: the full repack cuts them to it.
+        || options.depth.is_some()
+        || repo.config().get("pack.depth").is_some()
     {
         return Ok(None);
     }
