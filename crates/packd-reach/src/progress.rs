@@ -11,7 +11,8 @@
 /// Receives progress reports, from any thread.
 ///
 /// A caller calls [`start`](Progress::start) for each stage, [`update`](Progress::update) as
-/// work is done, and [`finish`](Progress::finish) when the stage is complete. The stage labels
+/// work is done, and [`finish`](Progress::finish) when the stage is complete where git prints
+/// a `, done.` line (a stage not finished ends at the next `start`). The stage labels
 /// are the text git shows ("Counting objects", "Compressing objects", "Writing objects", ...),
 /// so that clients and terminals see what they would see from git.
 pub trait Progress: Sync {
