@@ -24,9 +24,8 @@ use packd_odb::loose::LooseStore;
 use packd_odb::pack::multi_index::write::{MidxPack, MidxPlan};
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
-use packd_reach::bitmap::write::{
-    write_midx_bitmap_leaving_out, NoProgress, WriteError, WriteOptions,
-};
+use packd_reach::bitmap::write::{write_midx_bitmap_leaving_out, WriteError, WriteOptions};
+use packd_reach::progress::NoProgress;
 use packd_storage::{Storage, StorageError};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -283,7 +283,7 @@ pub fn run_full(git_dir: &Path) -> Result<Report, MaintenanceError> {
         rewrite: true,
         ..Default::default()
     };
-    let repacked = crate::repack::repack(git_dir, &options, &crate::repack::NoProgress)?;
+    let repacked = crate::repack::repack(git_dir, &options, &packd_reach::progress::NoProgress)?;
     let report = Report {
         kind: Kind::Full,
         packs_before,

@@ -660,7 +660,7 @@ impl crate::PackSink for Tee<'_> {
 pub(crate) fn send(
     cached: &CachedFile,
     out: &mut dyn crate::PackSink,
-    progress: &mut dyn crate::ProgressSink,
+    progress: &dyn packd_reach::progress::Progress,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<PackStats, PackError> {
     use std::io::Read;
@@ -689,6 +689,7 @@ pub(crate) fn send(
         tracing::debug!("{}: sent as file ranges", path.display());
         return Ok(cached.stats);
     }
+    progress.start("Writing objects", objects);
     let mut buf = vec![0u8; 1 << 20];
     let mut sent = 0u64;
     while sent < total {
@@ -708,10 +709,10 @@ pub(crate) fn send(
         }
         out.write_all(&buf[..n])?;
         sent += n as u64;
-        progress.update("Writing objects", objects * sent / total, Some(objects));
+        progress.update(objects * sent / total);
     }
     out.flush()?;
-    progress.finish("Writing objects", objects);
+    progress.finish(objects);
     Ok(cached.stats)
 }
 

@@ -13,12 +13,13 @@
 //! delta's base, when sent, is written before it.
 
 use crate::walk;
-use crate::{FetchRequest, Filter, PackError, PackServer, ProgressSink};
+use crate::{FetchRequest, Filter, PackError, PackServer};
 use packd_odb::pack::Pack;
 use packd_odb::packed_refs::Peeled;
 use packd_odb::refs::ListedRef;
 use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind};
 use packd_reach::ewah::Bitmap;
+use packd_reach::progress::Progress;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -266,7 +267,7 @@ impl PackServer {
         request: &FetchRequest,
         deepened: Option<&walk::Deepened>,
         tag_refs: &[ListedRef],
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<Planned, PackError> {
         let repo = &self.repo;
@@ -306,6 +307,7 @@ impl PackServer {
                     let mut outside = answer.outside;
                     self.apply_filter(index, request, &mut wanted, &mut outside)?;
                     let total = wanted.count_ones();
+                    progress.start("Counting objects", total);
                     // The walk is done: what it held goes back before the object list is
                     // built, so that the two do not make one peak (a mirror clone of git/git
                     // after a push: the walk's delta base cache and the list of 841,300
@@ -330,7 +332,7 @@ impl PackServer {
                                 .collect();
                             if self.small_enough_after_whole(&after_whole)? {
                                 let count = total + after_whole.len() as u64;
-                                progress.finish("Counting objects", count);
+                                progress.finish(count);
                                 return Ok(Planned {
                                     had: Had::Bits(had),
                                     whole: Some(pack.clone()),
@@ -366,7 +368,7 @@ impl PackServer {
                             if cancel.load(Ordering::Relaxed) {
                                 return Err(PackError::Cancelled);
                             }
-                            progress.update("Counting objects", n as u64, Some(total));
+                            progress.update(n as u64);
                         }
                         match single {
                             Some((pack, Some(offsets))) if bit + 1 < offsets.len() as u64 => {
@@ -393,7 +395,7 @@ impl PackServer {
                         let location = objects.locate(&id)?.ok_or_else(|| missing(&id))?;
                         sorter.push(id, location);
                     }
-                    progress.finish("Counting objects", sorter.items.len() as u64);
+                    progress.finish(sorter.items.len() as u64);
                     let path_bases =
                         self.outside_path_bases(index, request, &haves, &had, &outside, cancel)?;
                     let mut planned = sorter.finish(Had::Bits(had));
@@ -416,6 +418,7 @@ impl PackServer {
         } else {
             walk::count(repo, &request_haves, deepened, cancel)?
         };
+        progress.start("Counting objects", 0);
         let mut sorter = Sorter::new();
         let mut sent = IdSet::default();
         for (n, id) in counted.objects.iter().enumerate() {
@@ -423,7 +426,7 @@ impl PackServer {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
-                progress.update("Counting objects", n as u64, None);
+                progress.update(n as u64);
             }
             let location = objects.locate(id)?.ok_or_else(|| missing(id))?;
             sorter.push(*id, location);
@@ -441,7 +444,7 @@ impl PackServer {
                 sorter.push(tag, location);
             }
         }
-        progress.finish("Counting objects", sorter.items.len() as u64);
+        progress.finish(sorter.items.len() as u64);
         let mut planned = sorter.finish(Had::Ids(counted.had));
         planned.path_bases = counted.path_bases;
         Ok(planned)

@@ -27,6 +27,7 @@ mod write;
 use packd_odb::pack::Pack;
 use packd_odb::{ObjectId, Repository};
 use packd_reach::bitmap_walk::BitmapIndex;
+use packd_reach::progress::Progress;
 pub use packd_storage::FileRange;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
@@ -144,14 +145,6 @@ impl PackSink for std::io::Sink {}
 impl PackSink for std::io::Stdout {}
 impl PackSink for std::io::StdoutLock<'_> {}
 impl<W: Write> PackSink for std::io::BufWriter<W> {}
-
-/// Progress of planning or writing, for side-band 2 and terminals.
-pub trait ProgressSink: Send {
-    /// `stage` ("Counting objects", "Compressing objects", ...) has done `done` of `total`.
-    fn update(&mut self, stage: &str, done: u64, total: Option<u64>);
-    /// The stage is complete.
-    fn finish(&mut self, stage: &str, done: u64);
-}
 
 /// The objects a fetch will send, counted; pass it to [`PackServer::write`].
 pub struct PackPlan {
@@ -302,7 +295,7 @@ impl PackServer {
     pub fn plan(
         &self,
         request: &FetchRequest,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<PackPlan, PackError> {
         // The tags are listed once: the cache key names them, and counting takes the tags to
@@ -348,7 +341,7 @@ impl PackServer {
         config: &clone_cache::CloneCacheConfig,
         key: &str,
         request: &FetchRequest,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
     ) -> Result<Option<PackPlan>, PackError> {
         let (objects, cache) = match config.lookup(key) {
             None => return Ok(None),
@@ -371,7 +364,8 @@ impl PackServer {
             // while it is there.
             Some(clone_cache::Cached::Record(name)) => match self.repository_pack(&name)? {
                 Some(pack) => {
-                    progress.finish("Enumerating objects", pack.len() as u64);
+                    progress.start("Enumerating objects", 0);
+                    progress.finish(pack.len() as u64);
                     return Ok(Some(PackPlan {
                         object_count: pack.len(),
                         planned: count::Planned {
@@ -388,7 +382,8 @@ impl PackServer {
                 }
             },
         };
-        progress.finish("Enumerating objects", objects as u64);
+        progress.start("Enumerating objects", 0);
+        progress.finish(objects as u64);
         Ok(Some(PackPlan {
             object_count: objects,
             cache: Some(cache),
@@ -431,7 +426,7 @@ impl PackServer {
         &self,
         plan: PackPlan,
         out: &mut dyn PackSink,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
         // An answer that is a pack file of the repository is kept as a record of it (its

@@ -30,7 +30,7 @@
 
 use crate::count::{Had, Planned, LOOSE};
 use crate::recipe::{Recipe, RecipeWriter, Step};
-use crate::{FileRange, PackError, PackServer, PackSink, PackStats, ProgressSink};
+use crate::{FileRange, PackError, PackServer, PackSink, PackStats};
 use bytes::Bytes;
 use packd_odb::pack::data::{
     decode_entry_header, encode_ofs_distance, encode_pack_header, encode_type_and_size,
@@ -38,6 +38,7 @@ use packd_odb::pack::data::{
 };
 use packd_odb::pack::Pack;
 use packd_odb::{HashKind, ObjectId};
+use packd_reach::progress::Progress;
 use sha1::{Digest, Sha1};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -564,7 +565,7 @@ const WHOLE_PACK_WINDOW: u64 = WINDOW - 4096;
 fn write_whole_pack(
     pack: &Pack,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
     if out.takes_file_ranges() {
@@ -596,7 +597,7 @@ fn send_whole_file(
     pack: &Pack,
     file: &FileRange,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
     let count = pack.index().len();
@@ -616,9 +617,10 @@ pub(crate) fn send_file_in_pieces(
     file: &FileRange,
     objects: u64,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
 ) -> Result<(), PackError> {
+    progress.start("Writing objects", objects);
     let mut sent = 0;
     while sent < file.len {
         if cancel.load(Ordering::Relaxed) {
@@ -628,10 +630,10 @@ pub(crate) fn send_file_in_pieces(
         out.send_file_range(&piece)?;
         sent += piece.len;
         let done = (objects as u128 * sent as u128 / file.len as u128) as u64;
-        progress.update("Writing objects", done, Some(objects));
+        progress.update(done);
     }
     out.flush()?;
-    progress.finish("Writing objects", objects);
+    progress.finish(objects);
     Ok(())
 }
 
@@ -641,7 +643,7 @@ pub(crate) fn send_file_in_pieces(
 fn write_whole_pack_in(
     pack: &Pack,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
     range_entries: u32,
     mut then: Option<Then<'_>>,
@@ -679,6 +681,7 @@ fn write_whole_pack_in(
     let total = count
         .checked_add(extra)
         .ok_or_else(|| PackError::BadRequest("more than 2^32 objects to send".into()))?;
+    progress.start("Writing objects", u64::from(total));
     let mut stats = PackStats {
         objects: total,
         reused: count,
@@ -756,7 +759,7 @@ fn write_whole_pack_in(
             stream.current = Some((e.offset, e.crc, e.position));
             done += 1;
             if done.is_multiple_of(65536) {
-                progress.update("Writing objects", done as u64, Some(total as u64));
+                progress.update(done as u64);
             }
         }
     }
@@ -774,11 +777,11 @@ fn write_whole_pack_in(
     stats.bytes = match then.as_mut() {
         Some((_, write_then)) => {
             write_then(&mut output)?;
-            progress.finish("Writing objects", total as u64);
+            progress.finish(total as u64);
             output.finish(None)?
         }
         None => {
-            progress.finish("Writing objects", count as u64);
+            progress.finish(count as u64);
             output.finish(Some(trailer))?
         }
     };
@@ -1007,19 +1010,20 @@ pub(crate) fn replay(
     packs: &[Arc<Pack>],
     stats: &PackStats,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
     let files = pack_files(packs, out.takes_file_ranges());
     let objects = stats.objects as u64;
     let total = stats.bytes.max(1);
+    progress.start("Writing objects", objects);
     let mut output = Output::new(out, false, None);
-    let mut piece_sent = |output: &Output| -> Result<(), PackError> {
+    let piece_sent = |output: &Output| -> Result<(), PackError> {
         if cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);
         }
         let done = (objects as u128 * output.written as u128 / total as u128) as u64;
-        progress.update("Writing objects", done, Some(objects));
+        progress.update(done);
         Ok(())
     };
     for step in &recipe.steps {
@@ -1053,7 +1057,7 @@ pub(crate) fn replay(
     }
     let (runs, run_bytes) = output.ranges_sent;
     let written = output.end()?;
-    progress.finish("Writing objects", objects);
+    progress.finish(objects);
     tracing::debug!(
         "sent from a clone recipe of {} steps ({run_bytes} of {written} bytes in {runs} file ranges)",
         recipe.steps.len()
@@ -1079,7 +1083,7 @@ impl PackServer {
         &self,
         pack_plan: &crate::PackPlan,
         out: &mut dyn PackSink,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<PackStats, PackError> {
         let (plan, ofs_delta, thin) = (&pack_plan.planned, pack_plan.ofs_delta, pack_plan.thin);
@@ -1121,12 +1125,13 @@ impl PackServer {
         // New deltas for the objects whose stored form is whole or cannot be sent (see
         // `crate::delta_search::fetch`), by their place in the plan.
         let mut new_deltas = self.new_deltas(plan, ofs_delta, thin, progress, cancel)?;
+        progress.start("Writing objects", u64::from(count));
         for (i, item) in plan.items.iter().enumerate() {
             if i % 1024 == 0 {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
-                progress.update("Writing objects", i as u64, Some(count as u64));
+                progress.update(i as u64);
             }
             let here = output.written;
             new_offsets.push(here);
@@ -1267,7 +1272,7 @@ impl PackServer {
                 stats.reused_deltas += 1;
             }
         }
-        progress.finish("Writing objects", count as u64);
+        progress.finish(u64::from(count));
         // The last run goes out before the runs are counted.
         output.write_pending()?;
         let (runs, run_bytes) = output.ranges_sent;
@@ -1461,7 +1466,7 @@ impl PackServer {
         pack: &Pack,
         after: &[ObjectId],
         out: &mut dyn PackSink,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
         recipe: Option<&mut RecipeWriter>,
     ) -> Result<PackStats, PackError> {
@@ -1530,12 +1535,6 @@ impl PackServer {
 mod tests {
     use super::*;
 
-    struct Quiet;
-    impl ProgressSink for Quiet {
-        fn update(&mut self, _: &str, _: u64, _: Option<u64>) {}
-        fn finish(&mut self, _: &str, _: u64) {}
-    }
-
     fn git(dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) {
         use std::io::Write as _;
         let mut child = std::process::Command::new("git")
@@ -1603,7 +1602,7 @@ mod tests {
         let stats = write_whole_pack_in(
             pack,
             &mut out,
-            &mut Quiet,
+            &packd_reach::progress::NoProgress,
             &never,
             range_entries,
             then,
@@ -1698,7 +1697,7 @@ mod tests {
                 std::slice::from_ref(&pack),
                 &stats,
                 &mut replayed,
-                &mut Quiet,
+                &packd_reach::progress::NoProgress,
                 &never,
             )
             .unwrap();

@@ -75,8 +75,8 @@ impl UploadPack {
         std::thread::scope(|scope| {
             // The thread owns the only sender: the channel closes when counting ends.
             let counting = scope.spawn(move || {
-                let mut progress = ChannelProgress::new(progress_on.then(|| tx.clone()));
-                let planned = packs.plan(request, &mut progress, stop_ref);
+                let progress = ChannelProgress::new(progress_on.then(|| tx.clone()));
+                let planned = packs.plan(request, &progress, stop_ref);
                 drop(tx);
                 planned
             });
@@ -130,10 +130,10 @@ impl UploadPack {
         let plan = self.plan_with_keepalive(request, send, out, cancel)?;
         let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let muxed = send.sideband != Sideband::None;
-        let mut progress = ChannelProgress::new((send.progress && muxed).then_some(tx));
+        let progress = ChannelProgress::new((send.progress && muxed).then_some(tx));
         let stats = {
             let mut writer = SidebandWriter::new(out, send.sideband, Some(&rx));
-            let stats = self.packs.write(plan, &mut writer, &mut progress, cancel)?;
+            let stats = self.packs.write(plan, &mut writer, &progress, cancel)?;
             writer.flush()?;
             stats
         };

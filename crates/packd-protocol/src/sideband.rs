@@ -9,9 +9,11 @@
 //! ```
 
 use crate::pkt_line;
-use packd_pack::{FileRange, PackSink, ProgressSink};
+use packd_pack::{FileRange, PackSink};
+use packd_reach::progress::Progress;
 use std::io::Write;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Band 1: pack data.
@@ -186,13 +188,27 @@ impl Write for SidebandWriter<'_> {
     }
 }
 
-/// A [`ProgressSink`] that formats git-like progress lines and queues them for band 2,
+/// A [`Progress`] that formats git-like progress lines and queues them for band 2,
 /// at most one update every 100 ms per stage.
+///
+/// A stage's `, done.` line takes the form of the lines before it: a percentage when updates
+/// with a known total were shown, a bare count when none were (a pack sent whole before its
+/// first update, a stage with no total).
 pub struct ChannelProgress {
     tx: Option<Sender<Vec<u8>>>,
+    stage: Mutex<Stage>,
+}
+
+/// The stage a [`ChannelProgress`] reports.
+#[derive(Default)]
+struct Stage {
+    label: String,
+    /// 0: not known.
+    total: u64,
+    /// Whether an update came since the stage started.
+    updated: bool,
+    /// When the last line went out.
     last: Option<Instant>,
-    stage: String,
-    total: Option<u64>,
 }
 
 /// Least time between two progress lines of one stage.
@@ -203,9 +219,7 @@ impl ChannelProgress {
     pub fn new(tx: Option<Sender<Vec<u8>>>) -> ChannelProgress {
         ChannelProgress {
             tx,
-            last: None,
-            stage: String::new(),
-            total: None,
+            stage: Mutex::new(Stage::default()),
         }
     }
 
@@ -214,6 +228,11 @@ impl ChannelProgress {
             // The receiver gone means the request is over: nothing to report to.
             let _ = tx.send(line.into_bytes());
         }
+    }
+
+    fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
+        // A panic elsewhere while holding it leaves nothing half-written worth refusing.
+        self.stage.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -229,41 +248,51 @@ pub fn progress_line(stage: &str, done: u64, total: Option<u64>, finished: bool)
     }
 }
 
-impl ProgressSink for ChannelProgress {
-    fn update(&mut self, stage: &str, done: u64, total: Option<u64>) {
+impl Progress for ChannelProgress {
+    fn start(&self, stage: &str, total: u64) {
         if self.tx.is_none() {
             return;
         }
-        let new_stage = self.stage != stage;
-        if new_stage {
-            self.stage = stage.to_string();
-            self.last = None;
-        }
-        self.total = total;
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < PROGRESS_EVERY)
-        {
-            return;
-        }
-        self.last = Some(now);
-        self.send(progress_line(stage, done, total, false));
+        *self.stage() = Stage {
+            label: stage.to_string(),
+            total,
+            updated: false,
+            last: None,
+        };
     }
 
-    fn finish(&mut self, stage: &str, done: u64) {
+    fn update(&self, done: u64) {
         if self.tx.is_none() {
             return;
         }
-        let total = if self.stage == stage {
-            self.total.map(|_| done)
-        } else {
-            None
+        let line = {
+            let mut stage = self.stage();
+            stage.updated = true;
+            let now = Instant::now();
+            if stage
+                .last
+                .is_some_and(|t| now.duration_since(t) < PROGRESS_EVERY)
+            {
+                return;
+            }
+            stage.last = Some(now);
+            progress_line(&stage.label, done, Some(stage.total), false)
         };
-        self.send(progress_line(stage, done, total, true));
-        self.stage.clear();
-        self.last = None;
-        self.total = None;
+        self.send(line);
+    }
+
+    fn finish(&self, done: u64) {
+        if self.tx.is_none() {
+            return;
+        }
+        let line = {
+            let mut stage = self.stage();
+            let total = (stage.updated && stage.total > 0).then_some(done);
+            let line = progress_line(&stage.label, done, total, true);
+            *stage = Stage::default();
+            line
+        };
+        self.send(line);
     }
 }
 
@@ -388,16 +417,39 @@ mod tests {
             "Enumerating objects: 7, done.\n"
         );
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut p = ChannelProgress::new(Some(tx));
-        p.update("Counting objects", 1, Some(10));
-        p.update("Counting objects", 2, Some(10)); // rate-limited away
-        p.finish("Counting objects", 10);
+        let p = ChannelProgress::new(Some(tx));
+        p.start("Counting objects", 10);
+        p.update(1);
+        p.update(2); // rate-limited away
+        p.finish(10);
         let got: Vec<_> = rx.try_iter().collect();
         assert_eq!(
             got,
             vec![
                 b"Counting objects:  10% (1/10)\r".to_vec(),
                 b"Counting objects: 100% (10/10), done.\n".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stage_without_updates_ends_with_a_count() {
+        // A pack sent whole before its first update, and a stage with no total: the done
+        // line is a count, as the lines before it (none, or counts) were.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = ChannelProgress::new(Some(tx));
+        p.start("Writing objects", 123);
+        p.finish(123);
+        p.start("Counting objects", 0);
+        p.update(0);
+        p.finish(120);
+        let got: Vec<_> = rx.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                b"Writing objects: 123, done.\n".to_vec(),
+                b"Counting objects: 0\r".to_vec(),
+                b"Counting objects: 120, done.\n".to_vec()
             ]
         );
     }

@@ -12,6 +12,7 @@
 //! last_at_path.rs  the last tree a fill-in walk read at each path (compared with the next)
 //! kept_walk.rs a large fill-in walk's answer kept on disk for a server started again
 //! commit_graph/  writing git's commit-graph (objects/info/commit-graph)
+//! progress.rs  the one progress trait every long writer reports to (bars, side-band 2)
 //! publish.rs   the files written here put through the storage layer's write operations
 //! ```
 //! Queries with `exact` use the bitmaps when a pack has them; the walk answers the rest.
@@ -24,6 +25,7 @@ pub mod ewah;
 pub mod ewah_encode;
 mod kept_walk;
 mod last_at_path;
+pub mod progress;
 mod publish;
 pub mod rev_index;
 mod tree_diff;

@@ -5,8 +5,9 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use packd_odb::{ObjectId, Repository};
 use packd_reach::commit_graph::{
-    reachable_tips, write_commit_graph, CommitGraphError, GraphOptions, Progress, Stage,
+    reachable_tips, write_commit_graph, CommitGraphError, GraphOptions,
 };
+use packd_reach::progress::Progress;
 use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
 
@@ -50,8 +51,8 @@ struct WriteArgs {
 struct Bar(ProgressBar);
 
 impl Progress for Bar {
-    fn start(&self, stage: Stage, total: u64) {
-        self.0.set_message(stage.label());
+    fn start(&self, stage: &str, total: u64) {
+        self.0.set_message(stage.to_string());
         self.0.set_length(total);
         self.0.set_position(0);
     }

@@ -5,7 +5,8 @@
 use anyhow::{bail, Context, Result};
 use packd_odb::revision_arg::RevisionArgError;
 use packd_odb::{NameMatch, ObjectId, Repository};
-use packd_pack::{Deepen, FetchRequest, Filter, PackServer, ProgressSink};
+use packd_pack::{Deepen, FetchRequest, Filter, PackServer};
+use packd_reach::progress::Progress;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -56,15 +57,21 @@ fn resolve(repo: &Repository, rev: &str) -> Result<ObjectId> {
     }
 }
 
-/// Progress on stderr, only when it is a terminal.
+/// Progress on stderr, only when it is a terminal: each stage's done line.
 struct StderrProgress {
     terminal: bool,
+    /// The stage started last.
+    stage: std::sync::Mutex<String>,
 }
 
-impl ProgressSink for StderrProgress {
-    fn update(&mut self, _stage: &str, _done: u64, _total: Option<u64>) {}
-    fn finish(&mut self, stage: &str, done: u64) {
+impl Progress for StderrProgress {
+    fn start(&self, stage: &str, _total: u64) {
+        *self.stage.lock().unwrap_or_else(|e| e.into_inner()) = stage.to_string();
+    }
+    fn update(&self, _done: u64) {}
+    fn finish(&self, done: u64) {
         if self.terminal {
+            let stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
             eprintln!("{stage}: {done}, done.");
         }
     }
@@ -129,16 +136,17 @@ pub fn run(repo: Repository, args: &Args) -> Result<ExitCode> {
     }
     let server = PackServer::open(Arc::new(repo)).for_one_request();
     let cancel = AtomicBool::new(false);
-    let mut progress = StderrProgress {
+    let progress = StderrProgress {
         terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        stage: std::sync::Mutex::new(String::new()),
     };
-    let plan = server.plan(&request, &mut progress, &cancel)?;
+    let plan = server.plan(&request, &progress, &cancel)?;
     for update in &plan.shallow {
         tracing::info!("{update:?}");
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let stats = server.write(plan, &mut out, &mut progress, &cancel)?;
+    let stats = server.write(plan, &mut out, &progress, &cancel)?;
     out.flush()?;
     eprintln!(
         "Total {} (delta {}), reused {} (delta {}), new deltas {}, {} bytes",

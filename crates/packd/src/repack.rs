@@ -3,7 +3,8 @@
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use packd_maint::repack::{repack, NoProgress, Phase, RepackOptions, RepackProgress};
+use packd_maint::repack::{repack, RepackOptions};
+use packd_reach::progress::{NoProgress, Progress};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -73,7 +74,7 @@ pub struct Args {
 
 /// Phases on progress bars, one a phase, each finished with git's "done." line.
 struct Bar {
-    current: std::sync::Mutex<Option<(Phase, ProgressBar)>>,
+    current: std::sync::Mutex<Option<(String, ProgressBar)>>,
 }
 
 impl Bar {
@@ -87,16 +88,16 @@ impl Bar {
             let (pos, len) = (bar.position(), bar.length().unwrap_or(0));
             bar.finish_and_clear();
             if len > 0 {
-                eprintln!("{}: 100% ({pos}/{len}), done.", phase.label());
+                eprintln!("{phase}: 100% ({pos}/{len}), done.");
             } else {
-                eprintln!("{}: {pos}, done.", phase.label());
+                eprintln!("{phase}: {pos}, done.");
             }
         }
     }
 }
 
-impl RepackProgress for Bar {
-    fn start(&self, phase: Phase, total: u64) {
+impl Progress for Bar {
+    fn start(&self, phase: &str, total: u64) {
         self.end_phase();
         let template = if total > 0 {
             "{msg}: {percent:>3}% ({pos}/{len})"
@@ -105,8 +106,8 @@ impl RepackProgress for Bar {
         };
         let bar = ProgressBar::new(total);
         bar.set_style(ProgressStyle::with_template(template).expect("a valid template"));
-        bar.set_message(phase.label());
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((phase, bar));
+        bar.set_message(phase.to_string());
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((phase.to_string(), bar));
     }
     fn update(&self, done: u64) {
         if let Some((_, bar)) = &*self.current.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -115,6 +116,10 @@ impl RepackProgress for Bar {
             }
             bar.set_position(done);
         }
+    }
+    fn finish(&self, done: u64) {
+        self.update(done);
+        self.end_phase();
     }
 }
 

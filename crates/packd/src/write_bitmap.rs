@@ -4,7 +4,8 @@
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use packd_reach::bitmap::write::{write_bitmap, Progress, Stage, WriteOptions};
+use packd_reach::bitmap::write::{write_bitmap, WriteOptions};
+use packd_reach::progress::{NoProgress, Progress};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -57,8 +58,8 @@ pub struct Args {
 struct Bar(ProgressBar);
 
 impl Progress for Bar {
-    fn start(&self, stage: Stage, total: u64) {
-        self.0.set_message(stage.label());
+    fn start(&self, stage: &str, total: u64) {
+        self.0.set_message(stage.to_string());
         self.0.set_length(total);
         self.0.set_position(0);
     }
@@ -93,12 +94,7 @@ pub fn run(repo: &packd_odb::Repository, args: &Args) -> Result<ExitCode> {
         .context("the repository has no objects directory of its own")?;
     let report = match &bar {
         Some(bar) => write_bitmap(repo, &*storage, &options, bar),
-        None => write_bitmap(
-            repo,
-            &*storage,
-            &options,
-            &packd_reach::bitmap::write::NoProgress,
-        ),
+        None => write_bitmap(repo, &*storage, &options, &NoProgress),
     };
     if let Some(bar) = &bar {
         bar.0.finish_and_clear();

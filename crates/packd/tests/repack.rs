@@ -4,7 +4,8 @@
 //! --test-bitmap` and `git commit-graph verify` pass; clones (file:// and through `packd
 //! upload-pack`) get what clones of git's own repack get; a default clone's objects are the
 //! first entries of the pack; an incremental repack packs the reachable loose objects; a repack killed
-//! at random points leaves a repository git finds whole; a second repack at once is refused.
+//! at random points leaves a repository git finds whole; a second repack at once is refused;
+//! a repack reusing deltas (`-ad`, `-adb` without `-f`) keeps every chain within `--depth`.
 
 mod common;
 
@@ -496,4 +497,64 @@ fn a_full_repack_reuses_the_old_bitmaps_and_writes_what_building_from_nothing_wr
     repo.packd(&["write-bitmap", "-q"], None).assert_success();
     let from_nothing = bitmap_file(&repo);
     assert_eq!(reused, from_nothing, "{built}");
+}
+
+/// The fast-import stream of one file growing over `commits` commits (a line added by each,
+/// an older line changed by every seventh): versions that git chains into long deltas.
+fn growing_file(commits: u32) -> Vec<u8> {
+    let mut s = String::new();
+    let mut lines: Vec<String> = Vec::new();
+    for c in 1..=commits {
+        lines.push(format!(
+            "line {c} of the growing file, added by commit {c}\n"
+        ));
+        if c % 7 == 0 {
+            lines[(c / 2) as usize] = format!("line {} changed by commit {c}\n", c / 2);
+        }
+        let body: String = lines.concat();
+        s += &format!(
+            "commit refs/heads/main\ncommitter A <a@e.com> {} +0000\ndata 5\nc{c:03}\nM 644 inline grow.txt\ndata {}\n{body}\n",
+            1_700_000_000 + c,
+            body.len()
+        );
+    }
+    s.into_bytes()
+}
+
+#[test]
+fn reusing_deltas_a_repack_keeps_chains_within_depth() {
+    // git's own pack with chains far past 5; a repack that reuses its deltas (no -f) must
+    // still cut every chain to --depth, also where a cut object gets a new delta with reused
+    // deltas resting on it (git's check_delta_limit), and with -b, where a pack with a bitmap
+    // could otherwise be kept or appended to as it is.
+    let sb = Sandbox::new();
+    let source = sb.init_bare("source.git");
+    source.fast_import(&growing_file(200));
+    source.git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
+    source.git(&["repack", "-adfq", "--depth=50", "--window=250"]);
+    let idx = source.packs()[0].with_extension("idx");
+    let deepest = max_chain_length(&source, &idx);
+    assert!(deepest > 20, "git's chains: {deepest}");
+    for flags in ["-ad", "-adb"] {
+        let repo = source.copy_as(&sb, &format!("r{flags}.git"));
+        repo.packd(&["repack", flags, "--depth=5"], None)
+            .assert_success();
+        repo.git(&["fsck", "--strict", "--no-dangling"]);
+        for pack in repo.packs() {
+            let idx = pack.with_extension("idx");
+            let deepest = max_chain_length(&repo, &idx);
+            assert!(
+                deepest <= 5,
+                "{flags}: a chain of {deepest} in {}",
+                idx.display()
+            );
+        }
+        // The deltas were reused, not all searched again: most objects are still deltas.
+        let verify = repo.git_str(&["verify-pack", "-v", repo.packs()[0].to_str().unwrap()]);
+        let deltas = verify
+            .lines()
+            .filter(|l| l.len() > 40 && l.split_whitespace().count() >= 7)
+            .count();
+        assert!(deltas > 150, "{flags}: {deltas} deltas\n{verify}");
+    }
 }

@@ -12,10 +12,11 @@ mod common;
 use common::*;
 use packd_odb::graph::CommitGraph;
 use packd_odb::{ObjectId, Repository, RepositoryOptions};
-use packd_reach::bitmap::write::{write_bitmap, NoProgress, WriteOptions};
+use packd_reach::bitmap::write::{write_bitmap, WriteOptions};
 use packd_reach::commit_graph::{
     prepare_commit_graph, reachable_tips, write_for_refs, CommitGraphError, GraphOptions,
 };
+use packd_reach::progress::NoProgress;
 use packd_storage::{S3Config, S3Storage, Storage, StorageError};
 use packd_test_s3::S3Server;
 use std::fmt::Write as _;

@@ -1,5 +1,6 @@
 //! `packd upload-pack` against the real git client: ls-remote, clone, fetch, shallow and
-//! partial clones over protocol v0 and v2 (`--upload-pack`), and bad input.
+//! partial clones over protocol v0 and v2 (`--upload-pack`), the progress lines git shows, and
+//! bad input.
 
 mod common;
 
@@ -1585,5 +1586,72 @@ fn an_entry_found_damaged_mid_pack_is_told_on_the_error_band() {
             "v{version}: packd's log names the full path: {packd_err}"
         );
         assert!(!sb.path().join(&name).exists(), "v{version}: nothing left");
+    }
+}
+
+/// The `remote: <stage>: ..., done.` lines of a `git clone --progress`'s stderr: what packd
+/// sent on side-band 2 as each stage ended.
+fn progress_done_lines(err: &str) -> Vec<String> {
+    err.split(['\r', '\n'])
+        .filter_map(|l| l.strip_prefix("remote: "))
+        .map(|l| l.trim_end().to_string())
+        .filter(|l| l.ends_with(", done."))
+        .collect()
+}
+
+#[test]
+fn clones_show_gits_progress_lines_on_the_side_band() {
+    let sb = Sandbox::new();
+    let repo = history(&sb);
+    let url = format!("file://{}", repo.path.to_str().unwrap());
+    let up = format!("--upload-pack={}", upload_pack_cmd());
+    let clone = |version: u8, name: &str, extra: &[&str]| -> (Vec<String>, usize) {
+        let mut args = vec!["clone", "--progress", "--bare"];
+        args.extend(extra);
+        args.extend([up.as_str(), url.as_str(), name]);
+        let run = git_v(&sb, sb.path(), version, &args);
+        run.assert_success();
+        let objects = Repo {
+            path: sb.path().join(name),
+            git_dir: sb.path().join(name),
+            home: repo.home.clone(),
+        }
+        .all_ids()
+        .len();
+        (progress_done_lines(&run.err()), objects)
+    };
+    for version in [0u8, 2] {
+        // Loose objects: counted by a walk (no total), written one by one (a percentage).
+        let (lines, n) = clone(version, &format!("loose-{version}.git"), &[]);
+        assert_eq!(
+            lines,
+            [
+                format!("Counting objects: {n}, done."),
+                format!("Writing objects: 100% ({n}/{n}), done."),
+            ],
+            "v{version}, loose"
+        );
+    }
+    repo.git(&["repack", "-adbq"]);
+    for version in [0u8, 2] {
+        // The whole pack, sent as it is before any update: counts alone.
+        let (lines, n) = clone(version, &format!("whole-{version}.git"), &[]);
+        assert_eq!(
+            lines,
+            [
+                format!("Counting objects: {n}, done."),
+                format!("Writing objects: {n}, done."),
+            ],
+            "v{version}, the whole pack"
+        );
+        // One branch, counted with the bitmap: percentages, and the delta search's count.
+        let (lines, n) = clone(version, &format!("one-{version}.git"), &["--single-branch"]);
+        assert_eq!(lines.len(), 3, "v{version}, one branch: {lines:?}");
+        assert_eq!(lines[0], format!("Counting objects: 100% ({n}/{n}), done."));
+        assert!(
+            lines[1].starts_with("Compressing objects: ") && !lines[1].contains('%'),
+            "v{version}: {lines:?}"
+        );
+        assert_eq!(lines[2], format!("Writing objects: 100% ({n}/{n}), done."));
     }
 }

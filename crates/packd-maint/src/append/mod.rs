@@ -8,7 +8,8 @@
 //!                       B's entries, byte for byte (same offsets, same CRCs, from B's .idx)
 //!                       the new objects' entries: commits, tags, trees, blobs in walk
 //!                       order; an on-disk delta whose base is in B or already written is
-//!                       copied (as an offset delta, into B's part too), anything else whole
+//!                       copied (as an offset delta, into B's part too) when its chain
+//!                       stays within `pack.depth` (50), anything else whole
 //!                       SHA-1 trailer
 //! pack/pack-<P>.rev     as any pack's (crate::pack_file)
 //! pack/pack-<P>.bitmap  B's bitmap extended (packd_reach::bitmap::extend): B's entries as
@@ -36,6 +37,7 @@ use packd_odb::{IdMap, IdSet, Location, ObjectId, ObjectKind, Repository};
 use packd_reach::bitmap_walk::{BitmapIndex, WithOutside};
 use packd_reach::ewah::Bitmap;
 use packd_storage::Storage;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -369,6 +371,9 @@ fn write_appended(
         kinds: Vec::with_capacity(found.outside.len()),
         reused: 0,
         deltas: 0,
+        max_depth: max_depth(repo),
+        depth_of: vec![0; found.outside.len()],
+        depth_in_b: HashMap::new(),
     };
     for &i in &order {
         w.write_family(i as u32, &mut writer)?;
@@ -442,6 +447,18 @@ fn remove_unindexed(storage: &dyn Storage, base: &str) {
     }
 }
 
+/// git's `pack.depth` (50 when unset), the longest delta chain an append may make: a copied
+/// delta is one deeper than its base, which may itself end a chain of B.
+fn max_depth(repo: &Repository) -> u32 {
+    repo.config()
+        .get("pack.depth")
+        .and_then(packd_odb::config::parse_int)
+        .map_or(50, |d| d.clamp(0, 4095) as u32)
+}
+
+/// A chain of B followed this far is taken as too deep (a loop of reference deltas).
+const LONGEST_WALK: usize = 1 << 16;
+
 /// The state of writing the new objects.
 struct Writing<'a> {
     repo: &'a Repository,
@@ -455,9 +472,52 @@ struct Writing<'a> {
     kinds: Vec<ObjectKind>,
     reused: u64,
     deltas: u64,
+    /// The longest chain a copied delta may end ([`max_depth`]).
+    max_depth: u32,
+    /// By slot: the depth of its new entry's chain (0: whole).
+    depth_of: Vec<u32>,
+    /// By bit: the depth of B's entries looked at, as B stores them.
+    depth_in_b: HashMap<u64, u32>,
 }
 
 impl Writing<'_> {
+    /// The depth of the chain B's entry `bit` ends (0: whole), following its bases in B.
+    /// `u32::MAX` for a chain that does not end (a loop) within [`LONGEST_WALK`] links.
+    fn depth_in_b(&mut self, bit: u64) -> Result<u32, AppendError> {
+        let mut chain = Vec::new();
+        let mut at = bit;
+        let mut depth = loop {
+            if let Some(&d) = self.depth_in_b.get(&at) {
+                break d;
+            }
+            if chain.len() >= LONGEST_WALK {
+                return Ok(u32::MAX);
+            }
+            let Some((_, loc)) = self.index.object_at(at)? else {
+                break 0;
+            };
+            let base = match self.repo.objects().delta_base(&loc)? {
+                Some(base_id) => self.index.bit_of_id(&base_id)?,
+                None => None,
+            };
+            match base {
+                Some(b) => {
+                    chain.push(at);
+                    at = b;
+                }
+                None => {
+                    self.depth_in_b.insert(at, 0);
+                    break 0;
+                }
+            }
+        };
+        for &link in chain.iter().rev() {
+            depth = depth.saturating_add(1);
+            self.depth_in_b.insert(link, depth);
+        }
+        Ok(depth)
+    }
+
     /// Writes slot `i`, after the bases its stored delta needs that are not written yet.
     fn write_family(&mut self, i: u32, writer: &mut PackFileWriter) -> Result<(), AppendError> {
         let mut stack = vec![i];
@@ -469,16 +529,25 @@ impl Writing<'_> {
             let (id, kind) = self.found.outside[top as usize];
             let loc = self.repo.objects().locate(&id)?;
             let mut reuse = None;
+            let mut depth = 0;
             if let Some(loc @ Location::Packed { .. }) = &loc {
                 match self.repo.objects().delta_base(loc)? {
                     None => reuse = Some(None),
                     Some(base_id) => {
+                        // A delta deeper than `max_depth` once copied is written whole.
                         if let Some(bit) = self.index.bit_of_id(&base_id)? {
-                            reuse = Some(Some(bit as u32));
+                            let base_depth = self.depth_in_b(bit)?;
+                            if base_depth < self.max_depth {
+                                reuse = Some(Some(bit as u32));
+                                depth = base_depth + 1;
+                            }
                         } else if let Some(&s) = self.slot.get(&base_id) {
                             let e = self.entry_of[s as usize];
                             if e != UNWRITTEN {
-                                reuse = Some(Some(e));
+                                if self.depth_of[s as usize] < self.max_depth {
+                                    reuse = Some(Some(e));
+                                    depth = self.depth_of[s as usize] + 1;
+                                }
                             } else if !stack.contains(&s) {
                                 stack.push(s);
                                 continue;
@@ -504,6 +573,7 @@ impl Writing<'_> {
                 }
             };
             self.entry_of[top as usize] = entry;
+            self.depth_of[top as usize] = depth;
             self.kinds.push(kind);
             stack.pop();
         }

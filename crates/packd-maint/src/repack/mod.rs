@@ -30,8 +30,9 @@
 //!         ─> commit-graph
 //! ```
 //!
-//! **The append path.** With `-a -d -b`, without `-f`/`-F` (and without
-//! [`RepackOptions::rewrite`], which `maintenance::run_full` sets), when the repository has a
+//! **The append path.** With `-a -d -b`, without `-f`/`-F`, without a depth asked for
+//! (`--depth`, `pack.depth`: B's chains may be longer) and without
+//! [`RepackOptions::rewrite`] (which `maintenance::run_full` sets), when the repository has a
 //! pack of its own with a `.bitmap` (not `.keep`, not cruft) and the refs reach every one of
 //! its objects (counted with that bitmap: the refs' bitmaps together cover all its bits), that
 //! pack is what a full repack would keep, and `crate::append` does instead of the above: the
@@ -66,6 +67,7 @@ mod write;
 use crate::lock::{self, LockError};
 use crate::pack_file::PackFileError;
 use packd_odb::Repository;
+use packd_reach::progress::{NoProgress, Progress};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -127,48 +129,6 @@ impl Default for RepackOptions {
             rewrite: false,
         }
     }
-}
-
-/// git's phases of a repack, for progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Listing what to pack.
-    Enumerating,
-    /// Looking up where each object is and how it is stored.
-    Counting,
-    /// The delta search.
-    Compressing,
-    /// Writing the pack.
-    Writing,
-}
-
-impl Phase {
-    /// The label git prints.
-    pub fn label(self) -> &'static str {
-        match self {
-            Phase::Enumerating => "Enumerating objects",
-            Phase::Counting => "Counting objects",
-            Phase::Compressing => "Compressing objects",
-            Phase::Writing => "Writing objects",
-        }
-    }
-}
-
-/// Progress reports of a repack, from any thread.
-pub trait RepackProgress: Sync {
-    /// A phase starts with `total` units (0: not known).
-    fn start(&self, phase: Phase, total: u64);
-    /// `done` units of the current phase are done.
-    fn update(&self, done: u64);
-}
-
-/// Progress that reports nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl RepackProgress for NoProgress {
-    fn start(&self, _: Phase, _: u64) {}
-    fn update(&self, _: u64) {}
 }
 
 /// What a repack did, for git's summary line (`Total N (delta M), reused R (delta D)`).
@@ -276,7 +236,7 @@ fn objects_dir(repo: &Repository) -> PathBuf {
 pub fn repack(
     git_dir: &std::path::Path,
     options: &RepackOptions,
-    progress: &dyn RepackProgress,
+    progress: &dyn Progress,
 ) -> Result<RepackReport, RepackError> {
     let open = || Repository::open(git_dir, &open_options());
     let repo = open()?;
@@ -360,7 +320,7 @@ pub fn repack(
             &repo,
             &*storage,
             &Default::default(),
-            &packd_reach::bitmap::write::NoProgress,
+            &NoProgress,
             prior.as_ref(),
         )
         .map_err(|e| RepackError::Bitmap(e.to_string()))?;
@@ -472,6 +432,10 @@ fn append_path(
         || !options.keep_packs.is_empty()
         || options.write_midx
         || options.keep_unreachable
+        // A depth asked for (--depth, pack.depth) may be below the chains of B, which the
+        // append path keeps as they are: the full repack cuts them to it.
+        || options.depth.is_some()
+        || repo.config().get("pack.depth").is_some()
     {
         return Ok(None);
     }

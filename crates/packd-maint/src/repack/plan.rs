@@ -1,10 +1,11 @@
 //! What a repack writes and how: the objects counted (with their parts and name hashes), each
 //! one's on-disk entry, and the choice between reusing it and the delta search's answer.
 
-use super::{Phase, RepackError, RepackOptions, RepackProgress};
+use super::{RepackError, RepackOptions};
 use packd_odb::{IdMap, Location, ObjectId, ObjectKind, Repository};
 use packd_pack::delta_search::{self, Candidate, Choice, SearchOptions};
 use packd_reach::bitmap::name_hash;
+use packd_reach::progress::Progress;
 use packd_reach::walk::{Query, Walker};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,7 +240,7 @@ pub(super) fn plan(
     repo: &Repository,
     options: &RepackOptions,
     settings: &Settings,
-    progress: &dyn RepackProgress,
+    progress: &dyn Progress,
 ) -> Result<Planned, RepackError> {
     let odb = repo.objects();
     let storage = odb.own_storage();
@@ -252,7 +253,7 @@ pub(super) fn plan(
         (Vec::new(), Vec::new())
     };
     let replaced: Vec<_> = replaced.into_iter().map(|(_, p)| p).collect();
-    progress.start(Phase::Enumerating, 0);
+    progress.start("Enumerating objects", 0);
     let started = std::time::Instant::now();
     let mut listed = enumerate(repo, options)?;
     // git's --honor-pack-keep: an object any kept pack holds is not written again.
@@ -274,10 +275,10 @@ pub(super) fn plan(
         listed.len(),
         started.elapsed()
     );
-    progress.update(listed.len() as u64);
+    progress.finish(listed.len() as u64);
 
     // Where each object is, and what its entry is a delta against.
-    progress.start(Phase::Counting, listed.len() as u64);
+    progress.start("Counting objects", listed.len() as u64);
     let counted = AtomicU64::new(0);
     let objs: Vec<Obj> = listed
         .into_par_iter()
@@ -309,7 +310,7 @@ pub(super) fn plan(
             })
         })
         .collect::<Result<_, RepackError>>()?;
-    progress.update(objs.len() as u64);
+    progress.finish(objs.len() as u64);
     let mut index: IdMap<u32> = IdMap::default();
     index.reserve(objs.len());
     for (i, o) in objs.iter().enumerate() {
@@ -350,7 +351,7 @@ fn decide(
     settings: &Settings,
     objs: &[Obj],
     index: &IdMap<u32>,
-    progress: &dyn RepackProgress,
+    progress: &dyn Progress,
 ) -> Result<Vec<How>, RepackError> {
     let odb = repo.objects();
     let reuse_objects = !options.no_reuse_object;
@@ -419,7 +420,7 @@ fn decide(
         objs.len() - candidates_of.len(),
         candidates_of.len()
     );
-    progress.start(Phase::Compressing, candidates_of.len() as u64);
+    progress.start("Compressing objects", candidates_of.len() as u64);
     let mut how: Vec<How> = (0..objs.len())
         .map(|i| {
             let o = &objs[i];
@@ -541,6 +542,6 @@ fn decide(
             }
         }
     }
-    progress.update(candidates_of.len() as u64);
+    progress.finish(candidates_of.len() as u64);
     Ok(how)
 }

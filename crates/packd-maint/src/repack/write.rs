@@ -3,9 +3,10 @@
 
 use super::plan::CLONE as CLONE_PART;
 use super::plan::{How, Obj, Planned, Settings};
-use super::{Phase, RepackError, RepackProgress, RepackReport};
+use super::{RepackError, RepackReport};
 use crate::pack_file::{compression_level, PackFileWriter, WrittenPack};
 use packd_odb::{HashKind, Location, Repository};
+use packd_reach::progress::Progress;
 use packd_storage::Storage;
 use std::sync::Arc;
 
@@ -18,13 +19,14 @@ pub(super) fn write_packs(
     storage: &Arc<dyn Storage>,
     planned: &Planned,
     settings: &Settings,
-    progress: &dyn RepackProgress,
+    progress: &dyn Progress,
     report: &mut RepackReport,
 ) -> Result<Vec<WrittenPack>, RepackError> {
     let total = planned.objs.len() as u64;
-    progress.start(Phase::Writing, total);
+    progress.start("Writing objects", total);
     let mut written = Vec::new();
     if total == 0 {
+        progress.finish(0);
         return Ok(written);
     }
     let mut entry_of = vec![UNWRITTEN; planned.objs.len()];
@@ -49,7 +51,7 @@ pub(super) fn write_packs(
     report.clone_bytes = bytes;
     report.objects = total;
     written.push(writer.finish()?);
-    progress.update(total);
+    progress.finish(total);
     Ok(written)
 }
 

@@ -17,9 +17,10 @@
 use super::{search_where, Candidate, Choice, SearchOptions};
 use crate::count::{Had, Planned, LOOSE};
 use crate::write::{NameScans, Send};
-use crate::{PackError, PackServer, ProgressSink};
+use crate::{PackError, PackServer};
 use packd_odb::pack::data::decode_entry_header;
 use packd_odb::{HashKind, ObjectId};
+use packd_reach::progress::Progress;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -77,7 +78,7 @@ impl PackServer {
         plan: &Planned,
         ofs_delta: bool,
         thin: bool,
-        progress: &mut dyn ProgressSink,
+        progress: &dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<HashMap<u32, NewDelta>, PackError> {
         let (Some(index), Had::Bits(had)) = (self.loaded_bitmap(), &plan.had) else {
@@ -246,6 +247,7 @@ impl PackServer {
                 });
             }
         }
+        progress.start("Compressing objects", targets as u64);
         let started = Instant::now();
         let options = SearchOptions {
             deadline: Some(started + budget(targets)),
@@ -298,7 +300,7 @@ impl PackServer {
             found.len(),
             started.elapsed()
         );
-        progress.finish("Compressing objects", targets as u64);
+        progress.finish(targets as u64);
         Ok(found)
     }
 }

@@ -15,9 +15,10 @@
 
 use super::{crc_mismatch, Output, WINDOW};
 use crate::count::Planned;
-use crate::{PackError, PackSink, PackStats, ProgressSink};
+use crate::{PackError, PackSink, PackStats};
 use packd_odb::pack::data::REF_DELTA;
 use packd_odb::pack::Pack;
+use packd_reach::progress::Progress;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -70,9 +71,10 @@ pub(super) fn write_prefix(
     pack: &Pack,
     count: u32,
     out: &mut dyn PackSink,
-    progress: &mut dyn ProgressSink,
+    progress: &dyn Progress,
     cancel: &AtomicBool,
 ) -> Result<PackStats, PackError> {
+    progress.start("Writing objects", count as u64);
     let offsets = pack.sorted_offsets()?;
     let positions = pack.positions_in_pack_order()?;
     let crcs = pack.crcs_in_pack_order()?;
@@ -132,9 +134,9 @@ pub(super) fn write_prefix(
         // before the piece that ends it goes out, so a damaged entry never goes out whole.
         output.write_from_file(&piece, at, file.as_ref())?;
         at = piece_end;
-        progress.update("Writing objects", entry as u64, Some(count as u64));
+        progress.update(entry as u64);
     }
-    progress.finish("Writing objects", count as u64);
+    progress.finish(count as u64);
     stats.bytes = output.finish(None)?;
     tracing::debug!(
         "{}: sent its first {count} entries ({} bytes) as they are",

@@ -42,6 +42,7 @@ use super::select::{self, Reason, Tip, TipClass};
 use super::{BITMAP_OPT_FULL_DAG, BITMAP_OPT_HASH_CACHE, BITMAP_OPT_LOOKUP_TABLE};
 use crate::ewah::Bitmap;
 use crate::ewah_encode::Encoded;
+use crate::progress::Progress;
 use crate::publish::{delete_stale, put_read_only};
 use crate::rev_index;
 use packd_odb::pack::multi_index::write::{MidxPack, MidxPlan};
@@ -87,51 +88,6 @@ impl Default for WriteOptions {
             every_tip: false,
         }
     }
-}
-
-/// The stages of writing, for progress display.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Reading entry headers (total: objects).
-    Scanning,
-    /// Reading commits (total: commits).
-    ReadingCommits,
-    /// Building bitmaps (total: selected commits).
-    Building,
-    /// Naming the objects the bitmaps do not cover (total: tips).
-    Naming,
-    /// Compressing and writing (total: bitmaps).
-    Writing,
-}
-
-impl Stage {
-    /// A short description for a progress bar.
-    pub fn label(self) -> &'static str {
-        match self {
-            Stage::Scanning => "Scanning objects",
-            Stage::ReadingCommits => "Reading commits",
-            Stage::Building => "Building bitmaps",
-            Stage::Naming => "Naming objects",
-            Stage::Writing => "Writing bitmaps",
-        }
-    }
-}
-
-/// Receives progress: `start` once per stage, then `update` with the amount done.
-pub trait Progress: Sync {
-    /// A stage begins; it has `total` units of work.
-    fn start(&self, stage: Stage, total: u64);
-    /// `done` units of the current stage are done.
-    fn update(&self, done: u64);
-}
-
-/// Progress that goes nowhere.
-#[derive(Debug, Default)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn start(&self, _: Stage, _: u64) {}
-    fn update(&self, _: u64) {}
 }
 
 /// Why nothing was written.
@@ -351,7 +307,7 @@ pub fn write_pack_bitmap_reusing(
     let cache = repo.objects().cache();
     let started = std::time::Instant::now();
 
-    progress.start(Stage::Scanning, pack.len() as u64);
+    progress.start("Scanning objects", pack.len() as u64);
     let objects = PackObjects::scan(pack, cache, &|d| progress.update(d))?;
     let built = build_bitmaps(
         repo,
@@ -476,7 +432,7 @@ pub fn write_midx_bitmap_leaving_out(
     let cache = repo.objects().cache();
 
     let total: u64 = packs.iter().map(|p| p.len() as u64).sum();
-    progress.start(Stage::Scanning, total);
+    progress.start("Scanning objects", total);
     let objects = PackObjects::scan_midx(&by_number, &plan, cache, &|d| progress.update(d))?;
     let midx_path = PathBuf::from(storage.describe(MIDX));
     let built = build_bitmaps(
@@ -549,7 +505,7 @@ fn build_bitmaps(
             .iter()
             .filter(|k| **k == packd_odb::ObjectKind::Commit)
             .count();
-        progress.start(Stage::ReadingCommits, commits as u64);
+        progress.start("Reading commits", commits as u64);
         CommitGraph::load(objects, &|d| progress.update(d))?
     };
     tracing::debug!(
@@ -620,7 +576,7 @@ fn build_bitmaps(
     let mut builder = Builder::new(objects, &graph);
     let reused = builder.seed(prior_bitmaps, &prior_hashes);
     drop(prior_hashes);
-    progress.start(Stage::Building, order.len() as u64);
+    progress.start("Building bitmaps", order.len() as u64);
     for (k, &(c, _)) in order.iter().enumerate() {
         if !reused.contains(&c) {
             builder.build(c)?;
@@ -678,7 +634,7 @@ fn build_bitmaps(
         let mut rest: Vec<u32> = tips.iter().map(|t| t.commit).collect();
         rest.sort_unstable();
         rest.dedup();
-        progress.start(Stage::Naming, rest.len() as u64);
+        progress.start("Naming objects", rest.len() as u64);
         builder.name_rest(&rest, covered, &|d| progress.update(d))?;
         builder.name_tags()?;
     }
@@ -693,7 +649,7 @@ fn build_bitmaps(
         )
     });
 
-    progress.start(Stage::Writing, entries.len() as u64);
+    progress.start("Writing bitmaps", entries.len() as u64);
     let mut by_reason = [0usize; 4];
     for (_, why, _) in &entries {
         by_reason[match why {

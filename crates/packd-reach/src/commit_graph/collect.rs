@@ -10,7 +10,8 @@
 //!
 //! The walk is a queue, not recursion: git/git's history is 75,000 commits deep in places.
 
-use super::{CommitGraphError, Progress, Stage};
+use super::CommitGraphError;
+use crate::progress::Progress;
 use packd_odb::{IdMap, ObjectDb, ObjectId, ObjectKind};
 
 /// Tag chains longer than this are refused (git's own limit is the object count; a real
@@ -45,7 +46,7 @@ impl Commits {
         progress: Option<&dyn Progress>,
     ) -> Result<Commits, CommitGraphError> {
         if let Some(p) = progress {
-            p.start(Stage::Collecting, 0);
+            p.start("Reading commits", 0);
         }
         // Discovery order: `found[i]` was first named by `child[i]` (u32::MAX for a tip).
         let mut index: IdMap<u32> = IdMap::default();

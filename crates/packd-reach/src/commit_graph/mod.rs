@@ -41,42 +41,13 @@ mod collect;
 mod generation;
 mod write;
 
+use crate::progress::Progress;
 use packd_odb::{ObjectId, Repository};
 use packd_storage::{Storage, StorageError, Version};
 use std::path::PathBuf;
 
 pub use collect::Commits;
 pub use generation::Generations;
-
-/// A stage of writing a commit-graph, for progress reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Reading commits, from the tips back (the total grows as parents are found).
-    Collecting,
-    /// Computing generation numbers and corrected commit dates.
-    Generations,
-    /// Encoding and writing the file.
-    Writing,
-}
-
-impl Stage {
-    /// A short label for a progress bar.
-    pub fn label(self) -> &'static str {
-        match self {
-            Stage::Collecting => "Reading commits",
-            Stage::Generations => "Generations",
-            Stage::Writing => "Writing",
-        }
-    }
-}
-
-/// Where progress goes (a terminal's bar in the CLI).
-pub trait Progress: Sync {
-    /// A stage begins with `total` units of work (0 when unknown yet).
-    fn start(&self, stage: Stage, total: u64);
-    /// `done` units of the current stage are done.
-    fn update(&self, done: u64);
-}
 
 /// How to write a commit-graph. The default is git 2.39's: generation v2, no progress.
 #[derive(Clone, Copy)]
@@ -254,7 +225,7 @@ pub fn prepare_commit_graph<'a>(
         started.elapsed()
     );
     if let Some(p) = options.progress {
-        p.start(Stage::Generations, commits.len() as u64);
+        p.start("Generations", commits.len() as u64);
     }
     let generations = Generations::compute(&commits, options.generation_v2)?;
     if let Some(p) = options.progress {
@@ -264,7 +235,7 @@ pub fn prepare_commit_graph<'a>(
         None
     } else {
         if let Some(p) = options.progress {
-            p.start(Stage::Writing, 1);
+            p.start("Writing", 1);
         }
         Some(write::encode(&commits, &generations)?)
     };
