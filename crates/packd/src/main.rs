@@ -95,7 +95,7 @@ enum Command {
     /// Write the pack a fetch would send for revisions read from stdin (`^rev` for haves).
     PackObjects(pack_objects::Args),
     /// Serve every repository under a directory to git clients over smart HTTP (and git://).
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Speak git's upload-pack protocol for one repository on stdin/stdout (for ssh).
     UploadPack(upload_pack::Args),
     /// Speak git's receive-pack protocol for one repository on stdin/stdout (for ssh and
