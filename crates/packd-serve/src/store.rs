@@ -21,8 +21,9 @@
 //! quarantine in this server's directory for the repository, its pack and index then put into
 //! the store (put if absent, the index last), and its refs moved by a new table of the stack
 //! and a compare-and-swap of `tables.list`: a push that loses the race to another server's
-//! re-reads the list and goes on when its refs still hold what it expected. A push cannot
-//! create a repository in the store (an import does).
+//! re-reads the list and goes on when its refs still hold what it expected. Then, off the
+//! push's path, the stack's sweep deletes the tables compactions left unlisted for longer
+//! than the grace period. A push cannot create a repository in the store (an import does).
 
 use crate::paths::{check_relative, PathError};
 use crate::stamp::Stamp;
@@ -202,7 +203,17 @@ impl PushStore for StoredRepository {
     ) -> Vec<packd_refs::RefResult> {
         match self.at("reftable") {
             Ok(reftable) => {
-                packd_refs::apply_to_stack(&Stack::new(reftable), updates, atomic, options, peeled)
+                let stack = Stack::new(reftable);
+                let results = packd_refs::apply_to_stack(&stack, updates, atomic, options, peeled);
+                // The tables the update's compaction merged leave the list; the sweep deletes
+                // them once unlisted for the grace period (never under a reader), off the
+                // push's path.
+                std::thread::spawn(move || {
+                    if let Err(e) = stack.sweep(stack.options().grace) {
+                        tracing::warn!("sweeping the reftables: {e}");
+                    }
+                });
+                results
             }
             Err(e) => updates
                 .iter()
