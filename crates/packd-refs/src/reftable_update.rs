@@ -142,28 +142,7 @@ fn check(
             RefValue::Symref(_) | RefValue::Deletion => None,
         })
         .and_then(|id| ObjectId::from_bytes(&id));
-    match (u.old, current) {
-        (Some(_), None) => return Err(cannot(format!("unable to resolve reference '{name}'"))),
-        (Some(old), Some(now)) if now != old => {
-            return Err(cannot(format!(
-                "is at {} but expected {}",
-                now.to_hex(),
-                old.to_hex()
-            )))
-        }
-        (None, Some(_)) if u.new.is_some() => {
-            return Err(cannot("reference already exists".to_string()))
-        }
-        _ => {}
-    }
-    if let (Some(new), Some(is_commit)) = (u.new, options.is_commit) {
-        if name.starts_with("refs/heads/") && !is_commit(&new) {
-            return Err(format!(
-                "cannot update ref '{name}': trying to write non-commit object {} to branch '{name}'",
-                new.to_hex()
-            ));
-        }
-    }
+    crate::transaction::check_values(u, current, options)?;
     if u.new.is_some() && current.is_none() {
         conflict(snapshot, updates, name).map_err(cannot)?;
     }

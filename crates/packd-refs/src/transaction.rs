@@ -392,18 +392,35 @@ fn prepare(
         Err(ReadError::Symbolic) => return Err(cannot("it is a symbolic ref".to_string())),
         Err(ReadError::Broken(why)) => return Err(cannot(why)),
     };
+    let now = match current {
+        Current::Missing => None,
+        Current::Id(id) => Some(id),
+    };
+    check_values(u, now, options)?;
+    Ok(lock)
+}
+
+/// Checks update `u` against `current`, the ref's value now (`None`: it does not exist), as
+/// git's ref backends do: the old value it expects, and no non-commit under `refs/heads/`;
+/// git's `error:` text if refused. Shared by the files backend and the reftable one
+/// (`crate::reftable_update`).
+pub(crate) fn check_values(
+    u: &RefUpdate,
+    current: Option<ObjectId>,
+    options: &TransactionOptions<'_>,
+) -> Result<(), String> {
+    let name = &u.name;
+    let cannot = |detail: String| format!("cannot lock ref '{name}': {detail}");
     match (u.old, current) {
-        (Some(_), Current::Missing) => {
-            return Err(cannot(format!("unable to resolve reference '{name}'")));
-        }
-        (Some(old), Current::Id(now)) if now != old => {
+        (Some(_), None) => return Err(cannot(format!("unable to resolve reference '{name}'"))),
+        (Some(old), Some(now)) if now != old => {
             return Err(cannot(format!(
                 "is at {} but expected {}",
                 now.to_hex(),
                 old.to_hex()
             )))
         }
-        (None, Current::Id(_)) if u.new.is_some() => {
+        (None, Some(_)) if u.new.is_some() => {
             return Err(cannot("reference already exists".to_string()))
         }
         _ => {}
@@ -416,7 +433,7 @@ fn prepare(
             ));
         }
     }
-    Ok(lock)
+    Ok(())
 }
 
 /// Takes the lock file `path` for `target`, noting it in the journal first. A lock of a dead
