@@ -33,6 +33,7 @@
 //! interface, and brings no dependency the workspace does not already build (moka brings a
 //! dozen, foyer's disk tier an async runtime of its own and many more).
 
+use crate::prefetch::{InFlight, Pending};
 use crate::{check_range, Blob, FileRange, NewBlob, Storage, StorageError, Version};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -51,6 +52,10 @@ pub const BATCH_BYTES: u64 = 16 << 20;
 
 /// The most a sequential reader reads ahead of what it asked for.
 pub const READ_AHEAD_MAX: u64 = 8 << 20;
+
+/// The share of the memory tier kept for blocks read more than once (quick_cache's "hot"
+/// part); the rest holds blocks read once, and those fetched ahead of their reader.
+const HOT_SHARE: f64 = 0.75;
 
 /// The first read-ahead of a blob found read sequentially.
 const READ_AHEAD_FIRST: u64 = 256 << 10;
@@ -87,6 +92,10 @@ pub struct BlockCacheStats {
     pub misses: u64,
     /// Blocks fetched ahead of a sequential reader.
     pub read_ahead: u64,
+    /// Blocks fetched ahead on a caller's hint ([`Blob::prefetch`]).
+    pub prefetched: u64,
+    /// Misses that waited for a block fetched ahead rather than fetching it again.
+    pub waited: u64,
     /// Bytes of blocks in memory now.
     pub memory_bytes: u64,
     /// Bytes of blocks on disk now.
@@ -95,7 +104,7 @@ pub struct BlockCacheStats {
 
 /// A block's key: its blob's identity and its number.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct BlockKey {
+pub(crate) struct BlockKey {
     blob: Arc<str>,
     block: u64,
 }
@@ -187,6 +196,10 @@ pub struct BlockCache {
     disk_hits: AtomicU64,
     misses: AtomicU64,
     read_ahead: AtomicU64,
+    prefetched: AtomicU64,
+    waited: AtomicU64,
+    /// Blocks being fetched ahead ([`crate::prefetch`]).
+    in_flight: Arc<InFlight>,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -205,8 +218,20 @@ impl BlockCache {
     pub fn new(config: &BlockCacheConfig) -> Result<BlockCache, StorageError> {
         let block = config.block_bytes.max(1);
         let items = |bytes: u64| (bytes / block).clamp(1, 1 << 24) as usize;
+        // A quarter of the memory tier for blocks read once so far (quick_cache's default is
+        // 3%): a prefetch's blocks wait there until their reader comes, and must not be
+        // pushed out before it does; blocks read twice (index blocks) still go to the rest.
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(items(config.memory_bytes))
+            .weight_capacity(config.memory_bytes)
+            .hot_allocation(HOT_SHARE)
+            .build()
+            .map_err(|e| StorageError::Io {
+                name: "block cache".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
         let memory =
-            MemoryTier::with_weighter(items(config.memory_bytes), config.memory_bytes, ByBytes);
+            MemoryTier::with_options(options, ByBytes, Default::default(), Default::default());
         let disk = match &config.disk {
             None => None,
             Some((dir, bytes)) => {
@@ -247,6 +272,9 @@ impl BlockCache {
             disk_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             read_ahead: AtomicU64::new(0),
+            prefetched: AtomicU64::new(0),
+            waited: AtomicU64::new(0),
+            in_flight: Arc::default(),
         })
     }
 
@@ -267,9 +295,20 @@ impl BlockCache {
             disk_hits: self.disk_hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             read_ahead: self.read_ahead.load(Ordering::Relaxed),
+            prefetched: self.prefetched.load(Ordering::Relaxed),
+            waited: self.waited.load(Ordering::Relaxed),
             memory_bytes: self.memory.weight(),
             disk_bytes: self.disk.as_ref().map_or(0, |d| d.index.weight()),
         }
+    }
+
+    /// Whether block `key` is held, in memory or on disk (without counting a hit).
+    fn holds(&self, key: &BlockKey) -> bool {
+        self.memory.contains_key(key)
+            || self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.index.contains_key(key))
     }
 
     /// Block `key` from memory, or from disk (then kept in memory too).
@@ -386,6 +425,13 @@ impl Storage for CachedStorage {
         self.inner.list(dir)
     }
 
+    fn prefetch_ends(&self, name: &str, head: u64, tail: u64) {
+        if let Ok(blob) = self.open(name) {
+            let len = blob.len();
+            blob.prefetch(&[0..head.min(len), len.saturating_sub(tail)..len]);
+        }
+    }
+
     fn exists(&self, name: &str) -> bool {
         self.inner.exists(name)
     }
@@ -497,6 +543,63 @@ impl Blob for CachedBlob {
     fn release_pages(&self) {
         self.inner.release_pages()
     }
+
+    fn prefetch(&self, ranges: &[Range<u64>]) {
+        let cache = &self.cache;
+        let Some(mut slot) = cache.in_flight.start() else {
+            return;
+        };
+        let len = self.inner.len();
+        // Within the part of the memory tier that holds blocks not read yet.
+        let budget = (cache.memory_limit as f64 * (1.0 - HOT_SHARE) / 2.0) as u64;
+        let mut bytes = 0;
+        let mut seen = std::collections::HashSet::new();
+        let mut blocks = Vec::new();
+        'ranges: for r in ranges {
+            if r.is_empty() || r.end > len {
+                continue;
+            }
+            for b in self.blocks_of(r) {
+                if bytes >= budget {
+                    break 'ranges;
+                }
+                let key = self.key(b);
+                if !seen.insert(b) || cache.holds(&key) || !slot.register(key) {
+                    continue;
+                }
+                bytes += self.block_range(b).end - self.block_range(b).start;
+                blocks.push(self.block_range(b));
+            }
+        }
+        if blocks.is_empty() {
+            return;
+        }
+        cache
+            .prefetched
+            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        tracing::debug!(blob = self.name(), blocks = blocks.len(), "prefetch");
+        let inner = self.inner.clone();
+        let cache = self.cache.clone();
+        // Dropped unfinished (the thread could not start, or failed) the slot finishes its
+        // blocks as failed, so that their readers fetch them themselves.
+        let _ = std::thread::Builder::new()
+            .name("packd-prefetch".into())
+            .spawn(move || {
+                let keys = slot.keys().to_vec();
+                for (key, got) in keys.into_iter().zip(inner.read_many(&blocks)) {
+                    match got {
+                        Ok(bytes) => {
+                            let block = cache.put(key, &bytes);
+                            slot.finish_next(Some(block));
+                        }
+                        Err(e) => {
+                            tracing::debug!(blob = inner.name(), error = %e, "prefetch failed");
+                            break;
+                        }
+                    }
+                }
+            });
+    }
 }
 
 /// A cached `read_many`: batches of ranges whose missing blocks are fetched together.
@@ -520,6 +623,8 @@ impl CachedRead<'_> {
         self.held.clear();
         let mut held_bytes = 0;
         let mut missing: Vec<u64> = Vec::new();
+        // Missing blocks a prefetch is fetching: waited for, not fetched again.
+        let mut awaited: Vec<(u64, Arc<Pending>)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         let mut j = self.next;
         while j < self.ranges.len() && (j == self.next || held_bytes < BATCH_BYTES) {
@@ -534,11 +639,15 @@ impl CachedRead<'_> {
                 }
                 let block = blob.block_range(b);
                 held_bytes += block.end - block.start;
-                match cache.get(&blob.key(b), block.end - block.start) {
+                let key = blob.key(b);
+                match cache.get(&key, block.end - block.start) {
                     Some(bytes) => {
                         self.held.insert(b, bytes);
                     }
-                    None => missing.push(b),
+                    None => match cache.in_flight.get(&key) {
+                        Some(pending) => awaited.push((b, pending)),
+                        None => missing.push(b),
+                    },
                 }
             }
         }
@@ -567,7 +676,10 @@ impl CachedRead<'_> {
             let to = (last + window).min(len).div_ceil(cache.block);
             for b in from..to {
                 let block = blob.block_range(b);
-                if cache.get(&blob.key(b), block.end - block.start).is_none() {
+                let key = blob.key(b);
+                if cache.get(&key, block.end - block.start).is_none()
+                    && cache.in_flight.get(&key).is_none()
+                {
                     ahead.push(b);
                 }
             }
@@ -575,7 +687,7 @@ impl CachedRead<'_> {
             blob.sequential_end.store(last, Ordering::Relaxed);
         }
         if missing.is_empty() && ahead.is_empty() {
-            return Ok(());
+            return self.wait_for(awaited);
         }
         cache
             .misses
@@ -601,6 +713,38 @@ impl CachedRead<'_> {
             if i < asked {
                 self.held.insert(b, block);
             }
+        }
+        self.wait_for(awaited)
+    }
+
+    /// Holds the `awaited` blocks once their prefetch has them; those it failed to fetch are
+    /// fetched here.
+    fn wait_for(&mut self, awaited: Vec<(u64, Arc<Pending>)>) -> Result<(), StorageError> {
+        if awaited.is_empty() {
+            return Ok(());
+        }
+        let blob = self.blob;
+        let cache = &blob.cache;
+        cache
+            .waited
+            .fetch_add(awaited.len() as u64, Ordering::Relaxed);
+        let mut failed = Vec::new();
+        for (b, pending) in awaited {
+            match pending.wait() {
+                Some(bytes) => {
+                    self.held.insert(b, bytes);
+                }
+                None => failed.push(b),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let ranges: Vec<Range<u64>> = failed.iter().map(|&b| blob.block_range(b)).collect();
+        for (i, got) in blob.inner.read_many(&ranges).enumerate() {
+            let b = failed[i];
+            let block = cache.put(blob.key(b), &got?);
+            self.held.insert(b, block);
         }
         Ok(())
     }

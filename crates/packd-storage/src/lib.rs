@@ -9,6 +9,7 @@
 mod cache;
 mod local;
 mod memory;
+mod prefetch;
 
 pub use cache::{BlockCache, BlockCacheConfig, BlockCacheStats, CachedStorage};
 
@@ -213,6 +214,16 @@ pub trait Blob: Send + Sync + fmt::Debug {
         Box::new(ranges.iter().map(move |r| self.read(r.clone())))
     }
 
+    /// A hint that `ranges` will be read soon. A remote blob read through a
+    /// [`CachedStorage`] starts fetching the blocks it lacks in the background, coalesced
+    /// ([`Blob::read_many`]), so that the reads that follow, one at a time, find them cached
+    /// (or wait for the fetch in flight) instead of each costing a round trip; everywhere
+    /// else reads are cheap and this does nothing. Bounded: a hint past a share of the
+    /// cache, or while the cache already runs its most prefetches, is cut or dropped.
+    fn prefetch(&self, ranges: &[Range<u64>]) {
+        let _ = ranges;
+    }
+
     /// The bytes of one range, copied into a buffer of their own, for data read once while
     /// streaming (a pack sent to a client). Unlike [`Blob::read`], the bytes do not stay mapped
     /// in the process: a mapped read of a whole pack would count every page of it toward the
@@ -281,6 +292,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// A human-readable description of where blob `name` lives (a full path), for messages.
     fn describe(&self, name: &str) -> String;
+
+    /// A hint that the first `head` and last `tail` bytes of blob `name` will be read soon
+    /// (opening a pack reads its index's fan-out, the pack's header and trailer, its
+    /// bitmap's header): storage read through a [`CachedStorage`] fetches them in the
+    /// background ([`Blob::prefetch`]), so that the files of a repository are opened in one
+    /// round trip rather than one each. Elsewhere, and for a missing blob, it does nothing.
+    fn prefetch_ends(&self, name: &str, head: u64, tail: u64) {
+        let _ = (name, head, tail);
+    }
 
     /// Starts writing an immutable blob `name` (see [`write`]): nothing appears until it is
     /// published, and publishing fails if the name exists.

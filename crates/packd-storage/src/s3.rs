@@ -440,6 +440,7 @@ impl Storage for S3Storage {
         let meta = head.map_err(|e| storage_error(self.describe(name), e))?;
         // A HEAD is one round trip: the first latency figure before any GET.
         self.shared.link.observe_latency(started.elapsed());
+        tracing::debug!(blob = %self.describe(name), "S3 HEAD (open)");
         Ok(Arc::new(S3Blob {
             name: self.describe(name),
             shared: self.shared.clone(),
@@ -467,6 +468,7 @@ impl Storage for S3Storage {
             .shared
             .block(async move { store.list_with_delimiter(prefix.as_ref()).await })
             .map_err(|e| storage_error(self.describe(dir), e))?;
+        tracing::debug!(dir = %self.describe(dir), "S3 LIST");
         if let Ok(mut known) = self.shared.listed.lock() {
             if known.blobs.len() > MAX_LISTED || known.dirs.len() > MAX_LISTED {
                 *known = Listed::default();
@@ -514,6 +516,7 @@ impl Storage for S3Storage {
             return found.is_some();
         }
         let store = self.shared.store.clone();
+        tracing::debug!(blob = %self.describe(name), "S3 HEAD (exists)");
         match self.shared.block(async move { store.head(&path).await }) {
             Ok(_) => true,
             Err(object_store::Error::NotFound { .. }) => false,
@@ -650,6 +653,13 @@ async fn get_range(
     }
     shared.link.observe_latency(head);
     shared.link.observe_body(want, started.elapsed() - head);
+    tracing::debug!(
+        blob = %name,
+        start = range.start,
+        end = range.end,
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "S3 GET"
+    );
     Ok(body.freeze())
 }
 

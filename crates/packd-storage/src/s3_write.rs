@@ -187,6 +187,7 @@ fn put(
             source: Box::new(e),
         })?;
     let store = storage.shared.writes.clone();
+    tracing::debug!(blob = %storage.describe(name), bytes = bytes.len(), ?mode, "S3 PUT");
     let options = PutOptions {
         mode,
         ..PutOptions::default()
@@ -200,6 +201,7 @@ fn put(
 fn get(storage: &S3Storage, name: &str) -> Result<Option<(Bytes, Option<String>)>, StorageError> {
     let path = storage.path(name)?;
     let store = storage.shared.store.clone();
+    tracing::debug!(blob = %storage.describe(name), "S3 GET (whole, versioned)");
     let got = storage.shared.block(async move {
         let got = store.get(&path).await?;
         let e_tag = got.meta.e_tag.clone();

@@ -565,3 +565,47 @@ fn a_conditional_write_cut_before_the_server_saw_it_is_sent_again() {
         b"pack bytes"
     );
 }
+
+#[test]
+fn a_prefetch_fetches_ahead_once_and_its_readers_wait_for_it() {
+    use packd_storage::{BlockCache, BlockCacheConfig, CachedStorage};
+    let server = S3Server::start();
+    server.create_bucket("packd");
+    // Slow enough that the reads below start while the prefetch is in flight.
+    let proxy =
+        packd_test_s3::DelayProxy::start(server.port(), std::time::Duration::from_millis(200), None);
+    let s = S3Storage::new(&S3Config {
+        bucket: "packd".into(),
+        prefix: "repos/r.git/objects".into(),
+        endpoint: Some(proxy.endpoint()),
+        region: Some(packd_test_s3::REGION.into()),
+        access_key_id: Some(server.access_key_id().into()),
+        secret_access_key: Some(server.secret_access_key().into()),
+        allow_http: false,
+        ..S3Config::default()
+    })
+    .unwrap();
+    let content = bytes(1 << 20, 7);
+    put(&s, "pack/pack-p.pack", &content).unwrap();
+    let cache = Arc::new(BlockCache::new(&BlockCacheConfig::default()).unwrap());
+    let cached = CachedStorage::new(Arc::new(s.clone()), cache.clone());
+    let blob = cached.open("pack/pack-p.pack").unwrap();
+    let before = s.read_stats().gets;
+    // Blocks 0-1 and 9-10 (64 KiB blocks).
+    let ranges = [0..100_000u64, 600_000..700_000];
+    blob.prefetch(&ranges);
+    for r in &ranges {
+        let got = blob.read(r.clone()).unwrap();
+        assert_eq!(&got[..], &content[r.start as usize..r.end as usize]);
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.prefetched, 4, "the four blocks were fetched ahead");
+    assert!(stats.waited >= 1, "the reads waited for the prefetch: {stats:?}");
+    assert_eq!(stats.misses, 0, "no read fetched a block itself: {stats:?}");
+    let gets = s.read_stats().gets - before;
+    assert!((1..=2).contains(&gets), "{gets} GETs: a block was fetched twice");
+    // A hint of what is cached asks for nothing.
+    blob.prefetch(&ranges);
+    assert_eq!(cache.stats().prefetched, 4);
+    assert_eq!(s.read_stats().gets - before, gets);
+}
