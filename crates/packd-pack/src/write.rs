@@ -44,7 +44,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod ahead;
 mod prefix;
+pub(crate) use ahead::ReadAhead;
 
 /// Bytes read from a pack at once when entries are close together; also the piece size for
 /// copying large entries.
@@ -709,6 +711,7 @@ fn write_whole_pack_in(
         trailer_at,
         window: Vec::new(),
         window_start: 0,
+        hinted_to: 0,
         at: 0,
         crc: crc32fast::Hasher::new(),
         current: None,
@@ -809,6 +812,8 @@ struct WholePackStream<'a> {
     /// `at` are checked (all but the current entry's tail) and sent when the window moves.
     window: Vec<u8>,
     window_start: u64,
+    /// Where the hints of what the stream reads next have reached ([`ahead`]).
+    hinted_to: u64,
     at: u64,
     /// The CRC-32 of the current entry's bytes so far.
     crc: crc32fast::Hasher,
@@ -849,6 +854,11 @@ impl WholePackStream<'_> {
                 self.send_window()?;
                 self.window_start = window_end;
                 let end = self.trailer_at.min(window_end + WHOLE_PACK_WINDOW);
+                if let Some(next) =
+                    ahead::whole_pack_hint(window_end, self.trailer_at, &mut self.hinted_to)
+                {
+                    self.pack.data().prefetch(&[next]);
+                }
                 self.pack
                     .data()
                     .read_copy_into(window_end..end, &mut self.window)
@@ -1126,7 +1136,9 @@ impl PackServer {
         // `crate::delta_search::fetch`), by their place in the plan.
         let mut new_deltas = self.new_deltas(plan, ofs_delta, thin, progress, cancel)?;
         progress.start("Writing objects", u64::from(count));
+        let mut read_ahead = ahead::ReadAhead::default();
         for (i, item) in plan.items.iter().enumerate() {
+            read_ahead.before(plan, i);
             if i % 1024 == 0 {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);

@@ -94,7 +94,10 @@ impl PackServer {
         let offsets = vec![0u64; plan.items.len()];
         let mut header = Vec::new();
         let mut window: (u32, u64, Vec<u8>) = (LOOSE, 0, Vec::new());
+        // The entries are fetched ahead from object storage, not a window per round trip.
+        let mut read_ahead = crate::write::ReadAhead::default();
         for (i, item) in plan.items.iter().enumerate() {
+            read_ahead.before(plan, i);
             if i % 4096 == 0 && cancel.load(Ordering::Relaxed) {
                 return Err(PackError::Cancelled);
             }
