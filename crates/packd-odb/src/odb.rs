@@ -486,6 +486,11 @@ const MAX_REREADS: usize = 20;
 /// change the directory meanwhile (a pack listed and deleted before it is opened; a new
 /// multi-pack-index naming a pack that was not there yet when the directory was listed): then
 /// it is read again, as git looks at its packs again, up to [`MAX_REREADS`] times.
+/// Bytes at the start and end of a pack's files that opening it reads ([`open_source_once`]
+/// hints them, [`Storage::prefetch_ends`]).
+const OPEN_HEAD: u64 = 64 << 10;
+const OPEN_TAIL: u64 = 64 << 10;
+
 fn open_source(
     storage: Arc<dyn Storage>,
     next_pack_id: &mut u32,
@@ -529,6 +534,15 @@ fn open_source_once(
         .filter(|n| n.starts_with("pack-") && n.ends_with(".idx"))
         .collect();
     idx_names.sort();
+    // Each pack's first reads (its index's header and fan-out, the pack's header and
+    // trailer, its bitmap's and reverse index's headers) asked for at once: in object
+    // storage each would otherwise be a round trip of its own.
+    for name in &idx_names {
+        let stem = name.trim_end_matches(".idx");
+        for ext in ["idx", "pack", "bitmap", "rev"] {
+            storage.prefetch_ends(&format!("pack/{stem}.{ext}"), OPEN_HEAD, OPEN_TAIL);
+        }
+    }
     let mut packs = Vec::new();
     for name in &idx_names {
         let full = format!("pack/{name}");

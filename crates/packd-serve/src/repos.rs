@@ -152,9 +152,16 @@ impl RepoCache {
                 .or_default()
                 .clone()
         };
-        let opener = opening.lock();
-        // Stamped again: the files may have changed while this request waited.
-        let stamp = self.stamp(git_dir);
+        // Stamped again when this request waited for another's open: the files may have
+        // changed meanwhile. One that did not wait keeps the stamp it just took (in a bucket
+        // a stamp is a round trip).
+        let (opener, stamp) = match opening.try_lock() {
+            Some(opener) => (opener, stamp),
+            None => {
+                let opener = opening.lock();
+                (opener, self.stamp(git_dir))
+            }
+        };
         let upload = match self.cached(git_dir, &stamp, opened_since) {
             Some(upload) => Ok(upload),
             None => self.open(git_dir, stamp),

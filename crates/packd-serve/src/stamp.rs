@@ -105,17 +105,23 @@ impl Stamp {
     }
 
     /// The stamp of a repository in a store (see `crate::store`) whose objects are in
-    /// `objects` and whose `config` is at `config_version`: the listing of its `pack/`
-    /// (files are put there whole, under their final names) and that version.
+    /// `objects` and whose `config` is at the version `config_version` answers: the listing
+    /// of its `pack/` (files are put there whole, under their final names) and that version.
+    /// The two are asked side by side: a stamp is taken on every request, and in a bucket
+    /// each is a round trip.
     pub fn of_storage(
         objects: &dyn packd_storage::Storage,
-        config_version: Option<String>,
+        config_version: impl FnOnce() -> Option<String> + Send,
     ) -> Stamp {
-        let pack_names = objects.list("pack").ok().map(|names| {
-            names
-                .into_iter()
-                .filter(|name| !name.starts_with("tmp_") && !name.ends_with(".lock"))
-                .collect()
+        let (pack_names, config_version) = std::thread::scope(|s| {
+            let config = s.spawn(config_version);
+            let names = objects.list("pack").ok().map(|names| {
+                names
+                    .into_iter()
+                    .filter(|name| !name.starts_with("tmp_") && !name.ends_with(".lock"))
+                    .collect()
+            });
+            (names, config.join().ok().flatten())
         });
         Stamp {
             pack_names,

@@ -153,14 +153,15 @@ impl StoreRoot {
         match self.key_of(local) {
             Ok(key) => {
                 let objects = (self.at)(&format!("{key}/objects"));
-                let config = (self.at)(key)
-                    .read_versioned("config")
-                    .ok()
-                    .flatten()
-                    .map(|(_, v)| v.0);
-                Stamp::of_storage(objects.as_ref(), config)
+                let repo = (self.at)(key);
+                Stamp::of_storage(objects.as_ref(), || {
+                    repo.read_versioned("config")
+                        .ok()
+                        .flatten()
+                        .map(|(_, v)| v.0)
+                })
             }
-            Err(_) => Stamp::of_storage(&packd_storage::LocalStorage::new(local), None),
+            Err(_) => Stamp::of_storage(&packd_storage::LocalStorage::new(local), || None),
         }
     }
 }
