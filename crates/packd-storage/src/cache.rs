@@ -480,6 +480,7 @@ impl Blob for CachedBlob {
         &'a self,
         ranges: &'a [Range<u64>],
     ) -> Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a> {
+        crate::scope::count_used(ranges, self.inner.len());
         Box::new(CachedRead {
             blob: self,
             ranges,

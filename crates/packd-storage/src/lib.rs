@@ -9,6 +9,8 @@
 mod cache;
 mod local;
 mod memory;
+pub mod scope;
+pub use scope::{RequestReadStats, RequestReads};
 
 pub use cache::{BlockCache, BlockCacheConfig, BlockCacheStats, CachedStorage};
 

@@ -456,3 +456,49 @@ fn two_servers_on_one_bucket_see_each_other_s_pushes_and_race_without_loss() {
         "main is not the winner's"
     );
 }
+
+/// The figure `name=N` of an access log line, 0 when the line has none.
+fn figure(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// The one access log line of `log` of a `fetch` over `method`.
+fn fetch_line<'a>(log: &'a str, method: &str) -> &'a str {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("packd_serve::access"))
+        .filter(|l| l.contains(&format!("method={method} ")) && l.contains("service=fetch "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one fetch over {method} in:\n{log}");
+    lines[0]
+}
+
+#[test]
+fn the_access_log_says_what_each_fetch_cost_the_bucket() {
+    let f = Fixture::new();
+    let (_s3, server) = served(&f, &[]);
+    let url = server.http_url("repo.git");
+    f.mirror_clone("2", &url, "first");
+    let before = server.log_text();
+    let first = fetch_line(&before, "POST");
+    for name in ["store_gets", "store_fetched", "store_used"] {
+        assert!(figure(first, name) > 0, "{name} in {first}");
+    }
+    // The same clone again: what it reads is in the block cache now.
+    f.mirror_clone("2", &url, "second");
+    let log = server.log_text();
+    let second = fetch_line(&log[before.len()..], "POST");
+    assert!(
+        figure(second, "store_gets") < figure(first, "store_gets"),
+        "the block cache is warm: fewer GETs\n{first}\n{second}"
+    );
+    assert!(figure(second, "store_used") > 0, "{second}");
+    // git:// serves on a thread of its own: its reads count too.
+    let before = server.log_text();
+    f.mirror_clone("2", &server.git_url("repo.git"), "daemon");
+    let log = server.log_text();
+    let daemon = fetch_line(&log[before.len()..], "git");
+    assert!(figure(daemon, "store_used") > 0, "{daemon}");
+}
