@@ -3,7 +3,8 @@
 # real S3 server (versitygw on 127.0.0.1, scripts/install-s3-server.sh) through a proxy adding
 # 0, 2 and 20 ms per round trip (crates/packd-test-s3's DelayProxy), packd serve --root on local
 # disk and git on local disk, in one run: a mirror clone, a branches-and-tags clone, fetches N
-# days behind and a push of 8 commits; GETs and PUTs (bytes fetched: not in versitygw's log), server CPU, wall;
+# days behind and a push of 8 commits; GETs and PUTs (versitygw's log), bytes fetched and bytes
+# used (packd's access log, per request), server CPU, wall;
 # cold and warm block cache; for the cold 20 ms fetch also a GET per range and sorting only.
 # See bench/lib/store_bench.py.
 #

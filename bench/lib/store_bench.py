@@ -9,8 +9,11 @@ Called by bench/store.sh; see bench/README.md. Usage:
 Operations, each a protocol v2 fetch POSTed to the server (as fetch_bench.py does): a mirror
 clone (wants: every ref), a branches-and-tags clone (include-tag), fetches of HEAD N days
 behind (have: the newest commit N days older than HEAD), then a push of 8 commits with `git
-push` over HTTP. For each: GETs and PUTs the store answered (from its access log; versitygw
-1.8 logs 0 bytes sent for every GET, so bytes fetched are not measured here), server CPU (the process's CPU clock), wall time, pack bytes. Bucket servers run
+push` over HTTP. For each: GETs and PUTs the store answered (from versitygw's access log),
+bytes fetched from the store and bytes the request used of them, with their ratio (from
+packd's own access log, one file per server: its `store_fetched=` and `store_used=` figures,
+counted per request; versitygw 1.8 logs 0 bytes sent for every GET), server CPU (the
+process's CPU clock), wall time, pack bytes. Bucket servers run
 cold (a fresh process: an empty block cache) and then warm (the same request again). git's
 column is `git pack-objects --revs --use-bitmap-index` (its CPU) for the fetches and `git push`
 to a file:// copy (wall) for the push. For the cold 20 ms fetch 1 day behind, the same with
@@ -40,8 +43,10 @@ class Gateway:
         self.port = free_port()
         env = dict(os.environ, ROOT_ACCESS_KEY_ID=KEY, ROOT_SECRET_ACCESS_KEY=SECRET)
         self.proc = subprocess.Popen(
+            # --keep-alive: S3 keeps connections open; without it versitygw answers every
+            # request with "Connection: close", and each costs a new connection's round trip.
             [binary, "--port", f"127.0.0.1:{self.port}", "--access-log", self.log, "-q",
-             "posix", f"{root}/data"], env=env, stdout=subprocess.DEVNULL,
+             "--keep-alive", "posix", f"{root}/data"], env=env, stdout=subprocess.DEVNULL,
             stderr=open(f"{root}/gw.err", "w"))
         wait_port(self.port, self.proc, "versitygw")
         self.mark()
@@ -81,15 +86,44 @@ def s3_env(endpoint):
 
 
 class Server(Packd):
-    """A running `packd serve` (ARGS choose --root or --store); fetches as fetch_bench's."""
+    """A running `packd serve` (ARGS choose --root or --store); fetches as fetch_bench's.
+    Its access log (stderr, `PACKD_LOG`) goes to LOG, read between marks."""
 
-    def __init__(self, packd, args, env):
+    def __init__(self, packd, args, env, log):
         self.port = free_port()
+        self.log = log
+        env = dict(env, PACKD_LOG="warn,packd_serve::access=info")
         self.proc = subprocess.Popen([packd, "serve", "--listen", f"127.0.0.1:{self.port}",
                                       "--allow-push", "--no-maintenance", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=open(log, "w"),
                                      env=env)
         wait_port(self.port, self.proc, "packd serve")
+        self.mark()
+
+    def mark(self):
+        self.at = os.path.getsize(self.log)
+
+    def since_mark(self, until, wait=5.0):
+        """(bytes fetched, bytes used, bytes put) of the access log lines since the last
+        mark: the store figures of the requests served meanwhile (0 for a request that touched
+        no store). The line of a request is written as its response ends, so this waits (at
+        most WAIT seconds) for one with UNTIL in it."""
+        deadline = time.monotonic() + wait
+        while True:
+            with open(self.log, "rb") as f:
+                f.seek(self.at)
+                lines = [x for x in f.read().decode(errors="replace").splitlines()
+                         if "packd_serve::access" in x]
+            if any(until in x for x in lines) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        total = {"store_fetched": 0, "store_used": 0, "store_put_bytes": 0}
+        for line in lines:
+            for field in line.split():
+                name, _, value = field.partition("=")
+                if name in total and value.isdigit():
+                    total[name] += int(value)
+        return total["store_fetched"], total["store_used"], total["store_put_bytes"]
 
     def fetch(self, name, wants, haves, include_tag=False):
         """A v2 fetch with done; returns the pack bytes received."""
@@ -97,9 +131,12 @@ class Server(Packd):
 
 
 class Proxy:
-    def __init__(self, binary, upstream, ms):
-        self.proc = subprocess.Popen([binary, str(upstream), str(ms)], stdout=subprocess.PIPE,
-                                     text=True)
+    """The delay proxy: MS per round trip (and per new connection), each direction of each
+    connection limited to RATE bytes a second (0: no limit)."""
+
+    def __init__(self, binary, upstream, ms, rate=0):
+        args = [binary, str(upstream), str(ms)] + ([str(rate)] if rate else [])
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         self.endpoint = self.proc.stdout.readline().strip()
 
     def stop(self):
@@ -108,29 +145,42 @@ class Proxy:
 
 
 def measure(gw, server, op):
-    """Runs op(server) once: (wall s, server cpu s, pack bytes, GETs, PUTs, bytes from store)."""
+    """Runs op(server) once: (wall s, server cpu s, pack bytes, GETs, PUTs, bytes fetched
+    from the store, bytes the request used), the last two from the server's access log."""
     gw.mark()
+    server.mark()
     cpu = server.cpu()
     start = time.monotonic()
     size = op(server)
     wall = time.monotonic() - start
-    gets, puts, _, sent = gw.since_mark()
-    return wall, server.cpu() - cpu, size, gets, puts, sent
+    used_cpu = server.cpu() - cpu
+    gets, puts, _, _ = gw.since_mark()
+    fetched, used, _ = server.since_mark("service=fetch ")
+    return wall, used_cpu, size, gets, puts, fetched, used
+
+
+def ratio(fetched, used):
+    """Bytes fetched per byte used, as text ('-' when nothing was used)."""
+    return f"{fetched / used:.2f}" if used else "-"
 
 
 def row(label, m, local=None):
-    wall, cpu, size, gets, puts, _ = m
+    wall, cpu, size, gets, puts, fetched, used = m
     extra = ""
     if local:
         extra = f" {cpu / local[1] if local[1] else 0:>6.2f} {wall - local[0]:>+8.3f}"
-    print(f"  {label:<22} {wall:>8.3f} {cpu:>8.3f} {size:>12} {gets:>6} {puts:>5}{extra}",
-          flush=True)
+    if label.startswith("mirror clone") and wall > 0:
+        extra += f"  {size / wall / 1e6:.0f} MB/s"
+    print(f"  {label:<22} {wall:>8.3f} {cpu:>8.3f} {size:>12} {gets:>6} {puts:>5} "
+          f"{fetched:>12} {used:>12} {ratio(fetched, used):>6}{extra}", flush=True)
 
 
 def main():
     packd, repo, gw_bin, proxy_bin, work = sys.argv[1:6]
     repo = os.path.abspath(repo)
     delays = [int(d) for d in os.environ.get("DELAYS", "0,2,20").split(",")]
+    # Per connection and direction, as one S3 connection's throughput (50-100 MB/s).
+    rate = int(os.environ.get("RATE", "100000000"))
     days = [int(d) for d in os.environ.get("DAYS", "1 8 32 128").split()]
     os.makedirs(work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=work)
@@ -173,11 +223,11 @@ def main():
                   f"bytes {os.path.getsize(f'{tmp}/git.pack'):>12}", flush=True)
 
         header = (f"  {'':<22} {'wall s':>8} {'cpu s':>8} {'pack bytes':>12} {'GETs':>6} "
-                  f"{'PUTs':>5}")
+                  f"{'PUTs':>5} {'fetched':>12} {'used':>12} {'f/used':>6}")
         print("\n== packd serve --root (local disk), warm (second run)")
         print(header)
         local = {}
-        server = Server(packd, ["--root", local_root], os.environ)
+        server = Server(packd, ["--root", local_root], os.environ, f"{tmp}/serve-local.log")
         for label, op in ops:
             op(server)
             local[label] = measure(gw, server, op)
@@ -188,14 +238,15 @@ def main():
 
         results = {}
         for ms in delays:
-            proxy = Proxy(proxy_bin, gw.port, ms)
-            print(f"\n== packd serve --store through the proxy at {ms} ms a round trip "
+            proxy = Proxy(proxy_bin, gw.port, ms, rate)
+            print(f"\n== packd serve --store through the proxy at {ms} ms a round trip, "
+                  f"{rate / 1e6:.0f} MB/s per connection each way "
                   f"(cold: a fresh server; warm: the same request again)")
             print(header + f" {'cpu/lcl':>6} {'wall-lcl':>8}")
             for label, op in ops:
                 cache = f"{tmp}/cache-{ms}-{label.replace(' ', '-')}"
                 server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir", cache],
-                                s3_env(proxy.endpoint))
+                                s3_env(proxy.endpoint), f"{cache}.log")
                 cold = measure(gw, server, op)
                 warm = measure(gw, server, op)
                 server.stop()
@@ -208,7 +259,8 @@ def main():
                 for mode in ["off", "sort", "merge"]:
                     server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir",
                                             f"{tmp}/cache-mode-{mode}", "--store-coalescing",
-                                            mode], s3_env(proxy.endpoint))
+                                            mode], s3_env(proxy.endpoint),
+                                    f"{tmp}/cache-mode-{mode}.log")
                     m = measure(gw, server, op)
                     server.stop()
                     results[(ms, f"mode {mode}")] = m
@@ -237,7 +289,7 @@ def main():
             return time.monotonic() - start
 
         print(f"  git file://             {push('file://' + git_copy, 'bench-git'):>8.3f} s")
-        server = Server(packd, ["--root", local_root], os.environ)
+        server = Server(packd, ["--root", local_root], os.environ, f"{tmp}/serve-push.log")
         gw.mark()
         cpu = server.cpu()
         wall = push(f"http://127.0.0.1:{server.port}/{name}", "bench-local")
@@ -245,19 +297,22 @@ def main():
         server.stop()
         print(f"  packd local             {wall:>8.3f} s, server cpu {local_push[1]:.3f} s")
         for ms in delays:
-            proxy = Proxy(proxy_bin, gw.port, ms)
+            proxy = Proxy(proxy_bin, gw.port, ms, rate)
             server = Server(packd, ["--store", "s3://packd/repos", "--cache-dir",
-                                    f"{tmp}/cache-push-{ms}"], s3_env(proxy.endpoint))
+                                    f"{tmp}/cache-push-{ms}"], s3_env(proxy.endpoint),
+                            f"{tmp}/cache-push-{ms}.log")
             gw.mark()
             cpu = server.cpu()
             wall = push(f"http://127.0.0.1:{server.port}/{name}", f"bench-{ms}ms")
             used = server.cpu() - cpu
             gets, puts, other, _ = gw.since_mark()
+            fetched, read, put = server.since_mark("method=POST repo=")
             server.stop()
             proxy.stop()
             rtt = (wall - local_push[0]) / (ms / 1000) if ms else float("nan")
             print(f"  packd bucket {ms:>2} ms      {wall:>8.3f} s, server cpu {used:.3f} s, "
-                  f"{gets} GETs {puts} PUTs {other} other; {wall - local_push[0]:+.3f} s "
+                  f"{gets} GETs {puts} PUTs {other} other, {fetched} bytes fetched "
+                  f"{read} used {put} put; {wall - local_push[0]:+.3f} s "
                   f"against local ({rtt:.1f} round trips)")
     finally:
         gw.stop()

@@ -72,9 +72,12 @@ impl UploadPack {
         let keepalive = self.options.keepalive.max(Duration::from_millis(100));
         let packs = &self.packs;
         let stop_ref = &stop;
+        // Counting reads for the request this thread serves: in its store scope.
+        let reads = packd_storage::RequestReads::current();
         std::thread::scope(|scope| {
             // The thread owns the only sender: the channel closes when counting ends.
             let counting = scope.spawn(move || {
+                let _in = reads.as_ref().map(packd_storage::RequestReads::enter);
                 let progress = ChannelProgress::new(progress_on.then(|| tx.clone()));
                 let planned = packs.plan(request, &progress, stop_ref);
                 drop(tx);

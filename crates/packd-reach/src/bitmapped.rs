@@ -265,10 +265,13 @@ impl Bitmapped {
             }
             let pack = pack.clone();
             let warmed = warmed.clone();
+            // Its reads count toward the request that started it.
+            let reads = packd_storage::RequestReads::current();
             // A failure to spawn only loses the head start.
             let _ = std::thread::Builder::new()
                 .name("pack-positions".into())
                 .spawn(move || {
+                    let _in = reads.as_ref().map(packd_storage::RequestReads::enter);
                     let started = std::time::Instant::now();
                     let _ = pack.pack_position(0);
                     warmed.store(true, std::sync::atomic::Ordering::Release);

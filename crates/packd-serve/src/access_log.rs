@@ -1,9 +1,14 @@
 //! The access log: one `info` line per request on the [`TARGET`] tracing target, with the
 //! remote address, method (or `git` for git://), repository path, service or command, status,
-//! bytes sent, objects in the pack, duration, and the reason of a refusal or failure. The time
+//! bytes sent, objects in the pack, duration, what the request cost the object store when it
+//! touched one (`store_gets=.. store_heads=.. store_lists=.. store_puts=.. store_deletes=..
+//! store_fetched=.. store_put_bytes=.. store_used=..`: requests and bytes, counted by the
+//! request's [`RequestReads`], which every thread serving it enters), and the reason of a
+//! refusal or failure. The time
 //! of each line is the subscriber's: `packd serve` stamps its log lines with RFC 3339 UTC times
 //! (`2026-11-23T11:15:13.485096Z INFO packd_serve::access: remote=...`).
 
+use packd_storage::RequestReads;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -31,6 +36,8 @@ pub struct LogLine {
     pub note: String,
     /// When the request arrived.
     pub start: Instant,
+    /// What the request's storage calls cost the store: entered by every thread serving it.
+    pub reads: RequestReads,
 }
 
 /// `s` with control characters (a client may put any in a URL) shown as escapes.
@@ -56,6 +63,8 @@ pub fn write(line: &LogLine) {
     let ms = format!("{:.1}", line.start.elapsed().as_secs_f64() * 1000.0);
     // An empty note is left out of the line.
     let note = (!line.note.is_empty()).then(|| clean(&line.note));
+    // The store's figures only for a request that touched one (a repository in a bucket).
+    let store = Some(line.reads.stats()).filter(|s| s.touched_store());
     tracing::info!(
         target: TARGET,
         remote = %line.remote,
@@ -66,6 +75,14 @@ pub fn write(line: &LogLine) {
         bytes = line.bytes,
         objects = line.objects,
         ms = %ms,
+        store_gets = store.map(|s| s.gets),
+        store_heads = store.map(|s| s.heads),
+        store_lists = store.map(|s| s.lists),
+        store_puts = store.map(|s| s.puts),
+        store_deletes = store.map(|s| s.deletes),
+        store_fetched = store.map(|s| s.bytes_fetched),
+        store_put_bytes = store.map(|s| s.bytes_put),
+        store_used = store.map(|s| s.bytes_used),
         note = note.as_ref().map(tracing::field::display),
     );
 }

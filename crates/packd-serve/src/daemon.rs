@@ -14,6 +14,7 @@ use crate::paths::PathError;
 use crate::push_head::{read_head, HeadError};
 use crate::Shared;
 use packd_protocol::{Mode, ProtocolVersion, ReceivePack, ReceivePackOptions};
+use packd_storage::RequestReads;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
@@ -309,7 +310,10 @@ pub fn serve_connection(shared: Arc<Shared>, stream: TcpStream, remote: SocketAd
         objects: 0,
         note: String::new(),
         start: Instant::now(),
+        reads: RequestReads::new(),
     };
+    // Everything this connection's thread asks of a store counts toward its log line.
+    let _in = log.reads.enter();
     let reader = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {

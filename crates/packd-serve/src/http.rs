@@ -36,6 +36,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use packd_pack::{FileRange, PackSink};
 use packd_protocol::{Mode, ProtocolVersion, UploadPack};
+use packd_storage::RequestReads;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{Read, Write};
@@ -217,12 +218,26 @@ impl Lookup {
     }
 }
 
+/// [`tokio::task::spawn_blocking`] with the request's store scope (`reads`) current on the
+/// blocking thread, so that what `work` asks of a store counts toward the request's log line.
+pub(crate) fn spawn_blocking_in<R: Send + 'static>(
+    reads: &RequestReads,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> tokio::task::JoinHandle<R> {
+    let reads = reads.clone();
+    tokio::task::spawn_blocking(move || reads.in_scope(work))
+}
+
 /// Resolves the raw repository path and opens (or finds cached) its upload-pack, off the
-/// async threads.
-async fn lookup(shared: &Arc<Shared>, raw: &str) -> Result<(PathBuf, Arc<UploadPack>), Lookup> {
+/// async threads (in the request's store scope, `reads`).
+async fn lookup(
+    shared: &Arc<Shared>,
+    raw: &str,
+    reads: &RequestReads,
+) -> Result<(PathBuf, Arc<UploadPack>), Lookup> {
     let shared = shared.clone();
     let raw = raw.to_string();
-    let joined = tokio::task::spawn_blocking(move || {
+    let joined = spawn_blocking_in(reads, move || {
         let git_dir = shared.root.resolve_raw(&raw).map_err(Lookup::Path)?;
         let upload = shared.cache.get(&git_dir).map_err(|e| {
             tracing::warn!("{}: cannot open the repository: {e}", git_dir.display());
@@ -314,9 +329,10 @@ async fn handle(
         objects: 0,
         note: String::new(),
         start,
+        reads: RequestReads::new(),
     };
     let push_allowed = shared.allow_push || shared.auth.is_some();
-    if let Some(refused) = gate(&shared, remote, &req, &route(&path)).await {
+    if let Some(refused) = gate(&shared, remote, &req, &route(&path), &log.reads).await {
         match route(&path) {
             Route::InfoRefs(repo) => {
                 log.repo = repo.to_string();
@@ -346,9 +362,11 @@ async fn handle(
             } else {
                 match service {
                     "" => text(StatusCode::FORBIDDEN, DUMB_REFUSED),
-                    "git-upload-pack" => info_refs(&shared, repo, &req).await,
-                    "git-receive-pack" if push_allowed => push::info_refs(&shared, repo).await,
-                    "git-receive-pack" => match lookup(&shared, repo).await {
+                    "git-upload-pack" => info_refs(&shared, repo, &req, &log.reads).await,
+                    "git-receive-pack" if push_allowed => {
+                        push::info_refs(&shared, repo, &log.reads).await
+                    }
+                    "git-receive-pack" => match lookup(&shared, repo, &log.reads).await {
                         Err(e) => e.response(),
                         Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
                     },
@@ -363,7 +381,7 @@ async fn handle(
             log.repo = repo.to_string();
             log.service = "git-receive-pack".into();
             if !push_allowed {
-                match lookup(&shared, repo).await {
+                match lookup(&shared, repo, &log.reads).await {
                     Err(e) => e.response(),
                     Ok(_) => text(StatusCode::FORBIDDEN, PUSH_REFUSED),
                 }
@@ -462,6 +480,7 @@ async fn gate(
     remote: SocketAddr,
     req: &Request<Incoming>,
     route: &Route<'_>,
+    reads: &RequestReads,
 ) -> Option<Response<Body>> {
     let users = shared.auth.clone()?;
     let (repo, right) = match route {
@@ -495,8 +514,8 @@ async fn gate(
     };
     let repo = repo.map(str::to_string);
     let shared = shared.clone();
-    // The path lookup touches the disk: off the async threads.
-    let verdict = tokio::task::spawn_blocking(move || {
+    // The path lookup touches the disk (or the bucket): off the async threads.
+    let verdict = spawn_blocking_in(reads, move || {
         let Some(user) = users.user(&name) else {
             return Some(unauthorized("refused: authentication failed".into()));
         };
@@ -538,13 +557,18 @@ async fn gate(
 }
 
 /// `GET <repo>/info/refs?service=git-upload-pack`.
-async fn info_refs(shared: &Arc<Shared>, repo: &str, req: &Request<Incoming>) -> Response<Body> {
-    let (git_dir, upload) = match lookup(shared, repo).await {
+async fn info_refs(
+    shared: &Arc<Shared>,
+    repo: &str,
+    req: &Request<Incoming>,
+    reads: &RequestReads,
+) -> Response<Body> {
+    let (git_dir, upload) = match lookup(shared, repo, reads).await {
         Ok(found) => found,
         Err(e) => return e.response(),
     };
     let version = git_protocol(req);
-    let joined = tokio::task::spawn_blocking(move || {
+    let joined = spawn_blocking_in(reads, move || {
         let mut out = Vec::new();
         if version != ProtocolVersion::V2 {
             out.extend_from_slice(b"001e# service=git-upload-pack\n0000");
@@ -642,7 +666,7 @@ async fn upload_pack(
     }
     let version = git_protocol(&req);
     let asked = Instant::now();
-    let (git_dir, upload) = match lookup(shared, repo).await {
+    let (git_dir, upload) = match lookup(shared, repo, &log.reads).await {
         Ok(found) => found,
         Err(e) => return Err((e.response(), log)),
     };
@@ -663,6 +687,8 @@ async fn upload_pack(
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let cut = shared.stopping.cut_signal();
     tokio::task::spawn_blocking(move || {
+        // What upload-pack asks of a store, on this thread and those it hands work to.
+        let _in = log.reads.enter();
         let raw = BodyReader::new(body, handle.clone(), pace, limit, cut.clone());
         let mut input = Capped::new(Input::new(raw, gzip), limit);
         let mut prefix = Vec::new();

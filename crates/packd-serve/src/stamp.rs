@@ -114,7 +114,11 @@ impl Stamp {
         config_version: impl FnOnce() -> Option<String> + Send,
     ) -> Stamp {
         let (pack_names, config_version) = std::thread::scope(|s| {
-            let config = s.spawn(config_version);
+            let reads = packd_storage::RequestReads::current();
+            let config = s.spawn(move || {
+                let _charged = reads.as_ref().map(|r| r.enter());
+                config_version()
+            });
             let names = objects.list("pack").ok().map(|names| {
                 names
                     .into_iter()

@@ -526,6 +526,7 @@ impl Blob for CachedBlob {
         &'a self,
         ranges: &'a [Range<u64>],
     ) -> Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a> {
+        crate::scope::count_used(ranges, self.inner.len());
         Box::new(CachedRead {
             blob: self,
             ranges,
@@ -580,11 +581,14 @@ impl Blob for CachedBlob {
         tracing::debug!(blob = self.name(), blocks = blocks.len(), "prefetch");
         let inner = self.inner.clone();
         let cache = self.cache.clone();
+        // The request that hinted is charged for what its prefetch fetches.
+        let reads = crate::RequestReads::current();
         // Dropped unfinished (the thread could not start, or failed) the slot finishes its
         // blocks as failed, so that their readers fetch them themselves.
         let _ = std::thread::Builder::new()
             .name("packd-prefetch".into())
             .spawn(move || {
+                let _charged = reads.as_ref().map(|r| r.enter());
                 let keys = slot.keys().to_vec();
                 for (key, got) in keys.into_iter().zip(inner.read_many(&blocks)) {
                     match got {

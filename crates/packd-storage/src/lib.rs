@@ -10,6 +10,8 @@ mod cache;
 mod local;
 mod memory;
 mod prefetch;
+pub mod scope;
+pub use scope::{RequestReadStats, RequestReads};
 
 pub use cache::{BlockCache, BlockCacheConfig, BlockCacheStats, CachedStorage};
 

@@ -437,6 +437,7 @@ impl Storage for S3Storage {
             let path = path.clone();
             self.shared.block(async move { store.head(&path).await })
         };
+        crate::scope::count_head();
         let meta = head.map_err(|e| storage_error(self.describe(name), e))?;
         // A HEAD is one round trip: the first latency figure before any GET.
         self.shared.link.observe_latency(started.elapsed());
@@ -463,6 +464,7 @@ impl Storage for S3Storage {
         } else {
             Some(self.path(dir)?)
         };
+        crate::scope::count_list();
         let store = self.shared.store.clone();
         let listed = self
             .shared
@@ -515,6 +517,7 @@ impl Storage for S3Storage {
         {
             return found.is_some();
         }
+        crate::scope::count_head();
         let store = self.shared.store.clone();
         tracing::debug!(blob = %self.describe(name), "S3 HEAD (exists)");
         match self.shared.block(async move { store.head(&path).await }) {
@@ -596,8 +599,14 @@ impl S3Blob {
             self.name.clone(),
             range,
         );
+        // The GET completes on the runtime's threads: it counts in the caller's scope.
+        let reads = crate::scope::RequestReads::current();
         rt.spawn(async move {
-            let _ = done.send((id, get.await));
+            let got = get.await;
+            if let Some(reads) = &reads {
+                reads.add_get(got.as_ref().map_or(0, |b| b.len() as u64));
+            }
+            let _ = done.send((id, got));
         })
         .abort_handle()
     }
@@ -700,6 +709,7 @@ impl Blob for S3Blob {
             bytes_fetched: if got.is_ok() { want } else { 0 },
             bytes_used: if got.is_ok() { want } else { 0 },
         });
+        crate::scope::count_get(got.as_ref().map_or(0, |b| b.len() as u64));
         got
     }
 

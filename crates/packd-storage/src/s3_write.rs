@@ -192,9 +192,12 @@ fn put(
         mode,
         ..PutOptions::default()
     };
-    storage
+    let len = bytes.len() as u64;
+    let put = storage
         .shared
-        .block(async move { store.put_opts(&path, bytes.into(), options).await })
+        .block(async move { store.put_opts(&path, bytes.into(), options).await });
+    crate::scope::count_put(len, put.is_ok());
+    put
 }
 
 /// The bytes and ETag of blob `name`, `None` if it does not exist.
@@ -207,6 +210,7 @@ fn get(storage: &S3Storage, name: &str) -> Result<Option<(Bytes, Option<String>)
         let e_tag = got.meta.e_tag.clone();
         Ok::<_, object_store::Error>((got.bytes().await?, e_tag))
     });
+    crate::scope::count_get(got.as_ref().map_or(0, |(b, _)| b.len() as u64));
     match got {
         Ok(found) => Ok(Some(found)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -296,9 +300,16 @@ pub(crate) fn replace(
 pub(crate) fn delete(storage: &S3Storage, name: &str) -> Result<bool, StorageError> {
     let path = storage.path(name)?;
     let store = storage.shared.store.clone();
+    // Counted in the caller's scope as the requests complete (on the runtime's threads).
+    let reads = crate::scope::RequestReads::current();
     let result = storage.shared.block(async move {
-        match store.head(&path).await {
-            Ok(_) => store.delete(&path).await.map(|()| true),
+        let head = store.head(&path).await;
+        reads.iter().for_each(|r| r.add_head());
+        match head {
+            Ok(_) => {
+                reads.iter().for_each(|r| r.add_delete());
+                store.delete(&path).await.map(|()| true)
+            }
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e),
         }

@@ -572,8 +572,11 @@ fn a_prefetch_fetches_ahead_once_and_its_readers_wait_for_it() {
     let server = S3Server::start();
     server.create_bucket("packd");
     // Slow enough that the reads below start while the prefetch is in flight.
-    let proxy =
-        packd_test_s3::DelayProxy::start(server.port(), std::time::Duration::from_millis(200), None);
+    let proxy = packd_test_s3::DelayProxy::start(
+        server.port(),
+        std::time::Duration::from_millis(200),
+        None,
+    );
     let s = S3Storage::new(&S3Config {
         bucket: "packd".into(),
         prefix: "repos/r.git/objects".into(),
@@ -600,12 +603,104 @@ fn a_prefetch_fetches_ahead_once_and_its_readers_wait_for_it() {
     }
     let stats = cache.stats();
     assert_eq!(stats.prefetched, 4, "the four blocks were fetched ahead");
-    assert!(stats.waited >= 1, "the reads waited for the prefetch: {stats:?}");
+    assert!(
+        stats.waited >= 1,
+        "the reads waited for the prefetch: {stats:?}"
+    );
     assert_eq!(stats.misses, 0, "no read fetched a block itself: {stats:?}");
     let gets = s.read_stats().gets - before;
-    assert!((1..=2).contains(&gets), "{gets} GETs: a block was fetched twice");
+    assert!(
+        (1..=2).contains(&gets),
+        "{gets} GETs: a block was fetched twice"
+    );
     // A hint of what is cached asks for nothing.
     blob.prefetch(&ranges);
     assert_eq!(cache.stats().prefetched, 4);
     assert_eq!(s.read_stats().gets - before, gets);
+}
+
+#[test]
+fn a_request_scope_counts_exactly_its_own_requests() {
+    use packd_storage::{
+        BlockCache, BlockCacheConfig, CachedStorage, RequestReadStats, RequestReads,
+    };
+    let (_server, s) = setup();
+    let reads = RequestReads::new();
+    // Outside any scope: counted nowhere.
+    let big = bytes(200_000, 7);
+    put(&s, "big", &big).unwrap();
+    put(&s, "config", b"hello").unwrap();
+    assert_eq!(reads.stats(), RequestReadStats::default());
+    let cache = Arc::new(BlockCache::new(&BlockCacheConfig::default()).unwrap());
+    let cached = CachedStorage::new(Arc::new(s.clone()), cache);
+    {
+        let _in = reads.enter();
+        assert!(cached.exists("config")); // HEAD
+        let blob = cached.open("big").unwrap(); // HEAD
+                                                // Block 0 fetched: one GET of 64 KiB.
+        assert_eq!(&blob.read(0..10).unwrap()[..], &big[..10]);
+        // From the cache: no request.
+        assert_eq!(&blob.read(100..200).unwrap()[..], &big[100..200]);
+        // Blocks 1 and 2, touching: one GET of 128 KiB. The empty range uses nothing.
+        let ranges = [70_000..70_010, 140_000..140_010, 5..5];
+        let got: Vec<_> = blob.read_many(&ranges).map(Result::unwrap).collect();
+        assert_eq!(&got[1][..], &big[140_000..140_010]);
+        assert_eq!(
+            &cached.read_versioned("config").unwrap().unwrap().0[..],
+            b"hello"
+        ); // GET, whole
+        cached.replace("ref", None, b"abc").unwrap(); // PUT
+        assert!(cached.delete("ref").unwrap()); // HEAD, DELETE
+        assert!(!cached.delete("nothing").unwrap()); // HEAD
+        assert_eq!(cached.list("").unwrap(), ["big", "config"]); // LIST
+
+        // Another thread in a scope of its own, while this one's is current here.
+        let other = RequestReads::new();
+        let theirs = {
+            let other = other.clone();
+            let s = s.clone();
+            std::thread::spawn(move || {
+                assert!(RequestReads::current().is_none(), "not inherited");
+                let _in = other.enter();
+                s.open("big").unwrap().read(0..1000).unwrap().len()
+            })
+        };
+        assert_eq!(theirs.join().unwrap(), 1000);
+        assert_eq!(
+            other.stats(),
+            RequestReadStats {
+                gets: 1,
+                heads: 1,
+                bytes_fetched: 1000,
+                ..RequestReadStats::default()
+            },
+            "uncached reads use nothing of a cached blob's"
+        );
+        // A thread outside any scope.
+        let s2 = s.clone();
+        std::thread::spawn(move || s2.open("big").unwrap().read(0..10).unwrap())
+            .join()
+            .unwrap();
+    }
+    let want = RequestReadStats {
+        gets: 3,
+        heads: 4,
+        lists: 1,
+        puts: 1,
+        deletes: 1,
+        bytes_fetched: (64 << 10) + (128 << 10) + 5,
+        bytes_put: 3,
+        bytes_used: 10 + 100 + 20,
+    };
+    assert_eq!(reads.stats(), want);
+    // Out of the scope again: counted nowhere.
+    cached.open("big").unwrap().read(199_000..199_100).unwrap();
+    cached.list("").unwrap();
+    assert_eq!(reads.stats(), want);
+    assert!(RequestReads::current().is_none());
+    assert_eq!(
+        want.to_string(),
+        "store_gets=3 store_heads=4 store_lists=1 store_puts=1 store_deletes=1 \
+         store_fetched=196613 store_put_bytes=3 store_used=130"
+    );
 }

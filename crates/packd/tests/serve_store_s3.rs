@@ -11,7 +11,8 @@
 //! receive-pack's. Two servers on one bucket: a push through one is served by the other at
 //! once, pushes to different refs racing through both all land, and two racing pushes of one
 //! ref from one old value leave exactly one winner. The server keeps nothing but derived
-//! data on its local disk.
+//! data on its local disk. Its access log says what each fetch and push cost the bucket
+//! (GETs, bytes fetched and used, PUTs), and a clone again with a warm cache costs fewer GETs.
 
 mod common;
 mod serve_support;
@@ -455,4 +456,73 @@ fn two_servers_on_one_bucket_see_each_other_s_pushes_and_race_without_loss() {
             .contains(&format!("{}\trefs/heads/main", winner.trim())),
         "main is not the winner's"
     );
+}
+
+/// The figure `name=N` of an access log line, 0 when the line has none.
+fn figure(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// The one access log line of `server` past its first `from` bytes of a `service` request
+/// over `method`. A line is written as its response ends, which a client may not wait for:
+/// waited for, up to 10 s.
+fn access_line(server: &Server, from: usize, method: &str, service: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let log = server.log_text();
+        let lines: Vec<&str> = log[from..]
+            .lines()
+            .filter(|l| l.contains("packd_serve::access"))
+            .filter(|l| {
+                l.contains(&format!("method={method} "))
+                    && l.contains(&format!("service={service} "))
+            })
+            .collect();
+        if !lines.is_empty() || std::time::Instant::now() > deadline {
+            assert_eq!(lines.len(), 1, "one {service} over {method} in:\n{log}");
+            return lines[0].to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_access_log_says_what_each_fetch_and_push_cost_the_bucket() {
+    let f = Fixture::new();
+    let (_s3, server) = served(&f, &["--allow-push"]);
+    let url = server.http_url("repo.git");
+    f.mirror_clone("2", &url, "first");
+    let first = access_line(&server, 0, "POST", "fetch");
+    for name in ["store_gets", "store_fetched", "store_used"] {
+        assert!(figure(&first, name) > 0, "{name} in {first}");
+    }
+    // The same clone again: what it reads is in the block cache now.
+    let before = server.log_text().len();
+    f.mirror_clone("2", &url, "second");
+    let second = access_line(&server, before, "POST", "fetch");
+    assert!(
+        figure(&second, "store_gets") < figure(&first, "store_gets"),
+        "the block cache is warm: fewer GETs\n{first}\n{second}"
+    );
+    assert!(figure(&second, "store_used") > 0, "{second}");
+    // git:// serves on a thread of its own: its reads count too.
+    let before = server.log_text().len();
+    f.mirror_clone("2", &server.git_url("repo.git"), "daemon");
+    let daemon = access_line(&server, before, "git", "fetch");
+    assert!(figure(&daemon, "store_used") > 0, "{daemon}");
+
+    // A push: its pack and its reftable are PUT, on receive-pack's thread.
+    let work = f.clone_work(&url);
+    std::fs::write(work.join("new.txt"), "new\n").unwrap();
+    f.sandbox.git_in(&work, &["add", "new.txt"]);
+    f.sandbox.git_in(&work, &["commit", "-qm", "new"]);
+    let before = server.log_text().len();
+    f.sandbox
+        .git_in(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let pushed = access_line(&server, before, "POST", "git-receive-pack");
+    for name in ["store_puts", "store_put_bytes"] {
+        assert!(figure(&pushed, name) > 0, "{name} in {pushed}");
+    }
 }

@@ -154,10 +154,14 @@ pub fn search_where<E: Send>(
     let ordered = order::window_order(candidates, searched, options.base_only_first);
     let chunks = order::chunks(candidates, &ordered, CHUNK);
     let done = AtomicU64::new((candidates.len() - ordered.len()) as u64);
+    // The objects are read for the request this thread serves: rayon's threads count in its
+    // store scope.
+    let reads = packd_storage::RequestReads::current();
     let run = || {
         chunks
             .par_iter()
             .map(|chunk| {
+                let _in = reads.as_ref().map(packd_storage::RequestReads::enter);
                 window::search_chunk(candidates, chunk, options, load, may_base, &|n| {
                     progress(done.fetch_add(n, Ordering::Relaxed) + n)
                 })

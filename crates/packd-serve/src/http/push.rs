@@ -44,6 +44,7 @@ use hyper::header;
 use hyper::{Request, Response, StatusCode};
 use packd_odb::pack::data::input::InputLimits;
 use packd_protocol::{ReceivePack, ReceivePackOptions};
+use packd_storage::RequestReads;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -57,9 +58,13 @@ const RESULT: &str = "application/x-git-receive-pack-result";
 /// the refusal; then at most `max_push_bytes` more.
 const DRAIN_AT_LEAST: u64 = 64 << 20;
 
-/// Runs `work` on a blocking thread; an internal error becomes a 500.
-async fn blocking(work: impl FnOnce() -> Response<Body> + Send + 'static) -> Response<Body> {
-    match tokio::task::spawn_blocking(work).await {
+/// Runs `work` on a blocking thread in the request's store scope (`reads`); an internal error
+/// becomes a 500.
+async fn blocking(
+    reads: &RequestReads,
+    work: impl FnOnce() -> Response<Body> + Send + 'static,
+) -> Response<Body> {
+    match super::spawn_blocking_in(reads, work).await {
         Ok(resp) => resp,
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -81,10 +86,14 @@ fn push_destination(shared: &Shared, repo: &str) -> Result<Option<PathBuf>, Path
 
 /// `GET <repo>/info/refs?service=git-receive-pack`. A repository a push would create is
 /// advertised as an empty one, and not made: only the push itself makes it.
-pub(super) async fn info_refs(shared: &Arc<Shared>, repo: &str) -> Response<Body> {
+pub(super) async fn info_refs(
+    shared: &Arc<Shared>,
+    repo: &str,
+    reads: &RequestReads,
+) -> Response<Body> {
     let shared = shared.clone();
     let repo = repo.to_string();
-    blocking(move || {
+    blocking(reads, move || {
         let git_dir = match push_destination(&shared, &repo) {
             Ok(git_dir) => git_dir,
             Err(e) => return Lookup::Path(e).response(),
@@ -155,7 +164,10 @@ pub(super) async fn receive_pack(
     let checked = {
         let shared = shared.clone();
         let repo = repo.to_string();
-        tokio::task::spawn_blocking(move || push_destination(&shared, &repo).map(|_| ())).await
+        super::spawn_blocking_in(&log.reads, move || {
+            push_destination(&shared, &repo).map(|_| ())
+        })
+        .await
     };
     match checked {
         Ok(Ok(())) => {}
@@ -179,6 +191,8 @@ pub(super) async fn receive_pack(
     let body = req.into_body();
     let hooks = shared.hooks.clone();
     let work = tokio::task::spawn_blocking(move || {
+        // What receive-pack asks of a store, on this thread and those it hands work to.
+        let _in = log.reads.enter();
         let pace = crate::pace::Pace::new(idle, min_rate);
         let raw = BodyReader::new(body, handle.clone(), pace, body_limit, cut.clone());
         let mut input = Input::new(raw, gzip);
