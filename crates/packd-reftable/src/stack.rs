@@ -19,7 +19,7 @@ use crate::format::record::{LogRecord, LogUpdate, RefRecord, RefValue, ZERO_ID};
 use crate::format::writer::{write_table, WriteOptions};
 use crate::merge::Merge;
 use crate::ReftableError;
-use packd_storage::{Storage, StorageError, Version};
+use packd_storage::{RequestReads, Storage, StorageError, Version};
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -119,6 +119,28 @@ pub struct Stack {
     pub(crate) opts: StackOptions,
     /// Tables already opened, by name (they never change); pruned to the last list read.
     cache: Mutex<HashMap<String, Arc<Table>>>,
+    /// The last snapshot, the request it was taken for and the [`LIST_WRITES`] count then:
+    /// the request's later questions are answered from it ([`Stack::snapshot`]).
+    last: Mutex<Option<(RequestReads, u64, Snapshot)>>,
+}
+
+/// Lists this process has written, by list (`Storage::describe` of `tables.list`; any
+/// stack instance on it): a snapshot taken before one is not reused, so a request that
+/// pushed and then reads its refs sees its own update. One counter per repository written
+/// by this process, a few bytes each.
+static LIST_WRITES: std::sync::LazyLock<Mutex<HashMap<String, u64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// How many times this process wrote the list `list`.
+fn list_writes(list: &str) -> u64 {
+    let writes = LIST_WRITES.lock().unwrap_or_else(|e| e.into_inner());
+    writes.get(list).copied().unwrap_or(0)
+}
+
+/// Notes a write of the list `list` by this process.
+fn wrote_list(list: String) {
+    let mut writes = LIST_WRITES.lock().unwrap_or_else(|e| e.into_inner());
+    *writes.entry(list).or_default() += 1;
 }
 
 /// A consistent view of the refs: one `tables.list` and the tables it named when read.
@@ -144,6 +166,7 @@ impl Stack {
             storage,
             opts,
             cache: Mutex::new(HashMap::new()),
+            last: Mutex::new(None),
         }
     }
 
@@ -154,7 +177,33 @@ impl Stack {
 
     /// Reads `tables.list` and opens the tables it names. A listed table that is missing
     /// means the list changed in between (a compaction): the list is read again.
+    ///
+    /// Within one request (a [`RequestReads`] scope: a fetch asks for HEAD, the refs it
+    /// lists and the wants it checks, each a question of its own) the snapshot is read once
+    /// and reused, unless this process wrote its list since: each read of the list is a round
+    /// trip in a bucket, and one request then sees one consistent set of refs. Outside a
+    /// request scope the list is read every time.
     pub fn snapshot(&self) -> Result<Snapshot, ReftableError> {
+        let request = RequestReads::current();
+        let writes = list_writes(&self.storage.describe(TABLES_LIST));
+        if let Some(request) = &request {
+            let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((r, w, snap)) = &*last {
+                if r.same(request) && *w == writes {
+                    return Ok(snap.clone());
+                }
+            }
+        }
+        let snap = self.read_snapshot()?;
+        if let Some(request) = request {
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((request, writes, snap.clone()));
+        }
+        Ok(snap)
+    }
+
+    /// [`Stack::snapshot`] read from the store.
+    fn read_snapshot(&self) -> Result<Snapshot, ReftableError> {
         let mut last = None;
         for _ in 0..OPEN_ATTEMPTS {
             let (names, version) = read_list(&*self.storage)?;
@@ -280,12 +329,16 @@ impl Stack {
             return Ok(false);
         }
         match self.storage.replace(TABLES_LIST, expected, &bytes) {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                wrote_list(self.storage.describe(TABLES_LIST));
+                Ok(true)
+            }
             Err(e) => {
                 // A conflict can also be the answer to a retried request whose first try
                 // succeeded: only a list that does not name the table proves it lost.
                 let (now, _) = read_list(&*self.storage)?;
                 if now.iter().any(|n| n == table) {
+                    wrote_list(self.storage.describe(TABLES_LIST));
                     return Ok(true);
                 }
                 match e {

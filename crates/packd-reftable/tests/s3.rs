@@ -23,6 +23,7 @@ fn storage(server: &S3Server) -> Arc<dyn Storage> {
         access_key_id: Some(server.access_key_id().into()),
         secret_access_key: Some(server.secret_access_key().into()),
         allow_http: false,
+        ..S3Config::default()
     })
     .expect("an S3 storage");
     Arc::new(s3.at("repos/r.git/reftable"))

@@ -325,3 +325,68 @@ fn a_damaged_list_is_an_error_naming_it() {
     let err = s.snapshot().unwrap_err().to_string();
     assert!(err.contains("tables.list: offset 15"), "{err}");
 }
+
+#[test]
+fn one_request_reads_the_list_once_unless_this_process_wrote_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = stack(dir.path(), no_compaction());
+    // Another server's stack on the same storage; its writes are simulated below by
+    // writing the list the way another process would (not through this process's stacks).
+    let storage = LocalStorage::new(dir.path().join("reftable"));
+    ours.apply(&[set("refs/heads/main", Expected::Absent, 1)])
+        .unwrap();
+    let read = |s: &Stack| {
+        s.snapshot()
+            .unwrap()
+            .read_ref("refs/heads/main")
+            .unwrap()
+            .map(|r| r.value)
+    };
+    let other = stack(dir.path(), no_compaction());
+    other
+        .apply(&[set(
+            "refs/heads/main",
+            Expected::Value(RefValue::Object(id(1))),
+            2,
+        )])
+        .unwrap();
+    // Roll the list back to the first table only, as a write this process did not make.
+    let (list, version) = storage.read_versioned(TABLES_LIST).unwrap().unwrap();
+    let first = String::from_utf8(list.to_vec()).unwrap();
+    let first_table = first.lines().next().unwrap().to_string();
+    let request = packd_storage::RequestReads::new();
+    let guard = request.enter();
+    assert_eq!(read(&ours), Some(RefValue::Object(id(2))));
+    storage
+        .replace(
+            TABLES_LIST,
+            Some(&version),
+            format!("{first_table}\n").as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(
+        read(&ours),
+        Some(RefValue::Object(id(2))),
+        "the request's second question is answered from its first snapshot"
+    );
+    drop(guard);
+    assert_eq!(
+        read(&ours),
+        Some(RefValue::Object(id(1))),
+        "outside a request the list is read again"
+    );
+    let next = packd_storage::RequestReads::new();
+    let _guard = next.enter();
+    assert_eq!(
+        read(&ours),
+        Some(RefValue::Object(id(1))),
+        "a new request reads it again"
+    );
+    ours.apply(&[set("refs/heads/main", Expected::Any, 3)])
+        .unwrap();
+    assert_eq!(
+        read(&ours),
+        Some(RefValue::Object(id(3))),
+        "a request that wrote refs sees its own write"
+    );
+}

@@ -27,6 +27,7 @@
 
 use crate::paths::{check_relative, PathError};
 use crate::stamp::Stamp;
+use bytes::Bytes;
 use packd_odb::ObjectId;
 use packd_odb::{Repository, RepositoryOptions};
 use packd_protocol::receive_store::PushStore;
@@ -45,6 +46,9 @@ pub struct StoreRoot {
     at: Box<StorageAt>,
     describe: String,
     cache: PathBuf,
+    /// The `config` the last stamp read, for the request that took it and the repository:
+    /// that request's open then takes it rather than reading it again (a round trip).
+    stamped_config: parking_lot::Mutex<Option<(packd_storage::RequestReads, String, Bytes)>>,
 }
 
 impl std::fmt::Debug for StoreRoot {
@@ -66,6 +70,7 @@ impl StoreRoot {
             at,
             describe,
             cache: cache.canonicalize()?,
+            stamped_config: parking_lot::Mutex::new(None),
         })
     }
 
@@ -123,10 +128,21 @@ impl StoreRoot {
             source,
         })?;
         let repo = (self.at)(key);
-        let config = repo
-            .read_versioned("config")?
-            .map(|(bytes, _)| bytes)
-            .unwrap_or_default();
+        let stamped = self
+            .stamped_config
+            .lock()
+            .take()
+            .and_then(|(request, of, bytes)| {
+                let current = packd_storage::RequestReads::current()?;
+                (request.same(&current) && of == key).then_some(bytes)
+            });
+        let config = match stamped {
+            Some(bytes) => bytes,
+            None => repo
+                .read_versioned("config")?
+                .map(|(bytes, _)| bytes)
+                .unwrap_or_default(),
+        };
         let objects = (self.at)(&format!("{key}/objects"));
         let refs = packd_refs::ReftableRefs::new(Stack::new((self.at)(&format!("{key}/reftable"))));
         Repository::open_stored(
@@ -155,10 +171,11 @@ impl StoreRoot {
                 let objects = (self.at)(&format!("{key}/objects"));
                 let repo = (self.at)(key);
                 Stamp::of_storage(objects.as_ref(), || {
-                    repo.read_versioned("config")
-                        .ok()
-                        .flatten()
-                        .map(|(_, v)| v.0)
+                    let (bytes, version) = repo.read_versioned("config").ok().flatten()?;
+                    if let Some(request) = packd_storage::RequestReads::current() {
+                        *self.stamped_config.lock() = Some((request, key.to_string(), bytes));
+                    }
+                    Some(version.0)
                 })
             }
             Err(_) => Stamp::of_storage(&packd_storage::LocalStorage::new(local), || None),

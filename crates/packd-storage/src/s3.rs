@@ -173,6 +173,22 @@ pub(crate) struct Shared {
     /// them (see [`is_content_named`]), so that opening a pack after listing its directory
     /// costs no `HEAD`: a repository's open lists `pack/` and opens every file in it.
     listed: std::sync::Mutex<Listed>,
+    /// The listings one request made ([`ListedInRequest`]).
+    request_lists: std::sync::Mutex<Option<ListedInRequest>>,
+    /// Writes (publish, replace, delete) this process made through the store: a listing
+    /// made before one is not reused.
+    written: std::sync::atomic::AtomicU64,
+}
+
+/// The listings made by one request ([`crate::RequestReads`]) while this process wrote
+/// nothing: the same request listing the same directory again (a repository's stamp, then
+/// its open) is answered from them rather than by another `LIST` round trip. One request's
+/// at a time: another request's listing replaces them.
+#[derive(Debug)]
+struct ListedInRequest {
+    request: crate::RequestReads,
+    writes: u64,
+    names: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// What the listings of a store said of its content-named blobs (see [`Shared::listed`]).
@@ -314,6 +330,8 @@ impl S3Storage {
                 link: LinkEstimate::default(),
                 counters: ReadCounters::default(),
                 listed: Default::default(),
+                request_lists: Default::default(),
+                written: Default::default(),
             }),
             prefix: config.prefix.trim_matches('/').to_string(),
         })
@@ -331,6 +349,7 @@ impl S3Storage {
     /// Notes that the content-named blob `name` was just published with `len` bytes, so that
     /// an `exists` or `open` of it answered from a listing (see [`Shared::listed`]) finds it.
     pub(crate) fn remember_published(&self, name: &str, len: u64, e_tag: Option<String>) {
+        self.wrote();
         let Ok(path) = self.path(name) else { return };
         if is_content_named(path.as_ref()) {
             if let Ok(mut known) = self.shared.listed.lock() {
@@ -364,6 +383,13 @@ impl S3Storage {
             (false, true) => self.prefix.clone(),
             (false, false) => format!("{}/{name}", self.prefix),
         }
+    }
+
+    /// Notes a write of this process (a listing made before it is not reused).
+    pub(crate) fn wrote(&self) {
+        self.shared
+            .written
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// The `object_store` path of blob `name`, refusing names that are not plain relative
@@ -464,6 +490,21 @@ impl Storage for S3Storage {
         } else {
             Some(self.path(dir)?)
         };
+        let key = self.key(dir);
+        let request = crate::RequestReads::current();
+        let writes = self
+            .shared
+            .written
+            .load(std::sync::atomic::Ordering::Acquire);
+        if let (Some(request), Ok(memo)) = (&request, self.shared.request_lists.lock()) {
+            if let Some(m) = memo.as_ref() {
+                if m.request.same(request) && m.writes == writes {
+                    if let Some(names) = m.names.get(&key) {
+                        return Ok(names.clone());
+                    }
+                }
+            }
+        }
         crate::scope::count_list();
         let store = self.shared.store.clone();
         let listed = self
@@ -501,6 +542,21 @@ impl Storage for S3Storage {
             .collect();
         names.sort();
         names.dedup();
+        if let (Some(request), Ok(mut memo)) = (request, self.shared.request_lists.lock()) {
+            let current = memo
+                .as_ref()
+                .is_some_and(|m| m.request.same(&request) && m.writes == writes);
+            if !current {
+                *memo = Some(ListedInRequest {
+                    request,
+                    writes,
+                    names: Default::default(),
+                });
+            }
+            if let Some(m) = memo.as_mut() {
+                m.names.insert(key, names.clone());
+            }
+        }
         Ok(names)
     }
 
@@ -558,6 +614,7 @@ impl Storage for S3Storage {
     }
 
     fn delete(&self, name: &str) -> Result<bool, StorageError> {
+        self.wrote();
         if let (Ok(path), Ok(mut known)) = (self.path(name), self.shared.listed.lock()) {
             known.blobs.remove(path.as_ref());
         }

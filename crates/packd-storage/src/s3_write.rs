@@ -249,6 +249,7 @@ pub(crate) fn replace(
     bytes: &[u8],
 ) -> Result<Version, StorageError> {
     let bytes = Bytes::copy_from_slice(bytes);
+    storage.wrote();
     let conflict = || StorageError::Conflict {
         name: storage.describe(name),
     };
