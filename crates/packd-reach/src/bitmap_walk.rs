@@ -202,6 +202,29 @@ type StoredAt = (usize, u64);
 /// the hash of its path.
 type Stacked = (ObjectId, ObjectKind, u64, Option<Location>, u64);
 
+/// Bytes of a stacked tree's entry hinted ([`hint_trees`]): most trees' entries (a delta
+/// of a few hundred bytes, a small tree whole) fit; a longer one's rest is read in turn.
+const TREE_HINT: u64 = 4096;
+
+/// Hints the entries of the trees `stack[from..]` holds ([`packd_storage::Blob::prefetch`]),
+/// one hint per pack.
+fn hint_trees(stack: &[Stacked], from: usize) {
+    let mut by_pack: Vec<(&Arc<packd_odb::pack::Pack>, Vec<std::ops::Range<u64>>)> = Vec::new();
+    for (_, kind, _, location, _) in &stack[from..] {
+        let (ObjectKind::Tree, Some(Location::Packed { pack, offset })) = (kind, location) else {
+            continue;
+        };
+        let range = *offset..(*offset + TREE_HINT).min(pack.entries_end()).max(*offset);
+        match by_pack.iter_mut().find(|(p, _)| Arc::ptr_eq(p, pack)) {
+            Some((_, ranges)) => ranges.push(range),
+            None => by_pack.push((pack, vec![range])),
+        }
+    }
+    for (pack, ranges) in by_pack {
+        pack.data().prefetch(&ranges);
+    }
+}
+
 /// `loc` as a [`StoredAt`]; `None` for a loose object.
 fn stored_at(loc: &Location) -> Option<StoredAt> {
     match loc {
@@ -629,6 +652,12 @@ impl BitmapIndex {
         if !self.stack_fresh(&mut fresh, &mut positions, &mut stack, &mut pending)? {
             return Ok(None);
         }
+        // In object storage, the trees each step stacks are fetched ahead together, not a
+        // round trip each when their turn comes.
+        let hint = repo.objects().packs().any(|p| p.data().prefetches());
+        if hint {
+            hint_trees(&stack, 0);
+        }
         // In front of `seen`, a filter of recently met ids. Sized by the walk's roots, so that
         // a fetch's walk from a few commits does not clear the 640 KiB a mirror clone's uses
         // (it is made anew on every call).
@@ -729,8 +758,12 @@ impl BitmapIndex {
                     fresh.push((entry, entry_kind, entry_path));
                 }
             }
+            let stacked = stack.len();
             if !self.stack_fresh(&mut fresh, &mut positions, &mut stack, &mut pending)? {
                 return Ok(None);
+            }
+            if hint && stack.len() > stacked {
+                hint_trees(&stack, stacked);
             }
             if object.kind == ObjectKind::Tree {
                 starts = last.put(path, object.data, std::mem::take(&mut starts));

@@ -545,6 +545,10 @@ impl Blob for CachedBlob {
         self.inner.release_pages()
     }
 
+    fn prefetches(&self) -> bool {
+        true
+    }
+
     fn prefetch(&self, ranges: &[Range<u64>]) {
         let cache = &self.cache;
         let Some(mut slot) = cache.in_flight.start() else {

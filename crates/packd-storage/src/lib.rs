@@ -226,6 +226,12 @@ pub trait Blob: Send + Sync + fmt::Debug {
         let _ = ranges;
     }
 
+    /// Whether [`Blob::prefetch`] does anything here: a caller whose hints cost work to
+    /// gather (a tree walk's next trees) gathers them only then.
+    fn prefetches(&self) -> bool {
+        false
+    }
+
     /// The bytes of one range, copied into a buffer of their own, for data read once while
     /// streaming (a pack sent to a client). Unlike [`Blob::read`], the bytes do not stay mapped
     /// in the process: a mapped read of a whole pack would count every page of it toward the

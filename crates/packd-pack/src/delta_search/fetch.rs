@@ -113,7 +113,14 @@ impl PackServer {
             let (rank, start, bytes) = &mut window;
             if *rank != item.rank || item.offset < *start || head_end > *start + bytes.len() as u64
             {
-                let end = (item.offset + HEADER_WINDOW).min(pack.entries_end());
+                // From object storage only the header: the window's far end would be a
+                // block of its own, which the hints above did not fetch.
+                let window = if pack.data().prefetches() {
+                    HEADER_BYTES
+                } else {
+                    HEADER_WINDOW
+                };
+                let end = (item.offset + window).min(pack.entries_end());
                 pack.data()
                     .read_copy_into(item.offset..end, bytes)
                     .map_err(packd_odb::Error::from)?;
