@@ -66,7 +66,7 @@ impl Stack {
     /// the name of the merged table, or `None` when nothing needed it (or another writer's
     /// compaction got there first).
     pub fn compact(&self) -> Result<Option<String>, ReftableError> {
-        let snap = self.snapshot()?;
+        let snap = self.read_snapshot()?;
         let sizes: Vec<u64> = snap
             .tables()
             .iter()
@@ -81,7 +81,7 @@ impl Stack {
     /// Merges all the tables into one (tombstones dropped); `None` if there were fewer than
     /// two.
     pub fn compact_all(&self) -> Result<Option<String>, ReftableError> {
-        let snap = self.snapshot()?;
+        let snap = self.read_snapshot()?;
         if snap.tables().len() < 2 {
             return Ok(None);
         }

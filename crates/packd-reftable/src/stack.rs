@@ -203,7 +203,7 @@ impl Stack {
     }
 
     /// [`Stack::snapshot`] read from the store.
-    fn read_snapshot(&self) -> Result<Snapshot, ReftableError> {
+    pub(crate) fn read_snapshot(&self) -> Result<Snapshot, ReftableError> {
         let mut last = None;
         for _ in 0..OPEN_ATTEMPTS {
             let (names, version) = read_list(&*self.storage)?;
@@ -245,7 +245,8 @@ impl Stack {
         check_updates(updates)?;
         let list = self.storage.describe(TABLES_LIST);
         for attempt in 1..=self.opts.max_attempts {
-            let snap = self.snapshot()?;
+            // Read afresh on every attempt: a request's reused snapshot is what lost the race.
+            let snap = self.read_snapshot()?;
             let update_index = snap.max_update_index() + 1;
             let mut refs = Vec::with_capacity(updates.len());
             let mut logs = Vec::new();

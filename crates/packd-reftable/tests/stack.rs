@@ -382,6 +382,10 @@ fn one_request_reads_the_list_once_unless_this_process_wrote_one() {
         Some(RefValue::Object(id(1))),
         "a new request reads it again"
     );
+    // Another writer moves the list on again; this request's update must not race against
+    // the snapshot it reused (it would lose every attempt).
+    let (_, now) = storage.read_versioned(TABLES_LIST).unwrap().unwrap();
+    storage.replace(TABLES_LIST, Some(&now), &list).unwrap();
     ours.apply(&[set("refs/heads/main", Expected::Any, 3)])
         .unwrap();
     assert_eq!(

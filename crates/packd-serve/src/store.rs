@@ -31,7 +31,7 @@ use bytes::Bytes;
 use packd_odb::ObjectId;
 use packd_odb::{Repository, RepositoryOptions};
 use packd_protocol::receive_store::PushStore;
-use packd_reftable::{Stack, TABLES_LIST};
+use packd_reftable::{Stack, StackOptions, TABLES_LIST};
 use packd_storage::Storage;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,6 +49,10 @@ pub struct StoreRoot {
     /// The `config` the last stamp read, for the request that took it and the repository:
     /// that request's open then takes it rather than reading it again (a round trip).
     stamped_config: parking_lot::Mutex<Option<(packd_storage::RequestReads, String, Bytes)>>,
+    /// The last path [`StoreRoot::resolve`] found, for the request that asked: a request
+    /// resolves its path more than once (a push: its gate, then its target), and each is a
+    /// round trip.
+    resolved: parking_lot::Mutex<Option<(packd_storage::RequestReads, String, PathBuf)>>,
 }
 
 impl std::fmt::Debug for StoreRoot {
@@ -71,6 +75,7 @@ impl StoreRoot {
             describe,
             cache: cache.canonicalize()?,
             stamped_config: parking_lot::Mutex::new(None),
+            resolved: parking_lot::Mutex::new(None),
         })
     }
 
@@ -87,13 +92,23 @@ impl StoreRoot {
     /// Maps a decoded repository path onto the repository it names in the store (`PATH`, else
     /// `PATH.git`), as this server's directory for it (see [`StoreRoot::open`]).
     pub fn resolve(&self, decoded: &str) -> Result<PathBuf, PathError> {
+        let request = packd_storage::RequestReads::current();
+        if let (Some(request), Some((r, path, found))) = (&request, &*self.resolved.lock()) {
+            if r.same(request) && path == decoded {
+                return Ok(found.clone());
+            }
+        }
         let rel = check_relative(decoded)?;
         let shown = rel.display().to_string();
         let with_git = format!("{shown}.git");
         for candidate in [shown.as_str(), with_git.as_str()] {
             let reftable = (self.at)(&format!("{candidate}/reftable"));
             if reftable.exists(TABLES_LIST) {
-                return Ok(self.cache.join(candidate));
+                let found = self.cache.join(candidate);
+                if let Some(request) = request {
+                    *self.resolved.lock() = Some((request, decoded.to_string(), found.clone()));
+                }
+                return Ok(found);
             }
         }
         Err(PathError::NotFound(shown))
@@ -221,12 +236,24 @@ impl PushStore for StoredRepository {
     ) -> Vec<packd_refs::RefResult> {
         match self.at("reftable") {
             Ok(reftable) => {
-                let stack = Stack::new(reftable);
+                // Compacted after the push is acknowledged, not before: in a bucket a
+                // compaction is four round trips (the list, the new table, the merged table,
+                // the list again) the pusher need not wait for.
+                let stack = Stack::with_options(
+                    reftable,
+                    StackOptions {
+                        auto_compact: false,
+                        ..StackOptions::default()
+                    },
+                );
                 let results = packd_refs::apply_to_stack(&stack, updates, atomic, options, peeled);
-                // The tables the update's compaction merged leave the list; the sweep deletes
-                // them once unlisted for the grace period (never under a reader), off the
-                // push's path.
+                // Off the push's path: the geometric compaction, then the sweep, which deletes
+                // the tables compactions left unlisted once the grace period is over (never
+                // under a reader).
                 std::thread::spawn(move || {
+                    if let Err(e) = stack.compact() {
+                        tracing::warn!("compacting the reftables: {e}");
+                    }
                     if let Err(e) = stack.sweep(stack.options().grace) {
                         tracing::warn!("sweeping the reftables: {e}");
                     }

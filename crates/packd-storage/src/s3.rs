@@ -182,8 +182,8 @@ pub(crate) struct Shared {
 
 /// The listings made by one request ([`crate::RequestReads`]) while this process wrote
 /// nothing: the same request listing the same directory again (a repository's stamp, then
-/// its open) is answered from them rather than by another `LIST` round trip. One request's
-/// at a time: another request's listing replaces them.
+/// its open) is answered from them, once, rather than by another `LIST` round trip. One
+/// request's at a time: another request's listing replaces them.
 #[derive(Debug)]
 struct ListedInRequest {
     request: crate::RequestReads,
@@ -496,11 +496,13 @@ impl Storage for S3Storage {
             .shared
             .written
             .load(std::sync::atomic::Ordering::Acquire);
-        if let (Some(request), Ok(memo)) = (&request, self.shared.request_lists.lock()) {
-            if let Some(m) = memo.as_ref() {
+        // Reused once: a caller that lists again (it found the listing out of date: a pack
+        // gone since) asks the store.
+        if let (Some(request), Ok(mut memo)) = (&request, self.shared.request_lists.lock()) {
+            if let Some(m) = memo.as_mut() {
                 if m.request.same(request) && m.writes == writes {
-                    if let Some(names) = m.names.get(&key) {
-                        return Ok(names.clone());
+                    if let Some(names) = m.names.remove(&key) {
+                        return Ok(names);
                     }
                 }
             }
