@@ -9,8 +9,10 @@
 # See bench/lib/store_bench.py.
 #
 # Usage: bench/store.sh REPO   e.g. bench/store.sh /work/.mirror/git+git/repo
-#        (DELAYS=0,2,20, DAYS="1 8 32 128", FULL=0 for the bitmapped copy without refs/pull/*
-#         instead of the one that keeps every ref but the broken ones, PACKD=the release build)
+#        (DELAYS=0,2,20, DAYS="1 8 32 128", RATE=100000000 bytes/s per proxied connection,
+#         BLOCK_CACHE=1g for the bucket servers, FULL=0 for the bitmapped copy without
+#         refs/pull/* instead of the one that keeps every ref but the broken ones,
+#         PACKD=the release build)
 # Copies live under bench/data (kept between runs); the bucket is made afresh in
 # bench/data/store-tmp; the report goes to bench/data/results/store-DATE.txt. Run by hand,
 # never in CI.

@@ -16,7 +16,8 @@ counted per request; versitygw 1.8 logs 0 bytes sent for every GET), server CPU 
 process's CPU clock), wall time, pack bytes. Bucket servers run
 cold (a fresh process: an empty block cache) and then warm (the same request again). git's
 column is `git pack-objects --revs --use-bitmap-index` (its CPU) for the fetches and `git push`
-to a file:// copy (wall) for the push. For the cold 20 ms fetch 1 day behind, the same with
+to a file:// copy (wall) for the push; packd's pushes are timed by the server (the access
+log's `ms`), after an untimed push that warms the client. For the cold 20 ms fetch 1 day behind, the same with
 `--store-coalescing sort` and `off` (a GET per range), as seed 004 compares.
 """
 import os
