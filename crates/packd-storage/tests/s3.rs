@@ -484,18 +484,24 @@ fn setup_with_faults() -> (S3Server, FaultProxy, S3Storage) {
     let server = S3Server::start();
     server.create_bucket("packd");
     let proxy = FaultProxy::start(server.port());
-    let storage = S3Storage::new(&S3Config {
+    let storage = storage_through(&server, &proxy.endpoint(), "repos/r.git");
+    (server, proxy, storage)
+}
+
+/// A storage at `prefix` of bucket `packd` of `server`, reached through the proxy at
+/// `endpoint`.
+fn storage_through(server: &S3Server, endpoint: &str, prefix: &str) -> S3Storage {
+    S3Storage::new(&S3Config {
         bucket: "packd".into(),
-        prefix: "repos/r.git".into(),
-        endpoint: Some(proxy.endpoint()),
+        prefix: prefix.into(),
+        endpoint: Some(endpoint.into()),
         region: Some(packd_test_s3::REGION.into()),
         access_key_id: Some(server.access_key_id().into()),
         secret_access_key: Some(server.secret_access_key().into()),
         allow_http: false,
         ..S3Config::default()
     })
-    .unwrap();
-    (server, proxy, storage)
+    .unwrap()
 }
 
 #[test]
@@ -577,17 +583,7 @@ fn a_prefetch_fetches_ahead_once_and_its_readers_wait_for_it() {
         std::time::Duration::from_millis(200),
         None,
     );
-    let s = S3Storage::new(&S3Config {
-        bucket: "packd".into(),
-        prefix: "repos/r.git/objects".into(),
-        endpoint: Some(proxy.endpoint()),
-        region: Some(packd_test_s3::REGION.into()),
-        access_key_id: Some(server.access_key_id().into()),
-        secret_access_key: Some(server.secret_access_key().into()),
-        allow_http: false,
-        ..S3Config::default()
-    })
-    .unwrap();
+    let s = storage_through(&server, &proxy.endpoint(), "repos/r.git/objects");
     let content = bytes(1 << 20, 7);
     put(&s, "pack/pack-p.pack", &content).unwrap();
     let cache = Arc::new(BlockCache::new(&BlockCacheConfig::default()).unwrap());
