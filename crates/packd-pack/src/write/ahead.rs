@@ -43,6 +43,11 @@ impl ReadAhead {
         if i < self.next_hint_at || self.hinted_to >= items.len() {
             return;
         }
+        if i == 0 && !plan.packs.iter().any(|p| p.data().prefetches()) {
+            // Nothing to fetch ahead (a local disk): no hint is gathered at all.
+            self.hinted_to = items.len();
+            return;
+        }
         let mut j = self.hinted_to.max(i);
         let mut bytes = 0;
         let mut half = None;
