@@ -19,7 +19,7 @@ use crate::format::record::{LogRecord, LogUpdate, RefRecord, RefValue, ZERO_ID};
 use crate::format::writer::{write_table, WriteOptions};
 use crate::merge::Merge;
 use crate::ReftableError;
-use packd_storage::{RequestReads, Storage, StorageError, Version};
+use packd_storage::{PerRequest, Storage, StorageError, Version};
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -119,9 +119,9 @@ pub struct Stack {
     pub(crate) opts: StackOptions,
     /// Tables already opened, by name (they never change); pruned to the last list read.
     cache: Mutex<HashMap<String, Arc<Table>>>,
-    /// The last snapshot, the request it was taken for and the [`LIST_WRITES`] count then:
-    /// the request's later questions are answered from it ([`Stack::snapshot`]).
-    last: Mutex<Option<(RequestReads, u64, Snapshot)>>,
+    /// The last snapshot, by the [`LIST_WRITES`] count when it was taken: the request that
+    /// took it answers its later questions from it ([`Stack::snapshot`]).
+    last: PerRequest<u64, Snapshot>,
 }
 
 /// Lists this process has written, by list (`Storage::describe` of `tables.list`; any
@@ -166,7 +166,7 @@ impl Stack {
             storage,
             opts,
             cache: Mutex::new(HashMap::new()),
-            last: Mutex::new(None),
+            last: PerRequest::new(),
         }
     }
 
@@ -178,27 +178,18 @@ impl Stack {
     /// Reads `tables.list` and opens the tables it names. A listed table that is missing
     /// means the list changed in between (a compaction): the list is read again.
     ///
-    /// Within one request (a [`RequestReads`] scope: a fetch asks for HEAD, the refs it
+    /// Within one request (a `packd_storage::RequestReads` scope: a fetch asks for HEAD, the refs it
     /// lists and the wants it checks, each a question of its own) the snapshot is read once
     /// and reused, unless this process wrote its list since: each read of the list is a round
     /// trip in a bucket, and one request then sees one consistent set of refs. Outside a
     /// request scope the list is read every time.
     pub fn snapshot(&self) -> Result<Snapshot, ReftableError> {
-        let request = RequestReads::current();
         let writes = list_writes(&self.storage.describe(TABLES_LIST));
-        if let Some(request) = &request {
-            let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((r, w, snap)) = &*last {
-                if r.same(request) && *w == writes {
-                    return Ok(snap.clone());
-                }
-            }
+        if let Some(snap) = self.last.get(&writes) {
+            return Ok(snap);
         }
         let snap = self.read_snapshot()?;
-        if let Some(request) = request {
-            *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((request, writes, snap.clone()));
-        }
+        self.last.put(writes, snap.clone());
         Ok(snap)
     }
 

@@ -32,7 +32,7 @@ use packd_odb::ObjectId;
 use packd_odb::{Repository, RepositoryOptions};
 use packd_protocol::receive_store::PushStore;
 use packd_reftable::{Stack, StackOptions, TABLES_LIST};
-use packd_storage::Storage;
+use packd_storage::{PerRequest, Storage};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,11 +48,11 @@ pub struct StoreRoot {
     cache: PathBuf,
     /// The `config` the last stamp read, for the request that took it and the repository:
     /// that request's open then takes it rather than reading it again (a round trip).
-    stamped_config: parking_lot::Mutex<Option<(packd_storage::RequestReads, String, Bytes)>>,
+    stamped_config: PerRequest<String, Bytes>,
     /// The last path [`StoreRoot::resolve`] found, for the request that asked: a request
     /// resolves its path more than once (a push: its gate, then its target), and each is a
     /// round trip.
-    resolved: parking_lot::Mutex<Option<(packd_storage::RequestReads, String, PathBuf)>>,
+    resolved: PerRequest<String, PathBuf>,
 }
 
 impl std::fmt::Debug for StoreRoot {
@@ -74,8 +74,8 @@ impl StoreRoot {
             at,
             describe,
             cache: cache.canonicalize()?,
-            stamped_config: parking_lot::Mutex::new(None),
-            resolved: parking_lot::Mutex::new(None),
+            stamped_config: PerRequest::new(),
+            resolved: PerRequest::new(),
         })
     }
 
@@ -92,11 +92,8 @@ impl StoreRoot {
     /// Maps a decoded repository path onto the repository it names in the store (`PATH`, else
     /// `PATH.git`), as this server's directory for it (see [`StoreRoot::open`]).
     pub fn resolve(&self, decoded: &str) -> Result<PathBuf, PathError> {
-        let request = packd_storage::RequestReads::current();
-        if let (Some(request), Some((r, path, found))) = (&request, &*self.resolved.lock()) {
-            if r.same(request) && path == decoded {
-                return Ok(found.clone());
-            }
+        if let Some(found) = self.resolved.get(&decoded.to_string()) {
+            return Ok(found);
         }
         let rel = check_relative(decoded)?;
         let shown = rel.display().to_string();
@@ -105,9 +102,7 @@ impl StoreRoot {
             let reftable = (self.at)(&format!("{candidate}/reftable"));
             if reftable.exists(TABLES_LIST) {
                 let found = self.cache.join(candidate);
-                if let Some(request) = request {
-                    *self.resolved.lock() = Some((request, decoded.to_string(), found.clone()));
-                }
+                self.resolved.put(decoded.to_string(), found.clone());
                 return Ok(found);
             }
         }
@@ -143,15 +138,7 @@ impl StoreRoot {
             source,
         })?;
         let repo = (self.at)(key);
-        let stamped = self
-            .stamped_config
-            .lock()
-            .take()
-            .and_then(|(request, of, bytes)| {
-                let current = packd_storage::RequestReads::current()?;
-                (request.same(&current) && of == key).then_some(bytes)
-            });
-        let config = match stamped {
+        let config = match self.stamped_config.take(&key.to_string()) {
             Some(bytes) => bytes,
             None => repo
                 .read_versioned("config")?
@@ -187,9 +174,7 @@ impl StoreRoot {
                 let repo = (self.at)(key);
                 Stamp::of_storage(objects.as_ref(), || {
                     let (bytes, version) = repo.read_versioned("config").ok().flatten()?;
-                    if let Some(request) = packd_storage::RequestReads::current() {
-                        *self.stamped_config.lock() = Some((request, key.to_string(), bytes));
-                    }
+                    self.stamped_config.put(key.to_string(), bytes);
                     Some(version.0)
                 })
             }

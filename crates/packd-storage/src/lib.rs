@@ -12,6 +12,8 @@ mod memory;
 mod prefetch;
 pub mod scope;
 pub use scope::{RequestReadStats, RequestReads};
+mod per_request;
+pub use per_request::PerRequest;
 
 pub use cache::{BlockCache, BlockCacheConfig, BlockCacheStats, CachedStorage};
 

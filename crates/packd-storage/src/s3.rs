@@ -173,22 +173,13 @@ pub(crate) struct Shared {
     /// them (see [`is_content_named`]), so that opening a pack after listing its directory
     /// costs no `HEAD`: a repository's open lists `pack/` and opens every file in it.
     listed: std::sync::Mutex<Listed>,
-    /// The listings one request made ([`ListedInRequest`]).
-    request_lists: std::sync::Mutex<Option<ListedInRequest>>,
+    /// The listing a request made, by directory key and the writes this process had made
+    /// then: the same request listing the same directory again (a repository's stamp, then
+    /// its open) takes it, once, rather than another `LIST` round trip.
+    request_lists: crate::PerRequest<(String, u64), Vec<String>>,
     /// Writes (publish, replace, delete) this process made through the store: a listing
     /// made before one is not reused.
     written: std::sync::atomic::AtomicU64,
-}
-
-/// The listings made by one request ([`crate::RequestReads`]) while this process wrote
-/// nothing: the same request listing the same directory again (a repository's stamp, then
-/// its open) is answered from them, once, rather than by another `LIST` round trip. One
-/// request's at a time: another request's listing replaces them.
-#[derive(Debug)]
-struct ListedInRequest {
-    request: crate::RequestReads,
-    writes: u64,
-    names: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// What the listings of a store said of its content-named blobs (see [`Shared::listed`]).
@@ -490,22 +481,16 @@ impl Storage for S3Storage {
         } else {
             Some(self.path(dir)?)
         };
-        let key = self.key(dir);
-        let request = crate::RequestReads::current();
-        let writes = self
-            .shared
-            .written
-            .load(std::sync::atomic::Ordering::Acquire);
-        // Reused once: a caller that lists again (it found the listing out of date: a pack
+        let memo_key = (
+            self.key(dir),
+            self.shared
+                .written
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
+        // Taken once: a caller that lists again (it found the listing out of date: a pack
         // gone since) asks the store.
-        if let (Some(request), Ok(mut memo)) = (&request, self.shared.request_lists.lock()) {
-            if let Some(m) = memo.as_mut() {
-                if m.request.same(request) && m.writes == writes {
-                    if let Some(names) = m.names.remove(&key) {
-                        return Ok(names);
-                    }
-                }
-            }
+        if let Some(names) = self.shared.request_lists.take(&memo_key) {
+            return Ok(names);
         }
         crate::scope::count_list();
         let store = self.shared.store.clone();
@@ -544,21 +529,7 @@ impl Storage for S3Storage {
             .collect();
         names.sort();
         names.dedup();
-        if let (Some(request), Ok(mut memo)) = (request, self.shared.request_lists.lock()) {
-            let current = memo
-                .as_ref()
-                .is_some_and(|m| m.request.same(&request) && m.writes == writes);
-            if !current {
-                *memo = Some(ListedInRequest {
-                    request,
-                    writes,
-                    names: Default::default(),
-                });
-            }
-            if let Some(m) = memo.as_mut() {
-                m.names.insert(key, names.clone());
-            }
-        }
+        self.shared.request_lists.put(memo_key, names.clone());
         Ok(names)
     }
 
